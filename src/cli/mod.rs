@@ -1,0 +1,85 @@
+//! The `khai` command line: flags, logging setup and dispatch to one file per command.
+
+mod check;
+mod run;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+/// khai turns a declarative config plus Rhai scripts into a Kubernetes operator.
+#[derive(Debug, Parser)]
+#[command(name = "khai", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "KHAI_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log filter: a level (info, debug) or RUST_LOG-style directives (khai=debug,kube=info).
+    #[arg(long, global = true, env = "KHAI_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the operator: install its CRDs and reconcile until SIGTERM or SIGINT.
+    Run(run::Args),
+    /// Validate a config and compile its scripts without touching a cluster.
+    Check(check::Args),
+    /// Print the version of khai.
+    Version,
+}
+
+/// Parses arguments, runs the command and returns the process exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, cli.log_level.as_deref());
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Version => {
+            println!("khai {}", env!("CARGO_PKG_VERSION"));
+            Ok(ExitCode::SUCCESS)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Sets up `tracing`: RUST_LOG wins, then `--log-level`, then `info`. Logs go to stderr.
+fn init_logging(format: LogFormat, level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .or_else(|| level.map(str::to_string))
+        .unwrap_or_else(|| "info".into());
+    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("warning: ignoring log filter {filter:?}: {e}");
+        EnvFilter::new("info")
+    });
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
+}

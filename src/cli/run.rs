@@ -1,0 +1,59 @@
+//! `khai run`: load, connect, reconcile until a signal arrives.
+
+use crate::daemon::{self, RunOptions};
+use crate::operator::Operator;
+use anyhow::Context;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
+    #[arg(long, short = 'c', value_name = "FILE|DIR", env = "KHAI_CONFIG")]
+    pub config: PathBuf,
+    /// Watch only this namespace (repeatable); overrides `[operator] namespaces`.
+    #[arg(long = "namespace", short = 'n', value_name = "NS")]
+    pub namespaces: Vec<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Everything that can be wrong with the config is found before touching the cluster.
+    let op = Operator::load(&args.config)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    rt.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("failed to connect to Kubernetes (set KUBECONFIG or run in a pod)")?;
+        let shutdown = CancellationToken::new();
+        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), "khai starting");
+        let opts = RunOptions { namespaces: args.namespaces };
+        daemon::run(op, client, opts, shutdown).await?;
+        tracing::info!("khai stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Cancels `token` on the first SIGTERM or SIGINT.
+async fn cancel_on_signal(token: CancellationToken) {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                futures::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = term => tracing::info!(signal = "SIGTERM", "shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
+    }
+    token.cancel();
+}

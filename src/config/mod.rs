@@ -1,0 +1,241 @@
+//! Reads an operator's config (TOML or YAML) into the typed [`Model`], once.
+//!
+//! `load` accepts a file or a directory holding `operator.toml` / `operator.yaml`. Parsing keeps
+//! positions so that every error names the file, line, column and field path; semantic checks
+//! ([`validate`]) run right after and report every problem found, not just the first. Paths in
+//! the model (scripts) are relative to the config file's directory.
+
+pub mod diag;
+pub mod model;
+mod validate;
+
+pub use diag::Diagnostic;
+pub use model::Model;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Names tried, in order, when `load` is given a directory.
+pub const CONFIG_FILE_NAMES: [&str; 3] = ["operator.toml", "operator.yaml", "operator.yml"];
+
+/// A loaded, validated operator config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub model: Model,
+    /// The file the model came from.
+    pub file: PathBuf,
+    /// Directory that relative paths in the model are resolved against.
+    pub base_dir: PathBuf,
+}
+
+impl Config {
+    /// Resolves a path written in the config relative to the config's directory.
+    pub fn resolve(&self, path: &Path) -> PathBuf {
+        self.base_dir.join(path)
+    }
+}
+
+/// Everything wrong with a config, each problem located.
+#[derive(Debug, thiserror::Error)]
+pub struct ConfigError(pub Vec<Diagnostic>);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{d}")?;
+        }
+        Ok(())
+    }
+}
+
+impl From<Diagnostic> for ConfigError {
+    fn from(d: Diagnostic) -> Self {
+        ConfigError(vec![d])
+    }
+}
+
+/// Loads and validates the config at `path` (a file, or a directory holding one).
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let file = find_config_file(path)?;
+    let src = std::fs::read_to_string(&file)
+        .map_err(|e| Diagnostic::new(&file, format!("cannot read config: {e}")))?;
+    let model = parse(&file, &src)?;
+    validate::validate(&model, &file, &src)?;
+    let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    Ok(Config {
+        model,
+        file,
+        base_dir,
+    })
+}
+
+fn find_config_file(path: &Path) -> Result<PathBuf, Diagnostic> {
+    if path.is_dir() {
+        return CONFIG_FILE_NAMES
+            .iter()
+            .map(|n| path.join(n))
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                Diagnostic::new(
+                    path,
+                    format!(
+                        "no config file here (looked for {})",
+                        CONFIG_FILE_NAMES.join(", ")
+                    ),
+                )
+            });
+    }
+    if !path.exists() {
+        return Err(Diagnostic::new(path, "no such file or directory"));
+    }
+    Ok(path.to_path_buf())
+}
+
+fn is_yaml(file: &Path) -> bool {
+    matches!(
+        file.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    )
+}
+
+/// Parses config text; the format is chosen by the file's extension (TOML unless .yaml/.yml).
+pub fn parse(file: &Path, src: &str) -> Result<Model, Diagnostic> {
+    if is_yaml(file) {
+        parse_yaml(file, src)
+    } else {
+        parse_toml(file, src)
+    }
+}
+
+fn parse_toml(file: &Path, src: &str) -> Result<Model, Diagnostic> {
+    let locate = |e: &toml::de::Error| e.span().map(|s| diag::line_col(src, s.start));
+    let de = toml::Deserializer::parse(src)
+        .map_err(|e| Diagnostic::new(file, first_line(e.message())).at(locate(&e)))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = field_path(e.path());
+        let inner = e.into_inner();
+        Diagnostic::new(file, first_line(inner.message()))
+            .at(locate(&inner))
+            .field(path)
+    })
+}
+
+fn parse_yaml(file: &Path, src: &str) -> Result<Model, Diagnostic> {
+    serde_saphyr::from_str::<Model>(src).map_err(|e| {
+        let pos = e
+            .location()
+            .map(|l| (l.line() as usize, l.column() as usize));
+        let text = e.to_string();
+        // serde-saphyr prefixes a location and may append a source snippet; keep the message only.
+        let msg = text.lines().next().unwrap_or_default();
+        let msg = msg.rsplit_once(" at line ").map_or(msg, |(m, _)| m);
+        Diagnostic::new(file, msg.trim().to_string()).at(pos)
+    })
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or_default().trim().to_string()
+}
+
+/// Renders serde_path_to_error's path as `controller[0].for`, the way authors index arrays.
+fn field_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HELLO: &str = r#"
+[operator]
+name = "hello"
+
+[[crd]]
+group = "examples.khai.dev"
+kind = "Hello"
+versions = ["v1"]
+spec.message = { type = "string", required = true }
+spec.replicas = { type = "integer", default = 1, minimum = 0 }
+status.phase = { type = "string" }
+
+[[controller]]
+for = "Hello"
+owns = ["v1/ConfigMap"]
+script = "scripts/hello.rhai"
+"#;
+
+    #[test]
+    fn toml_and_yaml_load_into_the_same_model() {
+        let yaml = r#"
+operator: { name: hello }
+crd:
+  - group: examples.khai.dev
+    kind: Hello
+    versions: [v1]
+    spec:
+      message: { type: string, required: true }
+      replicas: { type: integer, default: 1, minimum: 0 }
+    status:
+      phase: { type: string }
+controller:
+  - for: Hello
+    owns: [v1/ConfigMap]
+    script: scripts/hello.rhai
+"#;
+        let t = parse(Path::new("operator.toml"), HELLO).unwrap();
+        let y = parse(Path::new("operator.yaml"), yaml).unwrap();
+        assert_eq!(t, y);
+        assert_eq!(t.controllers[0].reconcile, "reconcile");
+        assert!(t.operator.install_crds);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_with_line_and_field_path() {
+        let src = HELLO.replace("owns = ", "own = ");
+        let err = parse(Path::new("operator.toml"), &src).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("operator.toml:15:1: controller[0].own: unknown field `own`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn invalid_toml_names_the_line() {
+        let err = parse(Path::new("x/operator.toml"), "[operator]\nname = \n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.0), Some(2), "{err}");
+        assert!(err.to_string().starts_with("x/operator.toml:2:"), "{err}");
+    }
+
+    #[test]
+    fn invalid_yaml_names_the_line() {
+        let err = parse(Path::new("operator.yaml"), "operator:\n  name: [unclosed\n").unwrap_err();
+        assert!(err.position.is_some(), "{err}");
+    }
+
+    #[test]
+    fn load_of_a_missing_path_names_it() {
+        let err = load(Path::new("/nonexistent/operator.toml")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/nonexistent/operator.toml: no such file or directory"
+        );
+    }
+}

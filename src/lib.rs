@@ -1,0 +1,18 @@
+//! khai: one prebuilt daemon that turns a declarative config plus Rhai scripts into a
+//! Kubernetes operator.
+//!
+//! Modules are listed in the order data flows through them: a config is read and validated
+//! ([`config`]), its CRDs are generated and installed ([`schema`]), kinds are resolved and
+//! watched ([`watch`]), scripts are compiled and called ([`script`]), a script's answer becomes a
+//! plan ([`reconcile`]) and the plan is carried out ([`apply`]). [`operator`] bundles a loaded
+//! config with its compiled scripts, [`daemon`] wires `khai run`, and [`cli`] is the command line.
+
+pub mod apply;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod operator;
+pub mod reconcile;
+pub mod schema;
+pub mod script;
+pub mod watch;

@@ -1,0 +1,214 @@
+//! Runs a controller's script for one object and turns its answer into a [`Plan`]. No I/O.
+//!
+//! The script's contract: `reconcile(obj, ctx)` returns a map with optional `children` (an array
+//! of desired objects), `status` (the desired `.status`) and `requeue_after` (`"30s"`, `"5m"`,
+//! `"1h"` or a number of seconds). Returning nothing means no children and no status change.
+//! The answer is validated here, once, so `apply` only ever sees well-formed plans.
+
+use crate::script::{Script, ScriptError};
+use serde_json::{Map, Value};
+use std::time::Duration;
+
+/// What the script wants to be true for one object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// Desired child objects, each with apiVersion, kind and metadata.name.
+    pub children: Vec<Value>,
+    /// Desired `.status`; `None` leaves the status alone.
+    pub status: Option<Map<String, Value>>,
+    /// Reconcile again after this long even if nothing changes.
+    pub requeue_after: Option<Duration>,
+}
+
+/// Why a reconcile produced no plan.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum Error {
+    /// The script failed to run; retried with backoff, since it may depend on changing state.
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// The script ran but returned something khai cannot carry out.
+    #[error("{file}: {function} returned an invalid result: {field}: {message}")]
+    InvalidResult {
+        file: String,
+        function: String,
+        field: String,
+        message: String,
+    },
+}
+
+/// Calls `function(obj, ctx)` in `script` and validates the result into a [`Plan`].
+pub async fn plan(script: &Script, function: &str, obj: Value, ctx: Value) -> Result<Plan, Error> {
+    let out = script.call_async(function, vec![obj, ctx]).await?;
+    parse_plan(out).map_err(|(field, message)| Error::InvalidResult {
+        file: script.file().display().to_string(),
+        function: function.into(),
+        field,
+        message,
+    })
+}
+
+/// Validates a script's return value. Errors are `(field path, message)`.
+pub fn parse_plan(out: Value) -> Result<Plan, (String, String)> {
+    let mut map = match out {
+        Value::Null => return Ok(Plan::default()),
+        Value::Object(m) => m,
+        other => {
+            return Err((
+                "result".into(),
+                format!("expected a map or nothing, got {}", type_name(&other)),
+            ));
+        }
+    };
+    let mut plan = Plan::default();
+    if let Some(children) = map.remove("children") {
+        plan.children = parse_children(children)?;
+    }
+    match map.remove("status") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(s)) => plan.status = Some(s),
+        Some(other) => {
+            return Err((
+                "status".into(),
+                format!("expected a map, got {}", type_name(&other)),
+            ));
+        }
+    }
+    if let Some(r) = map.remove("requeue_after") {
+        plan.requeue_after =
+            Some(parse_duration(&r).map_err(|m| ("requeue_after".to_string(), m))?);
+    }
+    if let Some(key) = map.keys().next() {
+        return Err((
+            key.clone(),
+            "unknown key; expected children, status or requeue_after".into(),
+        ));
+    }
+    Ok(plan)
+}
+
+fn parse_children(v: Value) -> Result<Vec<Value>, (String, String)> {
+    let Value::Array(items) = v else {
+        return Err((
+            "children".into(),
+            format!("expected an array, got {}", type_name(&v)),
+        ));
+    };
+    for (i, child) in items.iter().enumerate() {
+        let field = |f: &str| format!("children[{i}].{f}");
+        if !child.is_object() {
+            return Err((
+                format!("children[{i}]"),
+                format!("expected a map, got {}", type_name(child)),
+            ));
+        }
+        for key in ["apiVersion", "kind"] {
+            if child[key].as_str().is_none_or(str::is_empty) {
+                return Err((field(key), "must be a non-empty string".into()));
+            }
+        }
+        if child["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            return Err((field("metadata.name"), "must be a non-empty string".into()));
+        }
+    }
+    Ok(items)
+}
+
+/// Parses `"30s"`, `"5m"`, `"1h"`, `"250ms"` or a plain number of seconds.
+pub fn parse_duration(v: &Value) -> Result<Duration, String> {
+    if let Some(n) = v.as_f64() {
+        return if n >= 0.0 {
+            Ok(Duration::from_secs_f64(n))
+        } else {
+            Err(format!("must not be negative, got {n}"))
+        };
+    }
+    let s = v
+        .as_str()
+        .ok_or_else(|| format!("expected a duration like \"30s\", got {}", type_name(v)))?;
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("expected a duration like \"30s\", got {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}; use ms, s, m or h")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "a map",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nothing_means_an_empty_plan() {
+        assert_eq!(parse_plan(Value::Null).unwrap(), Plan::default());
+    }
+
+    #[test]
+    fn full_answer_becomes_a_plan() {
+        let p = parse_plan(json!({
+            "children": [{ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "a" } }],
+            "status": { "phase": "Ready" },
+            "requeue_after": "2m",
+        }))
+        .unwrap();
+        assert_eq!(p.children.len(), 1);
+        assert_eq!(p.status.unwrap()["phase"], "Ready");
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(120)));
+    }
+
+    #[test]
+    fn child_without_a_name_is_rejected_with_its_path() {
+        let err = parse_plan(
+            json!({ "children": [{ "apiVersion": "v1", "kind": "ConfigMap", "metadata": {} }] }),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            (
+                "children[0].metadata.name".into(),
+                "must be a non-empty string".into()
+            )
+        );
+    }
+
+    #[test]
+    fn misspelled_key_is_rejected() {
+        let err = parse_plan(json!({ "stauts": {} })).unwrap_err();
+        assert_eq!(err.0, "stauts");
+    }
+
+    #[test]
+    fn durations_parse_in_the_units_authors_write() {
+        assert_eq!(
+            parse_duration(&json!("250ms")).unwrap(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(parse_duration(&json!(5)).unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            parse_duration(&json!("1h")).unwrap(),
+            Duration::from_secs(3600)
+        );
+        assert!(parse_duration(&json!("5 parsecs")).is_err());
+        assert!(parse_duration(&json!(-1)).is_err());
+    }
+}

@@ -1,0 +1,384 @@
+//! Rhai scripts: one hardened engine, compiled scripts, and bounded calls into them.
+//!
+//! Every engine khai runs comes from [`engine`], which sets every limit explicitly (Rhai leaves
+//! most of them off, and its depth defaults differ between debug and release builds). A call gets
+//! a wall-clock deadline on top of the operation budget, checked from Rhai's progress hook.
+//! Values cross the boundary as JSON through Rhai's serde support, so scripts see Kubernetes
+//! objects as plain maps.
+
+use rhai::{AST, Dynamic, Engine, EvalAltResult, Position};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bounds on one script call. The defaults fit a reconcile that builds a handful of objects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub max_operations: u64,
+    pub max_call_levels: usize,
+    pub max_expr_depth: usize,
+    pub max_function_expr_depth: usize,
+    pub max_string_size: usize,
+    pub max_array_size: usize,
+    pub max_map_size: usize,
+    pub timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_operations: 1_000_000,
+            max_call_levels: 48,
+            max_expr_depth: 64,
+            max_function_expr_depth: 48,
+            max_string_size: 1 << 20,
+            max_array_size: 10_000,
+            max_map_size: 10_000,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Errors from compiling or running a script; each names the file and, when known, line:col.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ScriptError {
+    /// The script does not parse.
+    #[error("{}: syntax error: {message}", at(file, *pos))]
+    Syntax {
+        file: PathBuf,
+        pos: Option<(usize, usize)>,
+        message: String,
+    },
+    /// The script file cannot be read.
+    #[error("{}: cannot read script: {message}", file.display())]
+    Read { file: PathBuf, message: String },
+    /// A function the config names is not defined with the expected number of parameters.
+    #[error("{}: function {name}({}) is not defined", file.display(), param_list(*arity))]
+    MissingFunction {
+        file: PathBuf,
+        name: String,
+        arity: usize,
+    },
+    /// The script raised an error or hit a limit while running.
+    #[error("{}: in {function}: {message}", at(file, *pos))]
+    Runtime {
+        file: PathBuf,
+        pos: Option<(usize, usize)>,
+        function: String,
+        message: String,
+    },
+    /// A value could not be converted between JSON and Rhai.
+    #[error("{}: in {function}: {message}", file.display())]
+    Convert {
+        file: PathBuf,
+        function: String,
+        message: String,
+    },
+}
+
+fn at(file: &Path, pos: Option<(usize, usize)>) -> String {
+    match pos {
+        Some((l, c)) => format!("{}:{l}:{c}", file.display()),
+        None => file.display().to_string(),
+    }
+}
+
+fn param_list(arity: usize) -> String {
+    ["obj", "ctx", "arg3", "arg4"]
+        .iter()
+        .take(arity)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn position(pos: Position) -> Option<(usize, usize)> {
+    Some((pos.line()?, pos.position().unwrap_or(1)))
+}
+
+thread_local! {
+    /// Deadline of the call running on this thread; read by the engine's progress hook.
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Builds the one kind of engine khai runs scripts in, with every limit set.
+pub fn engine(limits: &Limits) -> Engine {
+    let mut e = Engine::new();
+    e.set_max_operations(limits.max_operations)
+        .set_max_call_levels(limits.max_call_levels)
+        .set_max_expr_depths(limits.max_expr_depth, limits.max_function_expr_depth)
+        .set_max_string_size(limits.max_string_size)
+        .set_max_array_size(limits.max_array_size)
+        .set_max_map_size(limits.max_map_size)
+        .set_max_variables(10_000)
+        .set_max_functions(1_000)
+        .set_max_modules(0)
+        .set_strict_variables(true);
+    e.on_progress(|_ops| {
+        let expired = DEADLINE.with(|d| d.get().is_some_and(|t| Instant::now() >= t));
+        expired.then(|| Dynamic::from("deadline exceeded"))
+    });
+    e.on_print(|s| tracing::info!(target: "khai::script", "{s}"));
+    e.on_debug(|s, src, pos| tracing::debug!(target: "khai::script", source = src, line = pos.line(), "{s}"));
+    e
+}
+
+/// A compiled script together with the engine that runs it.
+#[derive(Clone)]
+pub struct Script {
+    file: PathBuf,
+    ast: Arc<AST>,
+    engine: Arc<Engine>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Script")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Script {
+    /// Reads and compiles `file`. `display` is how the file is named in errors.
+    pub fn compile_file(
+        engine: Arc<Engine>,
+        limits: &Limits,
+        file: &Path,
+    ) -> Result<Self, ScriptError> {
+        let src = std::fs::read_to_string(file).map_err(|e| ScriptError::Read {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Self::compile(engine, limits, file, &src)
+    }
+
+    /// Compiles script text; `file` is used in error messages.
+    pub fn compile(
+        engine: Arc<Engine>,
+        limits: &Limits,
+        file: &Path,
+        src: &str,
+    ) -> Result<Self, ScriptError> {
+        let mut ast = engine.compile(src).map_err(|e| ScriptError::Syntax {
+            file: file.to_path_buf(),
+            pos: position(e.1),
+            message: e.0.to_string(),
+        })?;
+        ast.set_source(file.display().to_string());
+        Ok(Self {
+            file: file.to_path_buf(),
+            ast: Arc::new(ast),
+            engine,
+            timeout: limits.timeout,
+        })
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Whether the script defines `name` with exactly `arity` parameters.
+    pub fn has_function(&self, name: &str, arity: usize) -> bool {
+        self.ast
+            .iter_functions()
+            .any(|f| f.name == name && f.params.len() == arity)
+    }
+
+    /// Fails unless the script defines `name` with exactly `arity` parameters.
+    pub fn require_function(&self, name: &str, arity: usize) -> Result<(), ScriptError> {
+        if self.has_function(name, arity) {
+            Ok(())
+        } else {
+            Err(ScriptError::MissingFunction {
+                file: self.file.clone(),
+                name: name.into(),
+                arity,
+            })
+        }
+    }
+
+    /// Calls `function` with JSON arguments and returns its result as JSON (`null` for `()`).
+    ///
+    /// This blocks the thread for up to the script timeout; async callers use [`Self::call_async`].
+    pub fn call(
+        &self,
+        function: &str,
+        args: &[serde_json::Value],
+    ) -> Result<serde_json::Value, ScriptError> {
+        let convert = |message: String| ScriptError::Convert {
+            file: self.file.clone(),
+            function: function.into(),
+            message,
+        };
+        let args = args
+            .iter()
+            .map(|a| rhai::serde::to_dynamic(a).map_err(|e| convert(e.to_string())))
+            .collect::<Result<Vec<Dynamic>, _>>()?;
+        DEADLINE.with(|d| d.set(Some(Instant::now() + self.timeout)));
+        let mut scope = rhai::Scope::new();
+        let result = self
+            .engine
+            .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
+        DEADLINE.with(|d| d.set(None));
+        let value = result.map_err(|e| self.runtime_error(function, *e))?;
+        rhai::serde::from_dynamic(&value)
+            .map_err(|e| convert(format!("cannot convert result to JSON: {e}")))
+    }
+
+    /// [`Self::call`] on tokio's blocking pool, so a slow script never stalls the runtime.
+    pub async fn call_async(
+        &self,
+        function: &str,
+        args: Vec<serde_json::Value>,
+    ) -> Result<serde_json::Value, ScriptError> {
+        let script = self.clone();
+        let name = function.to_string();
+        tokio::task::spawn_blocking(move || script.call(&name, &args))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ScriptError::Runtime {
+                    file: self.file.clone(),
+                    pos: None,
+                    function: function.into(),
+                    message: format!("script task failed: {e}"),
+                })
+            })
+    }
+
+    /// Flattens Rhai's chain of "in function call" wrappers to the innermost position and cause.
+    fn runtime_error(&self, function: &str, err: EvalAltResult) -> ScriptError {
+        let mut err = err;
+        let mut pos = err.position();
+        while let EvalAltResult::ErrorInFunctionCall(_, _, inner, p) = err {
+            if !inner.position().is_none() {
+                pos = inner.position();
+            } else if !p.is_none() {
+                pos = p;
+            }
+            err = *inner;
+        }
+        let message = match &err {
+            EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
+            EvalAltResult::ErrorTooManyOperations(..) => {
+                "script exceeded its operation limit".to_string()
+            }
+            EvalAltResult::ErrorRuntime(v, _) => v.to_string(),
+            other => strip_position(&other.to_string()),
+        };
+        ScriptError::Runtime {
+            file: self.file.clone(),
+            pos: position(pos),
+            function: function.into(),
+            message,
+        }
+    }
+}
+
+/// Rhai appends " (line N, position M)" to messages; the position is reported separately.
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" (line ") {
+        Some(i) if msg.ends_with(')') => msg[..i].to_string(),
+        _ => msg.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compile(src: &str) -> Result<Script, ScriptError> {
+        let limits = Limits {
+            timeout: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        Script::compile(
+            Arc::new(engine(&limits)),
+            &limits,
+            Path::new("scripts/t.rhai"),
+            src,
+        )
+    }
+
+    #[test]
+    fn values_round_trip_through_json() {
+        let s = compile("fn echo(x) { x }").unwrap();
+        let v = json!({"a": [1, 2.5, "s", true, null], "b": {"c": {}}});
+        assert_eq!(s.call("echo", std::slice::from_ref(&v)).unwrap(), v);
+    }
+
+    #[test]
+    fn syntax_error_names_file_line_and_column() {
+        let err = compile("fn reconcile(obj, ctx) {\n  let x = ;\n}").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("scripts/t.rhai:2:11: syntax error:"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn runtime_error_names_function_and_line() {
+        let s = compile("fn reconcile(obj, ctx) {\n  throw \"boom\";\n}").unwrap();
+        let err = s.call("reconcile", &[json!({}), json!({})]).unwrap_err();
+        assert_eq!(err.to_string(), "scripts/t.rhai:2:3: in reconcile: boom");
+    }
+
+    #[test]
+    fn endless_loop_stops_at_a_limit() {
+        let s = compile("fn spin() { loop { } }").unwrap();
+        let err = s.call("spin", &[]).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("exceeded its"), "{text}");
+    }
+
+    #[test]
+    fn deadline_stops_a_slow_script_that_stays_under_the_operation_budget() {
+        let limits = Limits {
+            timeout: Duration::from_millis(50),
+            max_operations: 0,
+            ..Limits::default()
+        };
+        let s = Script::compile(
+            Arc::new(engine(&limits)),
+            &limits,
+            Path::new("t.rhai"),
+            "fn spin() { loop {} }",
+        )
+        .unwrap();
+        let err = s.call("spin", &[]).unwrap_err();
+        assert!(err.to_string().contains("exceeded its time limit"), "{err}");
+    }
+
+    #[test]
+    fn deep_recursion_fails_cleanly() {
+        let s = compile("fn r(n) { r(n + 1) }").unwrap();
+        assert!(matches!(
+            s.call("r", &[json!(0)]),
+            Err(ScriptError::Runtime { .. })
+        ));
+    }
+
+    #[test]
+    fn huge_string_fails_cleanly() {
+        let s = compile("fn big() { let s = \"x\"; loop { s += s; } }").unwrap();
+        assert!(matches!(
+            s.call("big", &[]),
+            Err(ScriptError::Runtime { .. })
+        ));
+    }
+
+    #[test]
+    fn missing_function_is_reported_with_arity() {
+        let s = compile("fn reconcile(obj) { }").unwrap();
+        let err = s.require_function("reconcile", 2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "scripts/t.rhai: function reconcile(obj, ctx) is not defined"
+        );
+        assert!(s.require_function("reconcile", 1).is_ok());
+    }
+}

@@ -1,0 +1,215 @@
+//! Shared harness for tests against a real kube-apiserver and etcd.
+//!
+//! Each test binary starts one cluster with `scripts/cluster start` the first time a test asks
+//! for it (or uses `KHAI_TEST_KUBECONFIG` when set, e.g. a kind cluster), and a watchdog process
+//! stops it when the test binary exits, however it exits. Every test gets its own namespace.
+//! Waiting is always on a condition observed through a watch, with a deadline.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::{Condition, await_condition};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// How long a test waits for the operator to act before failing.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Cluster {
+    kubeconfig: PathBuf,
+    /// Write end of the watchdog's stdin; closed by the OS when this process exits.
+    _watchdog: Option<Mutex<ChildStdin>>,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+/// The kubeconfig of this test binary's cluster, starting the cluster on first use.
+pub fn kubeconfig() -> &'static Path {
+    &CLUSTER.get_or_init(start_cluster).kubeconfig
+}
+
+fn start_cluster() -> Cluster {
+    if let Some(kc) = std::env::var_os("KHAI_TEST_KUBECONFIG") {
+        return Cluster {
+            kubeconfig: PathBuf::from(kc),
+            _watchdog: None,
+        };
+    }
+    let dir = std::env::temp_dir().join(format!("khai-test-{}-{}", std::process::id(), nanos()));
+    let script = repo_root().join("scripts/cluster");
+    let out = Command::new(&script)
+        .arg("start")
+        .arg(&dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("failed to run scripts/cluster start");
+    assert!(
+        out.status.success(),
+        "scripts/cluster start failed; see its output above"
+    );
+    // The watchdog blocks reading stdin; when this process exits (pass, fail or panic) the pipe
+    // closes and it stops exactly the cluster started here. It must outlive this process, so it
+    // is deliberately never waited on.
+    #[allow(clippy::zombie_processes)]
+    let mut watchdog = Command::new("sh")
+        .arg("-c")
+        .arg("cat >/dev/null; exec \"$0\" stop \"$1\" >/dev/null 2>&1")
+        .arg(&script)
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("failed to start the cluster watchdog");
+    let stdin = watchdog.stdin.take().expect("watchdog stdin");
+    Cluster {
+        kubeconfig: dir.join("kubeconfig"),
+        _watchdog: Some(Mutex::new(stdin)),
+    }
+}
+
+use std::os::unix::process::CommandExt;
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// A client for the test cluster; made per test, since a client belongs to one runtime.
+pub async fn client() -> kube::Client {
+    let kc = Kubeconfig::read_from(kubeconfig()).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    kube::Client::try_from(config).expect("client")
+}
+
+/// A namespace of the test's own, deleted when dropped (best effort: with no
+/// controller-manager the namespace stays Terminating, which harms nothing).
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    pub async fn new(client: &kube::Client, prefix: &str) -> Self {
+        let name = format!("{prefix}-{:x}", nanos() % 0xffff_ffff);
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
+        Api::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client().await);
+                api.delete(&name, &Default::default()).await.ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// Waits, through a watch, until the object satisfies `cond`; panics naming `what` otherwise.
+pub async fn wait_for<C>(api: &Api<DynamicObject>, name: &str, what: &str, cond: C) -> DynamicObject
+where
+    C: Condition<DynamicObject>,
+{
+    let cond = move |o: Option<&DynamicObject>| cond.matches_object(o);
+    let waited = tokio::time::timeout(DEADLINE, await_condition(api.clone(), name, cond)).await;
+    match waited {
+        Ok(Ok(Some(obj))) => obj,
+        Ok(Ok(None)) => panic!("{what}: {name} was deleted while waiting"),
+        Ok(Err(e)) => panic!("{what}: watch on {name} failed: {e}"),
+        Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what} ({name})"),
+    }
+}
+
+/// The `khai` binary running as a real daemon, with its stderr collected.
+pub struct Khai {
+    child: Child,
+    log: std::sync::Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Khai {
+    /// Starts `khai run --config <config> --namespace <ns> <extra...>` against the test cluster.
+    pub fn start(config: &Path, namespace: &str, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_khai"))
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .arg("--namespace")
+            .arg(namespace)
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig())
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("failed to start khai");
+        let log = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        let sink = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var_os("KHAI_TEST_VERBOSE").is_some() {
+                    eprintln!("khai: {line}");
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        Self {
+            child,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// Sends SIGTERM and waits (with a deadline) for the process to exit; returns its exit code
+    /// and every log line it wrote.
+    pub async fn terminate(mut self) -> (Option<i32>, Vec<String>) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "failed to send SIGTERM to khai");
+        let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
+        let status =
+            tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(move || child.wait()))
+                .await
+                .expect("khai did not exit within the deadline after SIGTERM")
+                .unwrap()
+                .unwrap();
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        (status.code(), self.log.lock().unwrap().clone())
+    }
+}
+
+impl Drop for Khai {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
