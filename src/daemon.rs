@@ -1,20 +1,22 @@
-//! Wires up `khai run`: CRDs, one kube-runtime `Controller` per controller and namespace, and
-//! graceful shutdown. It holds no logic of its own: each reconcile runs the script
+//! Wires up `khai run`: CRDs, shared informers, one kube-runtime `Controller` per controller and
+//! namespace, finalizers, failure reporting and graceful shutdown. Each reconcile runs the script
 //! ([`crate::reconcile`]) and carries out the plan ([`crate::apply`]).
 
 use crate::apply::Applier;
 use crate::operator::Operator;
+use crate::queue;
 use crate::reconcile;
-use crate::script::Script;
-use crate::watch::{self, Kind};
+use crate::reconcile::lookup::CacheLookup;
+use crate::script::{Script, ScriptCtx, ScriptError, object_view};
+use crate::watch::{self, Filter, Informer, Informers, Kind};
 use futures::StreamExt;
-use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
-use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::{Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -50,46 +52,57 @@ pub enum ReconcileError {
     Apply(#[from] crate::apply::Error),
     #[error("failed to serialize object: {0}")]
     Serialize(#[from] serde_json::Error),
+    #[error("{function} has not finished yet (it must return true to let the object go)")]
+    NotFinalized { function: String },
+    #[error(transparent)]
+    Finalizer(Box<kube::runtime::finalizer::Error<ReconcileError>>),
 }
 
-/// Per-object exponential backoff: 1s, 2s, 4s … capped at 5 minutes, reset on success.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_secs(1);
-    const CAP: Duration = Duration::from_secs(300);
-
-    /// Records a failure of `key` and returns how long to wait before the next attempt.
-    pub fn fail(&self, key: &str) -> Duration {
-        let n = self.failures.lock().map_or(0, |mut m| {
-            let n = m.entry(key.to_string()).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        });
-        Self::BASE
-            .saturating_mul(2u32.saturating_pow(n.saturating_sub(1).min(16)))
-            .min(Self::CAP)
+impl ReconcileError {
+    /// The script's own error, when the script is what failed.
+    fn script_error(&self) -> Option<&ScriptError> {
+        match self {
+            ReconcileError::Plan(reconcile::Error::Script(e)) => Some(e),
+            _ => None,
+        }
     }
 
-    pub fn succeed(&self, key: &str) {
-        if let Ok(mut m) = self.failures.lock() {
-            m.remove(key);
+    /// Unwraps the finalizer helper's wrapping so reports show the script's own error.
+    fn from_finalizer(e: kube::runtime::finalizer::Error<ReconcileError>) -> Self {
+        use kube::runtime::finalizer::Error as F;
+        match e {
+            F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner,
+            other => ReconcileError::Finalizer(Box::new(other)),
         }
     }
 }
 
-/// Everything one controller's reconciles share.
+/// Everything the reconciles of one controller in one namespace share.
 struct Ctx {
     controller: String,
     operator: String,
     function: String,
+    /// The script's `finalize(obj, ctx)`, when it defines one; only then is a finalizer added.
+    finalize: Option<String>,
+    finalizer_name: String,
     script: Script,
     kind: Kind,
+    /// Script predicate `when(obj)`; objects for which it is not true are left alone.
+    when: Option<String>,
+    /// Annotations an object must carry to be reconciled.
+    annotations: Vec<String>,
+    /// Whether khai owns `.status` of this kind (a CRD of this config with a status schema) and
+    /// so maintains `observedGeneration` and the `Ready` condition.
+    manage_status: bool,
+    owned: Vec<Arc<Informer>>,
+    /// Informers scripts may look up through `ctx`: the primary kind and the owned kinds.
+    visible: Vec<Arc<Informer>>,
+    /// `[params]` of the config.
+    params: Value,
     applier: Arc<Applier>,
-    backoff: Backoff,
+    client: kube::Client,
+    recorder: Recorder,
+    backoff: queue::Backoff,
 }
 
 /// Runs the operator until `shutdown` is cancelled; in-flight reconciles finish first.
@@ -118,7 +131,15 @@ pub async fn run(
         (_, cfg) if !cfg.is_empty() => cfg.iter().cloned().map(Some).collect(),
         _ => vec![None],
     };
+    let informers = Informers::new(client.clone());
     let applier = Arc::new(Applier::new(client.clone(), model.clone()));
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: format!("khai-{}", model.operator.name),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
     let mut loops = Vec::new();
     for (ctl, script) in model.controllers.iter().zip(&op.scripts) {
         let name = ctl.display_name();
@@ -136,38 +157,93 @@ pub async fn run(
             }
         };
         let kind = resolve(&ctl.for_kind).await?;
-        let mut owned = Vec::new();
+        let mut owned_kinds = Vec::new();
         for o in &ctl.owns {
-            owned.push(resolve(o).await?);
+            owned_kinds.push(resolve(o).await?);
         }
-        let ctx = Arc::new(Ctx {
-            controller: name.clone(),
-            operator: model.operator.name.clone(),
-            function: ctl.reconcile.clone(),
-            script: script.clone(),
-            kind: kind.clone(),
-            applier: applier.clone(),
-            backoff: Backoff::default(),
+        let mut watched = Vec::new();
+        for w in &ctl.watches {
+            watched.push((resolve(&w.kind).await?, w.clone()));
+        }
+        let manage_status = model.crds.iter().any(|c| {
+            c.status.is_some() && c.kind == kind.resource.kind && c.group == kind.resource.group
         });
+        let finalize = script
+            .has_function(FINALIZE, crate::operator::RECONCILE_ARITY)
+            .then(|| FINALIZE.to_string());
+        let duration =
+            |s: &str| crate::config::duration::parse(s).unwrap_or(Duration::from_secs(1));
+        let filter = Filter {
+            labels: ctl.selector.clone(),
+            fields: ctl.field_selector.clone(),
+        };
         for ns in &namespaces {
             let ns = ns.as_deref();
-            let mut c = Controller::new_with(
-                watch::api(&client, &kind, ns),
-                watcher::Config::default(),
-                kind.resource.clone(),
-            );
-            for o in &owned {
-                c = c.owns_with(
-                    watch::api(&client, o, ns),
-                    o.resource.clone(),
-                    watcher::Config::default(),
-                );
+            let primary = informers.filtered(&kind, ns, &filter);
+            let owned: Vec<_> = owned_kinds
+                .iter()
+                .map(|o| informers.informer(o, ns))
+                .collect();
+            let related: Vec<_> = watched
+                .iter()
+                .map(|(k, w)| (informers.informer(k, ns), w))
+                .collect();
+            let visible = std::iter::once(primary.clone())
+                .chain(owned.iter().cloned())
+                .chain(related.iter().map(|(i, _)| i.clone()))
+                .collect();
+            let ctx = Arc::new(Ctx {
+                controller: name.clone(),
+                operator: model.operator.name.clone(),
+                function: ctl.reconcile.clone(),
+                finalize: finalize.clone(),
+                finalizer_name: format!("khai.dev/{}", model.operator.name),
+                when: ctl.when.clone(),
+                annotations: ctl.annotations.clone(),
+                script: script.clone(),
+                kind: kind.clone(),
+                manage_status,
+                owned: owned.clone(),
+                visible,
+                params: Value::Object(model.params.clone()),
+                applier: applier.clone(),
+                client: client.clone(),
+                recorder: recorder.clone(),
+                backoff: queue::Backoff::new(
+                    duration(&ctl.backoff.base),
+                    duration(&ctl.backoff.cap),
+                ),
+            });
+            let trigger = queue::primary(primary.subscribe(), ctl.reconcile_on_status);
+            let mut c =
+                Controller::for_shared_stream_with(trigger, primary.store(), kind.resource.clone())
+                    .with_config(ControllerConfig::default().concurrency(ctl.concurrency));
+            for inf in &owned {
+                c = c.reconcile_on(queue::owners(inf.subscribe(), kind.resource.clone()));
+            }
+            for (inf, w) in &related {
+                let parent = kind.resource.clone();
+                c = match (&w.label, &w.map) {
+                    (Some(label), _) => {
+                        c.reconcile_on(queue::by_label(inf.subscribe(), label.clone(), parent))
+                    }
+                    (None, Some(f)) => c.reconcile_on(queue::by_script(
+                        inf.subscribe(),
+                        script.clone(),
+                        f.clone(),
+                        parent,
+                    )),
+                    (None, None) => c,
+                };
+            }
+            if let Some(period) = ctl.resync.as_deref() {
+                c = c.reconcile_all_on(queue::resync(duration(period)));
             }
             tracing::info!(controller = %name, kind = %kind.resource.kind, namespace = ns.unwrap_or("*"), "starting controller");
             let name = name.clone();
             let stream = c
                 .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-                .run(reconcile_one, error_policy, ctx.clone())
+                .run(reconcile_one, error_policy, ctx)
                 .for_each(move |res| {
                     if let Err(e) = res {
                         tracing::debug!(controller = %name, error = %e, "reconcile did not complete");
@@ -178,17 +254,26 @@ pub async fn run(
         }
     }
     futures::future::join_all(loops).await;
+    informers.shutdown();
     tracing::info!("all controllers stopped");
     Ok(())
 }
 
-/// The object as scripts see it: the full object without `managedFields`, which is noise.
-fn script_view(obj: &DynamicObject) -> Result<Value, serde_json::Error> {
-    let mut v = serde_json::to_value(obj)?;
-    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
+/// Name of the optional cleanup function in a controller's script.
+const FINALIZE: &str = "finalize";
+
+fn script_ctx(ctx: &Ctx, obj: &DynamicObject) -> ScriptCtx {
+    ScriptCtx {
+        operator: ctx.operator.clone(),
+        controller: ctx.controller.clone(),
+        namespace: obj.namespace(),
+        params: ctx.params.clone(),
+        lookup: Arc::new(CacheLookup {
+            uid: obj.uid().unwrap_or_default(),
+            namespace: obj.namespace(),
+            informers: ctx.visible.clone(),
+        }),
     }
-    Ok(v)
 }
 
 async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
@@ -201,37 +286,204 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         uid = obj.uid().unwrap_or_default(),
     );
     async move {
-        // Without finalizers there is nothing to do for an object on its way out; its children
-        // are left to the garbage collector through their ownerReferences.
-        if obj.metadata.deletion_timestamp.is_some() {
+        // An object that carries khai's finalizer is always seen through to its end.
+        let ours = obj.finalizers().iter().any(|f| *f == ctx.finalizer_name);
+        if !ours && !selected(&obj, &ctx).await {
+            tracing::debug!("not selected by the controller's filters");
             return Ok(Action::await_change());
         }
-        let key = obj.uid().unwrap_or_else(|| obj.name_any());
-        let view = script_view(&obj)?;
-        let script_ctx = json!({
-            "operator": ctx.operator,
-            "controller": ctx.controller,
-            "namespace": obj.namespace(),
-        });
-        let plan = reconcile::plan(&ctx.script, &ctx.function, view, script_ctx).await?;
-        let outcome = ctx.applier.apply(&obj, &ctx.kind, &plan).await?;
-        ctx.backoff.succeed(&key);
-        tracing::info!(
-            children = outcome.children_applied,
-            status_written = outcome.status_written,
-            "reconciled"
-        );
-        Ok(plan
-            .requeue_after
-            .map_or_else(Action::await_change, Action::requeue))
+        let result = match &ctx.finalize {
+            Some(_) => {
+                let api = watch::api(&ctx.client, &ctx.kind, obj.namespace().as_deref());
+                finalizer(&api, &ctx.finalizer_name, obj.clone(), |event| async {
+                    match event {
+                        FinalizerEvent::Apply(o) => apply(&o, &ctx).await,
+                        FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
+                    }
+                })
+                .await
+                .map_err(ReconcileError::from_finalizer)
+            }
+            // Without finalize there is nothing to do for an object on its way out; its children
+            // go with it through their ownerReferences.
+            None if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+            None => apply(&obj, &ctx).await,
+        };
+        if let Err(e) = &result {
+            report_failure(&obj, &ctx, e).await;
+        }
+        result
     }
     .instrument(span)
     .await
 }
 
+/// Whether the controller's annotation filter and `when(obj)` predicate select `obj`. A failing
+/// predicate is logged and counts as not selected.
+async fn selected(obj: &DynamicObject, ctx: &Ctx) -> bool {
+    if !ctx
+        .annotations
+        .iter()
+        .all(|a| obj.annotations().contains_key(a))
+    {
+        return false;
+    }
+    let Some(when) = &ctx.when else { return true };
+    let view = match object_view(obj) {
+        Ok(v) => v,
+        Err(_) => return false,
+    };
+    match ctx.script.call_one_async(when, view).await {
+        Ok(v) => v == Value::Bool(true),
+        Err(e) => {
+            tracing::warn!(error = %e, "when() failed; skipping object");
+            false
+        }
+    }
+}
+
+/// The normal path: run `reconcile`, then carry out its plan.
+async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
+    let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    let mut plan = reconcile::plan(
+        &ctx.script,
+        &ctx.function,
+        object_view(obj)?,
+        script_ctx(ctx, obj),
+    )
+    .await?;
+    if ctx.manage_status {
+        let mut status = plan.status.take().unwrap_or_default();
+        with_ready(&mut status, obj, "True", "Reconciled", "");
+        plan.status = Some(status);
+    }
+    let outcome = ctx.applier.apply(obj, &ctx.kind, &plan, &ctx.owned).await?;
+    ctx.backoff.succeed(&key);
+    for e in &plan.events {
+        let kind = if e.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish(ctx, obj, kind, &e.reason, &e.message).await;
+    }
+    tracing::info!(
+        applied = outcome.children_applied,
+        unchanged = outcome.children_unchanged,
+        pruned = outcome.children_pruned,
+        status_written = outcome.status_written,
+        "reconciled"
+    );
+    Ok(plan
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The deletion path: run `finalize` until it returns true; the finalizer is then removed.
+async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
+    let function = ctx.finalize.clone().unwrap_or_else(|| FINALIZE.into());
+    let done = ctx
+        .script
+        .call_async(&function, object_view(obj)?, script_ctx(ctx, obj))
+        .await
+        .map_err(|e| ReconcileError::Plan(e.into()))?;
+    if done == Value::Bool(true) {
+        tracing::info!("finalized");
+        Ok(Action::await_change())
+    } else {
+        Err(ReconcileError::NotFinalized { function })
+    }
+}
+
+/// Sets `observedGeneration` and the `Ready` condition in a desired status. The condition's
+/// `lastTransitionTime` is kept while its status stays the same, so an unchanged outcome
+/// produces an identical status and no write.
+fn with_ready(
+    status: &mut Map<String, Value>,
+    obj: &DynamicObject,
+    ready: &str,
+    reason: &str,
+    message: &str,
+) {
+    let previous = obj.data["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned();
+    let since = previous
+        .filter(|p| p["status"] == ready)
+        .and_then(|p| p["lastTransitionTime"].as_str().map(str::to_string))
+        .unwrap_or_else(|| {
+            jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string()
+        });
+    if let Some(generation) = obj.metadata.generation {
+        status.insert("observedGeneration".into(), json!(generation));
+    }
+    let mut condition = json!({
+        "type": "Ready",
+        "status": ready,
+        "reason": reason,
+        "lastTransitionTime": since,
+    });
+    // An empty message is left out rather than sent as "": the 1.20 API server built for the
+    // tests decodes "" in a custom resource's status as null and rejects it.
+    if !message.is_empty() {
+        condition["message"] = json!(message);
+    }
+    status.insert("conditions".into(), json!([condition]));
+}
+
+/// Tells the object's owner what went wrong: a Warning Event and, where khai owns the status, a
+/// `Ready=False` condition. Failures to report are logged, never fatal.
+async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &ReconcileError) {
+    let message: String = err.to_string().chars().take(1024).collect();
+    let reason = match err.script_error() {
+        Some(ScriptError::Retry { .. }) => "RetryRequested",
+        Some(ScriptError::Fail { .. }) => "Failed",
+        _ => "ReconcileFailed",
+    };
+    publish(ctx, obj, EventType::Warning, reason, &message).await;
+    if ctx.manage_status && obj.metadata.deletion_timestamp.is_none() {
+        let mut status = obj.data["status"].as_object().cloned().unwrap_or_default();
+        with_ready(&mut status, obj, "False", reason, &message);
+        if let Err(e) = ctx.applier.status(obj, &ctx.kind, &status).await {
+            tracing::debug!(error = %e, "failed to write failure condition");
+        }
+    }
+}
+
+/// Records an Event on `obj`; a failure to record is logged, never fatal.
+async fn publish(ctx: &Ctx, obj: &DynamicObject, type_: EventType, reason: &str, message: &str) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(message.chars().take(1024).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .recorder
+        .publish(&event, &obj.object_ref(&ctx.kind.resource))
+        .await
+    {
+        tracing::debug!(error = %e, "failed to publish event");
+    }
+}
+
+/// After a failure: `retry(msg, delay)` is honoured as asked, `fail(msg)` waits for the object
+/// to change, anything else backs off exponentially per object.
 fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
     let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    let delay = ctx.backoff.fail(&key);
+    let asked = match err.script_error() {
+        Some(ScriptError::Fail { .. }) => {
+            tracing::warn!(controller = %ctx.controller, name = %obj.name_any(), error = %err, "reconcile failed permanently; waiting for a change");
+            return Action::await_change();
+        }
+        Some(ScriptError::Retry { delay, .. }) => reconcile::parse_duration(&json!(delay)).ok(),
+        _ => None,
+    };
+    let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));
     tracing::warn!(
         controller = %ctx.controller,
         namespace = obj.namespace().unwrap_or_default(),
@@ -241,24 +493,4 @@ fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) ->
         "reconcile failed"
     );
     Action::requeue(delay)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_per_failure_caps_and_resets_on_success() {
-        let b = Backoff::default();
-        assert_eq!(b.fail("a"), Duration::from_secs(1));
-        assert_eq!(b.fail("a"), Duration::from_secs(2));
-        assert_eq!(b.fail("a"), Duration::from_secs(4));
-        assert_eq!(b.fail("other"), Duration::from_secs(1));
-        for _ in 0..20 {
-            b.fail("a");
-        }
-        assert_eq!(b.fail("a"), Duration::from_secs(300));
-        b.succeed("a");
-        assert_eq!(b.fail("a"), Duration::from_secs(1));
-    }
 }

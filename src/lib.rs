@@ -3,8 +3,8 @@
 //!
 //! Modules are listed in the order data flows through them: a config is read and validated
 //! ([`config`]), its CRDs are generated and installed ([`schema`]), kinds are resolved and
-//! watched ([`watch`]), scripts are compiled and called ([`script`]), a script's answer becomes a
-//! plan ([`reconcile`]) and the plan is carried out ([`apply`]). [`operator`] bundles a loaded
+//! watched ([`watch`]), scripts are compiled and called ([`script`]), events become reconcile
+//! requests ([`queue`]), a script's answer becomes a plan ([`reconcile`]) and the plan is carried out ([`apply`]). [`operator`] bundles a loaded
 //! config with its compiled scripts, [`daemon`] wires `khai run`, and [`cli`] is the command line.
 
 pub mod apply;
@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod operator;
+pub mod queue;
 pub mod reconcile;
 pub mod schema;
 pub mod script;

@@ -47,9 +47,17 @@ impl Operator {
             let file = config.resolve(&ctl.script);
             match Script::compile_file(engine.clone(), &limits, &file) {
                 Ok(s) => {
-                    if let Err(e) = s.require_function(&ctl.reconcile, RECONCILE_ARITY) {
-                        errors.push(e);
-                    }
+                    // Every function the config names must exist with the arity khai calls it with.
+                    let named = std::iter::once((ctl.reconcile.as_str(), RECONCILE_ARITY))
+                        .chain(ctl.when.as_deref().map(|w| (w, 1)))
+                        .chain(
+                            ctl.watches
+                                .iter()
+                                .filter_map(|w| w.map.as_deref())
+                                .map(|m| (m, 1)),
+                        );
+                    errors
+                        .extend(named.filter_map(|(f, arity)| s.require_function(f, arity).err()));
                     scripts.push(s);
                 }
                 Err(e) => errors.push(e),

@@ -48,6 +48,8 @@ fn every_command_has_help() {
         vec!["--help"],
         vec!["run", "--help"],
         vec!["check", "--help"],
+        vec!["generate", "--help"],
+        vec!["generate", "crds", "--help"],
         vec!["version", "--help"],
     ] {
         let out = khai(&cmd);
@@ -129,4 +131,140 @@ fn check_accepts_the_hello_example() {
     let out = khai(&["check", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok (1 CRD, 1 controller)"));
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Writes `files` (relative path, content) into a new temp dir.
+fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn generate_crds_prints_exactly_the_manifests_khai_run_applies() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello");
+    let out = khai(&["generate", "crds", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&stdout(&out)).unwrap();
+    let config = khai::config::load(&dir).unwrap();
+    let expected = khai::schema::crd_manifest(&config.model.crds[0]).unwrap();
+    assert_eq!(docs, [expected]);
+}
+
+const TWO_CRDS: &str = r#"
+[[crd]]
+group = "gen.khai.dev"
+kind = "Compact"
+versions = ["v1"]
+printer_columns = [{ name = "Size", type = "integer", json_path = ".spec.size" }]
+scale = { spec_replicas_path = ".spec.size", status_replicas_path = ".status.size" }
+spec.size = { type = "integer", default = 1 }
+status.size = { type = "integer" }
+
+[[crd]]
+group = "gen.khai.dev"
+kind = "Raw"
+versions = ["v1"]
+schema_file = "schemas/raw.json"
+"#;
+
+const RAW_SCHEMA: &str = r#"{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}"#;
+
+#[test]
+fn generate_crds_with_o_writes_one_file_per_crd_and_reads_schema_files() {
+    let dir = dir_with(&[
+        ("operator.toml", TWO_CRDS),
+        ("schemas/raw.json", RAW_SCHEMA),
+    ]);
+    let target = dir.path().join("out");
+    let out = khai(&[
+        "generate",
+        "crds",
+        dir.path().to_str().unwrap(),
+        "-o",
+        target.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut written: Vec<_> = std::fs::read_dir(&target)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["compacts.gen.khai.dev.yaml", "raws.gen.khai.dev.yaml"]
+    );
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "wrote {0}/compacts.gen.khai.dev.yaml\nwrote {0}/raws.gen.khai.dev.yaml\n",
+            target.display()
+        )
+    );
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        serde_saphyr::from_multiple(&std::fs::read_to_string(target.join(name)).unwrap()).unwrap()
+    };
+    let compact = read("compacts.gen.khai.dev.yaml");
+    assert_eq!(compact.len(), 1);
+    let version = &compact[0]["spec"]["versions"][0];
+    assert_eq!(
+        version["additionalPrinterColumns"][0]["jsonPath"],
+        ".spec.size"
+    );
+    assert_eq!(
+        version["subresources"]["scale"]["specReplicasPath"],
+        ".spec.size"
+    );
+    let raw = read("raws.gen.khai.dev.yaml");
+    assert_eq!(
+        raw[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+        serde_json::from_str::<serde_json::Value>(RAW_SCHEMA).unwrap()
+    );
+}
+
+#[test]
+fn generate_crds_refuses_a_schema_the_api_server_would_reject() {
+    let bad = TWO_CRDS.replace("default = 1", "default = \"one\"");
+    let dir = dir_with(&[("operator.toml", &bad), ("schemas/raw.json", RAW_SCHEMA)]);
+    let out = khai(&["generate", "crds", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: {}/operator.toml:8:43: crd[0].spec.size.default: \"one\" is not an integer",
+            dir.path().display()
+        )
+    );
+    assert_eq!(
+        stdout(&out),
+        "",
+        "nothing is printed when the config is invalid"
+    );
+}
+
+#[test]
+fn generate_crds_names_a_schema_file_given_with_spec() {
+    let both = TWO_CRDS.replace(
+        "schema_file = \"schemas/raw.json\"",
+        "schema_file = \"schemas/raw.json\"\nspec.x = { type = \"string\" }",
+    );
+    let dir = dir_with(&[("operator.toml", &both), ("schemas/raw.json", RAW_SCHEMA)]);
+    let out = khai(&["generate", "crds", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: {}/operator.toml:15:15: crd[1].schema_file: schema_file cannot be combined \
+             with spec or status: the file is the whole openAPIV3Schema",
+            dir.path().display()
+        )
+    );
 }

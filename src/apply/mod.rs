@@ -1,18 +1,31 @@
-//! Carries out a [`Plan`]: children by server-side apply, owned by the parent; status only when
-//! it would change.
+//! Carries out a [`Plan`]: children by server-side apply, owned by the parent; pruning of children
+//! no longer desired; status only when it would change.
 //!
-//! Children get a controller ownerReference to the parent and khai's managed-by label, and land
-//! in the parent's namespace unless they name one. Status is compared with what the object
-//! already has before writing, so a steady-state reconcile makes no write at all.
+//! Children get a controller ownerReference to the parent, khai's managed-by label, an owner label
+//! naming the parent's uid, and an annotation hashing what khai applied. They land in the parent's
+//! namespace unless they name one. Before applying, each child is compared with the cached copy
+//! from its kind's informer: if everything khai would write is already there (the hash included,
+//! so a field dropped from the desired object still counts as a change) nothing is sent. Status is
+//! compared the same way, so a steady-state reconcile makes no write at all.
+//!
+//! Pruning only ever deletes an object that carries both this parent's controller ownerReference
+//! and its owner label, and only with a uid precondition: nothing khai did not create is touched.
 
 use crate::reconcile::Plan;
 use crate::schema::MANAGED_BY;
-use crate::watch::{self, Kind};
+use crate::watch::{self, Informer, Kind};
 use kube::ResourceExt;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+/// Label naming the uid of the parent that applied a child; half of what pruning requires.
+pub const OWNER_LABEL: &str = "khai.dev/owner";
+/// Annotation holding a hash of the child as khai last applied it.
+pub const APPLIED_HASH: &str = "khai.dev/applied-hash";
 
 /// Errors applying a plan; all are retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -41,14 +54,29 @@ pub enum Error {
     },
     #[error("failed to write status: {0}")]
     Status(#[source] kube::Error),
+    #[error("failed to prune child {kind} {name}: {source}")]
+    Prune {
+        kind: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// What applying a plan did, for logs and metrics.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Outcome {
+    /// Children sent to the API server because they differed from the cache.
     pub children_applied: usize,
+    /// Children already as desired; nothing sent.
+    pub children_unchanged: usize,
+    /// Children deleted because the plan no longer lists them.
+    pub children_pruned: usize,
     pub status_written: bool,
 }
+
+/// Identity of a child: apiVersion, kind, namespace, name.
+type ChildKey = (String, String, Option<String>, String);
 
 /// Applies plans for one operator; caches child kinds it has resolved.
 pub struct Applier {
@@ -69,22 +97,86 @@ impl Applier {
         }
     }
 
-    /// Applies `plan` for `parent` (of kind `parent_kind`).
+    /// Applies `plan` for `parent` (of kind `parent_kind`). `owned` are the informers of the
+    /// controller's owned kinds: they make change detection and pruning free of API reads.
     pub async fn apply(
         &self,
         parent: &DynamicObject,
         parent_kind: &Kind,
         plan: &Plan,
+        owned: &[Arc<Informer>],
     ) -> Result<Outcome, Error> {
         let mut outcome = Outcome::default();
+        let mut desired = HashSet::new();
         for child in &plan.children {
-            self.apply_child(parent, parent_kind, child.clone()).await?;
-            outcome.children_applied += 1;
+            let (key, sent) = self
+                .apply_child(parent, parent_kind, child.clone(), owned)
+                .await?;
+            desired.insert(key);
+            if sent {
+                outcome.children_applied += 1;
+            } else {
+                outcome.children_unchanged += 1;
+            }
         }
-        if let Some(desired) = &plan.status {
-            outcome.status_written = self.write_status(parent, parent_kind, desired).await?;
+        outcome.children_pruned = self.prune(parent, &desired, owned).await?;
+        if let Some(status) = &plan.status {
+            outcome.status_written = self.write_status(parent, parent_kind, status).await?;
         }
         Ok(outcome)
+    }
+
+    /// Writes `desired` into `.status` if it differs from what `parent` has.
+    pub async fn status(
+        &self,
+        parent: &DynamicObject,
+        kind: &Kind,
+        desired: &Map<String, Value>,
+    ) -> Result<bool, Error> {
+        self.write_status(parent, kind, desired).await
+    }
+
+    /// Deletes children of `parent` in the owned caches that are not in `desired`.
+    async fn prune(
+        &self,
+        parent: &DynamicObject,
+        desired: &HashSet<ChildKey>,
+        owned: &[Arc<Informer>],
+    ) -> Result<usize, Error> {
+        let Some(uid) = parent.uid() else {
+            return Ok(0);
+        };
+        let mut pruned = 0;
+        for inf in owned {
+            for child in inf.store().state() {
+                if !applied_by(&child, &uid) || desired.contains(&key_of(&inf.kind, &child)) {
+                    continue;
+                }
+                let name = child.name_any();
+                let api = watch::api(&self.client, &inf.kind, child.namespace().as_deref());
+                let dp = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: child.uid(),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                match api.delete(&name, &dp).await {
+                    Ok(_) => pruned += 1,
+                    // Already gone, or replaced by a different object of the same name: not ours.
+                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                    Err(source) => {
+                        return Err(Error::Prune {
+                            kind: inf.kind.resource.kind.clone(),
+                            name,
+                            source,
+                        });
+                    }
+                }
+                tracing::info!(child.kind = %inf.kind.resource.kind, child.name = %name, "pruned child no longer desired");
+            }
+        }
+        Ok(pruned)
     }
 
     async fn kind_of(&self, api_version: &str, kind: &str) -> Result<Kind, Error> {
@@ -104,12 +196,15 @@ impl Applier {
         Ok(resolved)
     }
 
+    /// Applies one child unless the cache shows it already as desired. Returns its identity and
+    /// whether a request was sent.
     async fn apply_child(
         &self,
         parent: &DynamicObject,
         parent_kind: &Kind,
         mut child: Value,
-    ) -> Result<(), Error> {
+        owned: &[Arc<Informer>],
+    ) -> Result<(ChildKey, bool), Error> {
         let api_version = child["apiVersion"].as_str().unwrap_or_default().to_string();
         let kind_name = child["kind"].as_str().unwrap_or_default().to_string();
         let name = child["metadata"]["name"]
@@ -138,6 +233,29 @@ impl Applier {
             None
         };
         own(&mut child, parent, parent_kind);
+        let key = (
+            kind.resource.api_version.clone(),
+            kind.resource.kind.clone(),
+            ns.clone(),
+            name.clone(),
+        );
+        let cached = owned
+            .iter()
+            .find(|i| {
+                i.kind.resource.api_version == kind.resource.api_version
+                    && i.kind.resource.kind == kind.resource.kind
+            })
+            .and_then(|i| {
+                i.store().get(
+                    &ObjectRef::new_with(&name, kind.resource.clone())
+                        .within(ns.as_deref().unwrap_or("")),
+                )
+            });
+        if let Some(current) = cached
+            && serde_json::to_value(&*current).is_ok_and(|cur| is_subset(&child, &cur))
+        {
+            return Ok((key, false));
+        }
         let api = watch::api(&self.client, &kind, ns.as_deref());
         let params = PatchParams::apply(&self.field_manager).force();
         api.patch(&name, &params, &Patch::Apply(&child))
@@ -148,7 +266,7 @@ impl Applier {
                 source,
             })?;
         tracing::debug!(child.kind = %kind_name, child.name = %name, "applied child");
-        Ok(())
+        Ok((key, true))
     }
 
     /// Writes `desired` into `.status` with a merge patch, unless it is already there.
@@ -191,6 +309,56 @@ fn own(child: &mut Value, parent: &DynamicObject, parent_kind: &Kind) {
         meta["labels"] = json!({});
     }
     meta["labels"][MANAGED_BY.0] = json!(MANAGED_BY.1);
+    meta["labels"][OWNER_LABEL] = json!(parent.uid().unwrap_or_default());
+    if !meta["annotations"].is_object() {
+        meta["annotations"] = json!({});
+    }
+    // Hashing the child with the annotation still empty makes the hash a function of the
+    // desired object alone, so it is stable from one reconcile to the next.
+    meta["annotations"][APPLIED_HASH] = json!("");
+    let hash = content_hash(child);
+    child["metadata"]["annotations"][APPLIED_HASH] = json!(hash);
+}
+
+/// A short, stable hash of a JSON value (key order as produced by the script).
+fn content_hash(v: &Value) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// Whether `child` was applied by the parent with `uid`: its controller ownerReference and owner
+/// label must both name that parent.
+fn applied_by(child: &DynamicObject, uid: &str) -> bool {
+    let owned = child
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == uid);
+    owned && child.labels().get(OWNER_LABEL).is_some_and(|l| l == uid)
+}
+
+fn key_of(kind: &Kind, obj: &DynamicObject) -> ChildKey {
+    (
+        kind.resource.api_version.clone(),
+        kind.resource.kind.clone(),
+        obj.namespace().filter(|_| kind.namespaced),
+        obj.name_any(),
+    )
+}
+
+/// Whether every field of `want` is present with the same value in `have`. Arrays must match
+/// element by element; numbers compare by value (1 == 1.0).
+pub fn is_subset(want: &Value, have: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .all(|(k, v)| h.get(k).is_some_and(|hv| is_subset(v, hv))),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| is_subset(a, b))
+        }
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        _ => want == have,
+    }
 }
 
 /// Whether merging `desired` into `current` (JSON merge patch semantics) would change it.
@@ -233,6 +401,21 @@ mod tests {
 
     fn map(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn subset_ignores_fields_the_server_adds_but_not_changed_ones() {
+        let have = json!({ "metadata": { "name": "a", "uid": "x", "labels": { "k": "v" } }, "data": { "a": "1" } });
+        assert!(is_subset(
+            &json!({ "metadata": { "name": "a" }, "data": { "a": "1" } }),
+            &have
+        ));
+        assert!(!is_subset(&json!({ "data": { "a": "2" } }), &have));
+        assert!(!is_subset(&json!({ "data": { "b": "1" } }), &have));
+        assert!(!is_subset(
+            &json!({ "list": [1] }),
+            &json!({ "list": [1, 2] })
+        ));
     }
 
     #[test]

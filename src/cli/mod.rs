@@ -1,6 +1,7 @@
 //! The `khai` command line: flags, logging setup and dispatch to one file per command.
 
 mod check;
+mod generate;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -32,6 +33,8 @@ pub enum Command {
     Run(run::Args),
     /// Validate a config and compile its scripts without touching a cluster.
     Check(check::Args),
+    /// Generate manifests from a config without touching a cluster.
+    Generate(generate::Args),
     /// Print the version of khai.
     Version,
 }
@@ -43,6 +46,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Check(args) => check::run(args),
+        Command::Generate(args) => generate::run(args),
         Command::Version => {
             println!("khai {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

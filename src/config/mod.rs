@@ -3,10 +3,13 @@
 //! `load` accepts a file or a directory holding `operator.toml` / `operator.yaml`. Parsing keeps
 //! positions so that every error names the file, line, column and field path; semantic checks
 //! ([`validate`]) run right after and report every problem found, not just the first. Paths in
-//! the model (scripts) are relative to the config file's directory.
+//! the model (scripts, schema files) are relative to the config file's directory; schema files
+//! are read here, once, so nothing downstream touches the file system for them.
 
 pub mod diag;
+pub mod duration;
 pub mod model;
+mod schema_file;
 mod validate;
 
 pub use diag::Diagnostic;
@@ -62,9 +65,14 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = find_config_file(path)?;
     let src = std::fs::read_to_string(&file)
         .map_err(|e| Diagnostic::new(&file, format!("cannot read config: {e}")))?;
-    let model = parse(&file, &src)?;
-    validate::validate(&model, &file, &src)?;
+    let mut model = parse(&file, &src)?;
     let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut problems =
+        validate::validate(&model, &file, &src).map_or_else(|e| e.0, |()| Vec::new());
+    problems.extend(schema_file::load_all(&mut model, &base_dir, &file, &src));
+    if !problems.is_empty() {
+        return Err(ConfigError(problems));
+    }
     Ok(Config {
         model,
         file,
@@ -236,6 +244,36 @@ controller:
         assert_eq!(
             err.to_string(),
             "/nonexistent/operator.toml: no such file or directory"
+        );
+    }
+
+    #[test]
+    fn load_reads_schema_files_relative_to_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("schemas")).unwrap();
+        std::fs::write(
+            dir.path().join("schemas/raw.json"),
+            r#"{"type":"object","properties":{"spec":{"type":"object"}}}"#,
+        )
+        .unwrap();
+        let toml = "[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Raw\"\nversions = [\"v1\"]\nschema_file = \"schemas/raw.json\"\n\n[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Gone\"\nversions = [\"v1\"]\nschema_file = \"schemas/gone.yaml\"\n";
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        let err = load(dir.path()).unwrap_err();
+        let file = dir.path().join("operator.toml");
+        let gone = dir.path().join("schemas/gone.yaml");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}:11:15: crd[1].schema_file: cannot read {}: No such file or directory (os error 2)",
+                file.display(),
+                gone.display()
+            )
+        );
+        std::fs::write(&file, &toml[..toml.find("\n\n").unwrap()]).unwrap();
+        let config = load(dir.path()).unwrap();
+        assert_eq!(
+            config.model.crds[0].raw_schema.as_ref().unwrap()["properties"]["spec"]["type"],
+            "object"
         );
     }
 }

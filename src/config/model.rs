@@ -22,6 +22,9 @@ pub struct Model {
     /// Reconcile loops.
     #[serde(default, rename = "controller")]
     pub controllers: Vec<Controller>,
+    /// Free-form settings handed to every script as `ctx.params`.
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
 }
 
 /// `[operator]`
@@ -81,11 +84,79 @@ pub struct Crd {
     pub scope: Scope,
     /// Served versions; the one marked `storage` (or the only one) is stored.
     pub versions: Vec<CrdVersion>,
+    /// Extra columns of `kubectl get`, the same in every version.
+    #[serde(default)]
+    pub printer_columns: Vec<PrinterColumn>,
+    /// The scale subresource (`kubectl scale`, HorizontalPodAutoscaler).
+    pub scale: Option<Scale>,
+    /// A raw OpenAPI v3 schema (YAML or JSON) used as the whole `openAPIV3Schema`, for schemas
+    /// the compact form cannot say; relative to the config file and exclusive with `spec` and
+    /// `status`.
+    pub schema_file: Option<PathBuf>,
+    /// The content of `schema_file`, read by [`crate::config::load`] so that generating and
+    /// installing CRDs needs no file access. Never written by authors.
+    #[serde(skip)]
+    pub raw_schema: Option<serde_json::Value>,
     /// Schema of `.spec`, field by field.
     #[serde(default)]
     pub spec: IndexMap<String, Field>,
     /// Schema of `.status`; declaring it turns on the status subresource.
     pub status: Option<IndexMap<String, Field>>,
+}
+
+/// One `[[crd.printer_columns]]` entry: an `additionalPrinterColumns` column of `kubectl get`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: ColumnType,
+    /// Simple JSON path into the object, such as `.spec.replicas`.
+    pub json_path: String,
+    pub description: Option<String>,
+    /// 0 shows the column always; higher values only in `kubectl get -o wide`.
+    pub priority: Option<u32>,
+    pub format: Option<ColumnFormat>,
+}
+
+/// How `kubectl get` renders a printer column's value.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    Integer,
+    Number,
+    String,
+    Boolean,
+    /// Rendered as an age, e.g. `.metadata.creationTimestamp`.
+    Date,
+}
+
+/// The OpenAPI formats Kubernetes accepts on a printer column.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ColumnFormat {
+    Int32,
+    Int64,
+    Float,
+    Double,
+    Byte,
+    Date,
+    DateTime,
+    Password,
+}
+
+/// `scale = { ... }`: where the scale subresource reads and writes replica counts.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scale {
+    /// Desired replicas, a path under `.spec` such as `.spec.replicas`.
+    pub spec_replicas_path: String,
+    /// Observed replicas, a path under `.status` such as `.status.replicas`.
+    pub status_replicas_path: String,
+    /// A label selector in string form under `.spec` or `.status`; needed by the
+    /// HorizontalPodAutoscaler.
+    pub label_selector_path: Option<String>,
 }
 
 /// Whether the custom resource lives in a namespace.
@@ -179,6 +250,22 @@ pub enum FieldType {
     IntOrString,
 }
 
+impl FieldType {
+    /// The name authors write in `type = "..."`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::String => "string",
+            FieldType::Integer => "integer",
+            FieldType::Number => "number",
+            FieldType::Boolean => "boolean",
+            FieldType::Object => "object",
+            FieldType::Array => "array",
+            FieldType::Map => "map",
+            FieldType::IntOrString => "int-or-string",
+        }
+    }
+}
+
 /// `[[controller]]`: one reconcile loop.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -196,10 +283,75 @@ pub struct Controller {
     /// Name of the reconcile function in the script.
     #[serde(default = "default_reconcile")]
     pub reconcile: String,
+    /// Related kinds whose changes re-trigger parents, mapped by a label or a script function.
+    #[serde(default)]
+    pub watches: Vec<Watch>,
+    /// Only reconcile objects matching this label selector (`app=web,tier!=db`); applied to the
+    /// list/watch itself, so other objects are never sent to khai.
+    pub selector: Option<String>,
+    /// Only reconcile objects matching this field selector (`metadata.name=x`); also server-side.
+    pub field_selector: Option<String>,
+    /// Only reconcile objects carrying every one of these annotations.
+    #[serde(default)]
+    pub annotations: Vec<String>,
+    /// Name of a script function `when(obj)` returning true for objects to reconcile.
+    pub when: Option<String>,
+    /// How many objects may reconcile at once (never the same object twice).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: u16,
+    /// Reconcile every object again this often even without changes (`"10m"`); off by default.
+    pub resync: Option<String>,
+    /// Per-object retry backoff after failures.
+    #[serde(default)]
+    pub backoff: BackoffSettings,
+    /// Also reconcile on changes to the object's status alone (off: spec, labels, annotations,
+    /// finalizers and deletion trigger reconciles, the controller's own status writes do not).
+    #[serde(default)]
+    pub reconcile_on_status: bool,
 }
 
 fn default_reconcile() -> String {
     "reconcile".into()
+}
+fn default_concurrency() -> u16 {
+    4
+}
+
+/// `[[controller.watches]]`: a related kind and how its objects name their parents.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Watch {
+    pub kind: String,
+    /// A label on the related object whose value is the parent's name (same namespace).
+    pub label: Option<String>,
+    /// A script function `map(obj)` returning a parent name, an array of names, or maps
+    /// `#{ name, namespace }`.
+    pub map: Option<String>,
+}
+
+/// `backoff = { base = "1s", cap = "5m" }`
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffSettings {
+    #[serde(default = "default_backoff_base")]
+    pub base: String,
+    #[serde(default = "default_backoff_cap")]
+    pub cap: String,
+}
+
+impl Default for BackoffSettings {
+    fn default() -> Self {
+        Self {
+            base: default_backoff_base(),
+            cap: default_backoff_cap(),
+        }
+    }
+}
+fn default_backoff_base() -> String {
+    "1s".into()
+}
+fn default_backoff_cap() -> String {
+    "5m".into()
 }
 
 impl Controller {

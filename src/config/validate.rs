@@ -1,4 +1,11 @@
 //! Checks across fields that types alone cannot express, reported all at once.
+//!
+//! Everything the API server would reject in a CRD is caught here, before khai connects to a
+//! cluster, so an author sees `operator.toml:12:16: crd[0].spec.replicas.default: ...` instead
+//! of a 422 from the server naming a generated manifest they never wrote.
+
+mod crd;
+mod fields;
 
 use super::ConfigError;
 use super::diag::{self, Diagnostic};
@@ -6,75 +13,23 @@ use super::model::Model;
 use std::path::Path;
 
 /// One segment of a field path.
-enum Seg<'a> {
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Seg<'a> {
     Key(&'a str),
     Index(usize),
 }
 
+/// Where checks send each problem: the field path it concerns and the message.
+type Report<'r> = dyn FnMut(&[Seg<'_>], String) + 'r;
+
 /// Validates `model`; `src` is the file's text, used to place each problem on its line.
 pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError> {
     let mut problems = Vec::new();
-    let mut report = |path: &[Seg], message: String| {
-        problems.push(
-            Diagnostic::new(file, message)
-                .at(locate(file, src, path))
-                .field(render(path)),
-        );
-    };
+    let mut report =
+        |path: &[Seg], message: String| problems.push(diagnostic(file, src, path, message));
 
-    for (i, crd) in model.crds.iter().enumerate() {
-        let at = |k| [Seg::Key("crd"), Seg::Index(i), Seg::Key(k)];
-        if !crd.group.contains('.') {
-            report(
-                &at("group"),
-                format!(
-                    "group {:?} must be a DNS subdomain with a dot, e.g. \"example.com\"",
-                    crd.group
-                ),
-            );
-        }
-        if !crd.kind.starts_with(|c: char| c.is_ascii_uppercase())
-            || !crd.kind.chars().all(|c| c.is_ascii_alphanumeric())
-        {
-            report(
-                &at("kind"),
-                format!(
-                    "kind {:?} must be alphanumeric and start with an upper-case letter",
-                    crd.kind
-                ),
-            );
-        }
-        if crd.versions.is_empty() {
-            report(&at("versions"), "at least one version is required".into());
-        }
-        let storage = crd.versions.iter().filter(|v| v.storage_flag()).count();
-        if crd.versions.len() > 1 && storage != 1 {
-            report(
-                &at("versions"),
-                format!("exactly one version must set storage = true, found {storage}"),
-            );
-        }
-        if let Some(v) = crd.versions.iter().find(|v| !is_version_name(v.name())) {
-            report(
-                &at("versions"),
-                format!(
-                    "version {:?} must look like v1, v1beta1 or v2alpha3",
-                    v.name()
-                ),
-            );
-        }
-        if model.crds[..i]
-            .iter()
-            .any(|o| o.kind == crd.kind && o.group == crd.group)
-        {
-            report(
-                &at("kind"),
-                format!(
-                    "kind {:?} in group {:?} is declared twice",
-                    crd.kind, crd.group
-                ),
-            );
-        }
+    for (i, c) in model.crds.iter().enumerate() {
+        crd::check(c, &model.crds[..i], i, &mut report);
     }
 
     let kinds: Vec<&str> = model.crds.iter().map(|c| c.kind.as_str()).collect();
@@ -98,6 +53,38 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError
         if ctl.script.as_os_str().is_empty() {
             report(&at("script"), "must name a Rhai script".into());
         }
+        let durations = [("resync", ctl.resync.as_deref())];
+        for (key, value) in durations {
+            if let Some(Err(e)) = value.map(super::duration::parse) {
+                report(&at(key), e);
+            }
+        }
+        for (key, value) in [("base", &ctl.backoff.base), ("cap", &ctl.backoff.cap)] {
+            if let Err(e) = super::duration::parse(value) {
+                let path = [
+                    Seg::Key("controller"),
+                    Seg::Index(i),
+                    Seg::Key("backoff"),
+                    Seg::Key(key),
+                ];
+                report(&path, e);
+            }
+        }
+        for (w, watch) in ctl.watches.iter().enumerate() {
+            if watch.label.is_some() == watch.map.is_some() {
+                let path = [
+                    Seg::Key("controller"),
+                    Seg::Index(i),
+                    Seg::Key("watches"),
+                    Seg::Index(w),
+                ];
+                report(
+                    &path,
+                    "set exactly one of `label` (names the parent) or `map` (a script function)"
+                        .into(),
+                );
+            }
+        }
     }
 
     if problems.is_empty() {
@@ -107,18 +94,11 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError
     }
 }
 
-fn is_version_name(v: &str) -> bool {
-    let Some(rest) = v.strip_prefix('v') else {
-        return false;
-    };
-    let digits = rest.chars().take_while(char::is_ascii_digit).count();
-    let tail = &rest[digits..];
-    digits > 0
-        && (tail.is_empty()
-            || ["alpha", "beta"].iter().any(|p| {
-                tail.strip_prefix(p)
-                    .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
-            }))
+/// A problem at `path`, placed on its line when the format allows.
+pub(super) fn diagnostic(file: &Path, src: &str, path: &[Seg], message: String) -> Diagnostic {
+    Diagnostic::new(file, message)
+        .at(locate(file, src, path))
+        .field(render(path))
 }
 
 fn render(path: &[Seg]) -> String {
@@ -196,15 +176,5 @@ mod tests {
             out.contains("exactly one version must set storage = true, found 0"),
             "{out}"
         );
-    }
-
-    #[test]
-    fn version_names_follow_kubernetes_rules() {
-        for ok in ["v1", "v1beta1", "v2alpha3"] {
-            assert!(super::is_version_name(ok), "{ok}");
-        }
-        for bad in ["1", "v", "v1gamma1", "v1beta", "V1"] {
-            assert!(!super::is_version_name(bad), "{bad}");
-        }
     }
 }

@@ -1,11 +1,14 @@
 //! Runs a controller's script for one object and turns its answer into a [`Plan`]. No I/O.
 //!
 //! The script's contract: `reconcile(obj, ctx)` returns a map with optional `children` (an array
-//! of desired objects), `status` (the desired `.status`) and `requeue_after` (`"30s"`, `"5m"`,
+//! of desired objects), `status` (the desired `.status`), `events` (Kubernetes Events to record on
+//! the object: `#{ type: "Normal", reason: "Scaled", message: "..." }`) and `requeue_after` (`"30s"`, `"5m"`,
 //! `"1h"` or a number of seconds). Returning nothing means no children and no status change.
 //! The answer is validated here, once, so `apply` only ever sees well-formed plans.
 
-use crate::script::{Script, ScriptError};
+pub mod lookup;
+
+use crate::script::{Script, ScriptCtx, ScriptError};
 use serde_json::{Map, Value};
 use std::time::Duration;
 
@@ -18,6 +21,18 @@ pub struct Plan {
     pub status: Option<Map<String, Value>>,
     /// Reconcile again after this long even if nothing changes.
     pub requeue_after: Option<Duration>,
+    /// Events to record on the reconciled object.
+    pub events: Vec<PlannedEvent>,
+}
+
+/// An Event a script asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedEvent {
+    /// `true` for `Warning`, `false` for `Normal`.
+    pub warning: bool,
+    /// PascalCase, at most 128 characters.
+    pub reason: String,
+    pub message: String,
 }
 
 /// Why a reconcile produced no plan.
@@ -37,8 +52,13 @@ pub enum Error {
 }
 
 /// Calls `function(obj, ctx)` in `script` and validates the result into a [`Plan`].
-pub async fn plan(script: &Script, function: &str, obj: Value, ctx: Value) -> Result<Plan, Error> {
-    let out = script.call_async(function, vec![obj, ctx]).await?;
+pub async fn plan(
+    script: &Script,
+    function: &str,
+    obj: Value,
+    ctx: ScriptCtx,
+) -> Result<Plan, Error> {
+    let out = script.call_async(function, obj, ctx).await?;
     parse_plan(out).map_err(|(field, message)| Error::InvalidResult {
         file: script.file().display().to_string(),
         function: function.into(),
@@ -73,6 +93,9 @@ pub fn parse_plan(out: Value) -> Result<Plan, (String, String)> {
             ));
         }
     }
+    if let Some(events) = map.remove("events") {
+        plan.events = parse_events(events)?;
+    }
     if let Some(r) = map.remove("requeue_after") {
         plan.requeue_after =
             Some(parse_duration(&r).map_err(|m| ("requeue_after".to_string(), m))?);
@@ -80,7 +103,7 @@ pub fn parse_plan(out: Value) -> Result<Plan, (String, String)> {
     if let Some(key) = map.keys().next() {
         return Err((
             key.clone(),
-            "unknown key; expected children, status or requeue_after".into(),
+            "unknown key; expected children, status, events or requeue_after".into(),
         ));
     }
     Ok(plan)
@@ -113,7 +136,49 @@ fn parse_children(v: Value) -> Result<Vec<Value>, (String, String)> {
     Ok(items)
 }
 
-/// Parses `"30s"`, `"5m"`, `"1h"`, `"250ms"` or a plain number of seconds.
+fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, (String, String)> {
+    let Value::Array(items) = v else {
+        return Err((
+            "events".into(),
+            format!("expected an array, got {}", type_name(&v)),
+        ));
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let at = |f: &str| format!("events[{i}].{f}");
+            let warning = match e["type"].as_str().unwrap_or("Normal") {
+                "Normal" => false,
+                "Warning" => true,
+                other => {
+                    return Err((
+                        at("type"),
+                        format!("must be \"Normal\" or \"Warning\", got {other:?}"),
+                    ));
+                }
+            };
+            let reason = e["reason"].as_str().unwrap_or_default().to_string();
+            if reason.is_empty()
+                || reason.len() > 128
+                || !reason.chars().all(|c| c.is_ascii_alphanumeric())
+            {
+                return Err((
+                    at("reason"),
+                    "must be 1 to 128 letters and digits, like \"Scaled\"".into(),
+                ));
+            }
+            let message = e["message"].as_str().unwrap_or_default().to_string();
+            Ok(PlannedEvent {
+                warning,
+                reason,
+                message,
+            })
+        })
+        .collect()
+}
+
+/// Parses a duration written in a script's answer; see [`crate::config::duration::parse`].
 pub fn parse_duration(v: &Value) -> Result<Duration, String> {
     if let Some(n) = v.as_f64() {
         return if n >= 0.0 {
@@ -125,21 +190,7 @@ pub fn parse_duration(v: &Value) -> Result<Duration, String> {
     let s = v
         .as_str()
         .ok_or_else(|| format!("expected a duration like \"30s\", got {}", type_name(v)))?;
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("expected a duration like \"30s\", got {s:?}"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" | "" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}; use ms, s, m or h")),
-    };
-    Ok(Duration::from_secs_f64(secs))
+    crate::config::duration::parse(s)
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -189,6 +240,26 @@ mod tests {
                 "must be a non-empty string".into()
             )
         );
+    }
+
+    #[test]
+    fn events_are_validated() {
+        let p = parse_plan(
+            json!({ "events": [{ "type": "Warning", "reason": "Slow", "message": "m" }] }),
+        )
+        .unwrap();
+        assert_eq!(
+            p.events,
+            [PlannedEvent {
+                warning: true,
+                reason: "Slow".into(),
+                message: "m".into()
+            }]
+        );
+        let err = parse_plan(json!({ "events": [{ "reason": "not pascal" }] })).unwrap_err();
+        assert_eq!(err.0, "events[0].reason");
+        let err = parse_plan(json!({ "events": [{ "type": "Info", "reason": "X" }] })).unwrap_err();
+        assert_eq!(err.0, "events[0].type");
     }
 
     #[test]

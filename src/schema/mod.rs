@@ -2,9 +2,12 @@
 //!
 //! The compact field schema of `operator.toml` becomes OpenAPI v3 that the API server accepts as
 //! *structural*: every node has a type (or is int-or-string), maps use `additionalProperties`,
-//! `required` sits on the parent. Generation is pure; [`install`] is the only I/O here.
+//! `required` sits on the parent. A CRD with a `schema_file` uses that file's schema as it is.
+//! Every version gets the same schema, subresources and printer columns, so versions differ
+//! only in being served and stored. Generation is pure (`khai generate crds` prints it without a
+//! cluster); [`install`] is the only I/O here.
 
-use crate::config::model::{Crd, Field, FieldType, Scope};
+use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Scale, Scope};
 use indexmap::IndexMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
@@ -25,6 +28,11 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "CustomResourceDefinition {name}: schema_file {path} was never read; load the config \
+         with config::load"
+    )]
+    SchemaFileNotRead { name: String, path: String },
     #[error("CustomResourceDefinition {name} was not Established within {timeout:?}")]
     NotEstablished { name: String, timeout: Duration },
     #[error("failed to wait for CustomResourceDefinition {name}: {source}")]
@@ -90,9 +98,14 @@ impl Crd {
 }
 
 /// The CRD manifest for `crd`, as JSON ready for server-side apply or YAML output.
-pub fn crd_manifest(crd: &Crd) -> Value {
+///
+/// Fails only for a CRD with a `schema_file` that [`crate::config::load`] has not read (a model
+/// from [`crate::config::parse`] alone).
+pub fn crd_manifest(crd: &Crd) -> Result<Value, Error> {
+    let schema = root_schema(crd)?;
     let storage = crd.storage_version();
-    let schema = root_schema(crd);
+    let subresources = subresources(crd, &schema);
+    let columns: Vec<Value> = crd.printer_columns.iter().map(printer_column).collect();
     let versions: Vec<Value> = crd
         .versions
         .iter()
@@ -103,12 +116,29 @@ pub fn crd_manifest(crd: &Crd) -> Value {
                 "storage": v.name() == storage,
                 "schema": { "openAPIV3Schema": schema },
             });
-            if crd.status.is_some() {
-                ver["subresources"] = json!({ "status": {} });
+            if !subresources.is_empty() {
+                ver["subresources"] = Value::Object(subresources.clone());
+            }
+            if !columns.is_empty() {
+                ver["additionalPrinterColumns"] = json!(columns);
             }
             ver
         })
         .collect();
+    Ok(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": crd.crd_name(), "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
+        "spec": {
+            "group": crd.group,
+            "names": names(crd),
+            "scope": match crd.scope { Scope::Namespaced => "Namespaced", Scope::Cluster => "Cluster" },
+            "versions": versions,
+        }
+    }))
+}
+
+fn names(crd: &Crd) -> Value {
     let mut names = json!({
         "kind": crd.kind,
         "listKind": format!("{}List", crd.kind),
@@ -121,30 +151,95 @@ pub fn crd_manifest(crd: &Crd) -> Value {
     if !crd.categories.is_empty() {
         names["categories"] = json!(crd.categories);
     }
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": { "name": crd.crd_name(), "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
-        "spec": {
-            "group": crd.group,
-            "names": names,
-            "scope": match crd.scope { Scope::Namespaced => "Namespaced", Scope::Cluster => "Cluster" },
-            "versions": versions,
-        }
-    })
+    names
 }
 
-fn root_schema(crd: &Crd) -> Value {
+/// `status` when the schema has a `.status`, `scale` when declared.
+fn subresources(crd: &Crd, schema: &Value) -> Map<String, Value> {
+    let mut out = Map::new();
+    if schema["properties"].get("status").is_some() {
+        out.insert("status".into(), json!({}));
+    }
+    if let Some(scale) = &crd.scale {
+        out.insert("scale".into(), scale_subresource(scale));
+    }
+    out
+}
+
+fn scale_subresource(scale: &Scale) -> Value {
+    let mut out = json!({
+        "specReplicasPath": scale.spec_replicas_path,
+        "statusReplicasPath": scale.status_replicas_path,
+    });
+    if let Some(path) = &scale.label_selector_path {
+        out["labelSelectorPath"] = json!(path);
+    }
+    out
+}
+
+fn printer_column(col: &PrinterColumn) -> Value {
+    let mut out = json!({ "name": col.name, "type": col.ty, "jsonPath": col.json_path });
+    if let Some(d) = &col.description {
+        out["description"] = json!(d);
+    }
+    if let Some(p) = col.priority {
+        out["priority"] = json!(p);
+    }
+    if let Some(f) = col.format {
+        out["format"] = json!(f);
+    }
+    out
+}
+
+/// The whole `openAPIV3Schema`: the schema file's, or one built from `spec` and `status`.
+fn root_schema(crd: &Crd) -> Result<Value, Error> {
+    if let Some(path) = &crd.schema_file {
+        return crd
+            .raw_schema
+            .clone()
+            .ok_or_else(|| Error::SchemaFileNotRead {
+                name: crd.crd_name(),
+                path: path.display().to_string(),
+            });
+    }
     let mut props = Map::new();
     props.insert("spec".into(), object_schema(&crd.spec));
     if let Some(status) = &crd.status {
-        props.insert("status".into(), object_schema(status));
+        props.insert("status".into(), status_schema(status));
     }
     let mut root = json!({ "type": "object", "properties": props });
     if crd.spec.values().any(|f| f.required) {
         root["required"] = json!(["spec"]);
     }
-    root
+    Ok(root)
+}
+
+/// The declared status fields plus the two khai maintains itself on every CRD with a status:
+/// `observedGeneration` and standard `conditions`. Declaring either explicitly wins.
+fn status_schema(fields: &IndexMap<String, Field>) -> Value {
+    let mut out = object_schema(fields);
+    let props = out["properties"].as_object().cloned().unwrap_or_default();
+    let mut props = props;
+    props
+        .entry("observedGeneration")
+        .or_insert_with(|| json!({ "type": "integer", "format": "int64" }));
+    props.entry("conditions").or_insert_with(|| {
+        let s = json!({ "type": "string" });
+        json!({
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["type", "status"],
+                "properties": {
+                    "type": s, "status": s, "reason": s, "message": s,
+                    "lastTransitionTime": { "type": "string", "format": "date-time" },
+                    "observedGeneration": { "type": "integer", "format": "int64" },
+                },
+            },
+        })
+    });
+    out["properties"] = Value::Object(props);
+    out
 }
 
 fn object_schema(fields: &IndexMap<String, Field>) -> Value {
@@ -239,7 +334,7 @@ pub async fn install(
     let params = PatchParams::apply(field_manager).force();
     for crd in crds {
         let name = crd.crd_name();
-        api.patch(&name, &params, &Patch::Apply(crd_manifest(crd)))
+        api.patch(&name, &params, &Patch::Apply(crd_manifest(crd)?))
             .await
             .map_err(|source| Error::Apply {
                 name: name.clone(),
@@ -290,7 +385,7 @@ spec.size = { type = "int-or-string" }
 status.phase = { type = "string", enum = ["Pending", "Ready"] }
 "#;
         let model = parse(Path::new("operator.toml"), src).unwrap();
-        let m = crd_manifest(&model.crds[0]);
+        let m = crd_manifest(&model.crds[0]).unwrap();
         assert_eq!(m["metadata"]["name"], "hellos.examples.khai.dev");
         assert_eq!(m["spec"]["names"]["shortNames"], json!(["hi"]));
         let v = &m["spec"]["versions"][0];
@@ -324,5 +419,106 @@ status.phase = { type = "string", enum = ["Pending", "Ready"] }
             schema["properties"]["status"]["properties"]["phase"]["enum"],
             json!(["Pending", "Ready"])
         );
+    }
+
+    const WIDGET: &str = r#"
+[[crd]]
+group = "widgets.khai.dev"
+kind = "Widget"
+versions = [{ name = "v1alpha1", served = false }, { name = "v1beta1" }, { name = "v1", storage = true }]
+printer_columns = [
+  { name = "Replicas", type = "integer", json_path = ".spec.replicas" },
+  { name = "Since", type = "date", json_path = ".metadata.creationTimestamp", description = "Age", priority = 1, format = "date-time" },
+]
+scale = { spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.replicas", label_selector_path = ".status.selector" }
+spec.replicas = { type = "integer" }
+status.replicas = { type = "integer" }
+status.selector = { type = "string" }
+"#;
+
+    fn widget() -> Value {
+        let model = parse(Path::new("operator.toml"), WIDGET).unwrap();
+        crd_manifest(&model.crds[0]).unwrap()
+    }
+
+    #[test]
+    fn each_version_is_emitted_with_its_own_served_and_storage_flags() {
+        let m = widget();
+        let flags: Vec<_> = m["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| (v["name"].clone(), v["served"].clone(), v["storage"].clone()))
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                (json!("v1alpha1"), json!(false), json!(false)),
+                (json!("v1beta1"), json!(true), json!(false)),
+                (json!("v1"), json!(true), json!(true)),
+            ]
+        );
+        let v = &m["spec"]["versions"];
+        assert_eq!(v[0]["schema"], v[2]["schema"]);
+        assert_eq!(v[0]["subresources"], v[2]["subresources"]);
+    }
+
+    #[test]
+    fn printer_columns_and_scale_are_emitted_in_every_version() {
+        let m = widget();
+        for v in m["spec"]["versions"].as_array().unwrap() {
+            assert_eq!(
+                v["additionalPrinterColumns"],
+                json!([
+                    { "name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas" },
+                    { "name": "Since", "type": "date", "jsonPath": ".metadata.creationTimestamp",
+                      "description": "Age", "priority": 1, "format": "date-time" },
+                ])
+            );
+            assert_eq!(
+                v["subresources"],
+                json!({
+                    "status": {},
+                    "scale": {
+                        "specReplicasPath": ".spec.replicas",
+                        "statusReplicasPath": ".status.replicas",
+                        "labelSelectorPath": ".status.selector",
+                    },
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_crd_without_extras_has_no_subresources_or_columns() {
+        let src = "[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Plain\"\nversions = [\"v1\"]\n";
+        let model = parse(Path::new("operator.toml"), src).unwrap();
+        let v = &crd_manifest(&model.crds[0]).unwrap()["spec"]["versions"][0];
+        assert!(v.get("subresources").is_none(), "{v}");
+        assert!(v.get("additionalPrinterColumns").is_none(), "{v}");
+    }
+
+    #[test]
+    fn a_schema_file_is_used_as_the_whole_schema_and_its_status_turns_on_the_subresource() {
+        let src = "[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Raw\"\nversions = [\"v1\"]\nschema_file = \"raw.yaml\"\n";
+        let mut model = parse(Path::new("operator.toml"), src).unwrap();
+        let err = crd_manifest(&model.crds[0]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "CustomResourceDefinition raws.a.khai.dev: schema_file raw.yaml was never read; load \
+             the config with config::load"
+        );
+        let raw = json!({
+            "type": "object",
+            "properties": {
+                "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+                "status": { "type": "object" },
+            },
+        });
+        model.crds[0].raw_schema = Some(raw.clone());
+        let m = crd_manifest(&model.crds[0]).unwrap();
+        let v = &m["spec"]["versions"][0];
+        assert_eq!(v["schema"]["openAPIV3Schema"], raw);
+        assert_eq!(v["subresources"], json!({ "status": {} }));
     }
 }

@@ -6,7 +6,11 @@
 //! Values cross the boundary as JSON through Rhai's serde support, so scripts see Kubernetes
 //! objects as plain maps.
 
-use rhai::{AST, Dynamic, Engine, EvalAltResult, Position};
+pub mod ctx;
+
+pub use ctx::{Lookup, ScriptCtx};
+
+use rhai::{AST, Dynamic, Engine, EvalAltResult, OptimizationLevel, Position};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,6 +72,22 @@ pub enum ScriptError {
         function: String,
         message: String,
     },
+    /// The script asked, with `retry(message, delay)`, to be run again after `delay`.
+    #[error("{}: in {function}: {message} (retry in {delay})", file.display())]
+    Retry {
+        file: PathBuf,
+        function: String,
+        message: String,
+        delay: String,
+    },
+    /// The script declared, with `fail(message)`, that retrying cannot help until the object
+    /// changes.
+    #[error("{}: in {function}: {message}", file.display())]
+    Fail {
+        file: PathBuf,
+        function: String,
+        message: String,
+    },
     /// A value could not be converted between JSON and Rhai.
     #[error("{}: in {function}: {message}", file.display())]
     Convert {
@@ -97,6 +117,19 @@ fn position(pos: Position) -> Option<(usize, usize)> {
     Some((pos.line()?, pos.position().unwrap_or(1)))
 }
 
+/// A Kubernetes object as scripts see it: the whole object minus `metadata.managedFields`,
+/// which is bookkeeping no script needs and the bulk of many objects.
+pub fn object_view(obj: &kube::api::DynamicObject) -> Result<serde_json::Value, serde_json::Error> {
+    let mut v = serde_json::to_value(obj)?;
+    if let Some(meta) = v
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
+    Ok(v)
+}
+
 thread_local! {
     /// Deadline of the call running on this thread; read by the engine's progress hook.
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
@@ -114,7 +147,11 @@ pub fn engine(limits: &Limits) -> Engine {
         .set_max_variables(10_000)
         .set_max_functions(1_000)
         .set_max_modules(0)
-        .set_strict_variables(true);
+        .set_strict_variables(true)
+        // Simple folds only built-in operators on constants, never registered functions, so
+        // functions that read the clock or the cache are always called at run time.
+        .set_optimization_level(OptimizationLevel::Simple);
+    ctx::register(&mut e);
     e.on_progress(|_ops| {
         let expired = DEADLINE.with(|d| d.get().is_some_and(|t| Instant::now() >= t));
         expired.then(|| Dynamic::from("deadline exceeded"))
@@ -208,15 +245,37 @@ impl Script {
         function: &str,
         args: &[serde_json::Value],
     ) -> Result<serde_json::Value, ScriptError> {
-        let convert = |message: String| ScriptError::Convert {
-            file: self.file.clone(),
-            function: function.into(),
-            message,
-        };
         let args = args
             .iter()
-            .map(|a| rhai::serde::to_dynamic(a).map_err(|e| convert(e.to_string())))
-            .collect::<Result<Vec<Dynamic>, _>>()?;
+            .map(|a| self.to_dynamic(function, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.call_dynamic(function, args)
+    }
+
+    /// Calls `function(obj, ctx)`, the shape of `reconcile` and `finalize`.
+    pub fn call_with_ctx(
+        &self,
+        function: &str,
+        obj: &serde_json::Value,
+        ctx: ScriptCtx,
+    ) -> Result<serde_json::Value, ScriptError> {
+        let obj = self.to_dynamic(function, obj)?;
+        self.call_dynamic(function, vec![obj, Dynamic::from(ctx)])
+    }
+
+    fn to_dynamic(&self, function: &str, v: &serde_json::Value) -> Result<Dynamic, ScriptError> {
+        rhai::serde::to_dynamic(v).map_err(|e| ScriptError::Convert {
+            file: self.file.clone(),
+            function: function.into(),
+            message: e.to_string(),
+        })
+    }
+
+    fn call_dynamic(
+        &self,
+        function: &str,
+        args: Vec<Dynamic>,
+    ) -> Result<serde_json::Value, ScriptError> {
         DEADLINE.with(|d| d.set(Some(Instant::now() + self.timeout)));
         let mut scope = rhai::Scope::new();
         let result = self
@@ -224,28 +283,57 @@ impl Script {
             .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
         DEADLINE.with(|d| d.set(None));
         let value = result.map_err(|e| self.runtime_error(function, *e))?;
-        rhai::serde::from_dynamic(&value)
-            .map_err(|e| convert(format!("cannot convert result to JSON: {e}")))
+        rhai::serde::from_dynamic(&value).map_err(|e| ScriptError::Convert {
+            file: self.file.clone(),
+            function: function.into(),
+            message: format!("cannot convert result to JSON: {e}"),
+        })
     }
 
-    /// [`Self::call`] on tokio's blocking pool, so a slow script never stalls the runtime.
+    /// [`Self::call_with_ctx`] on tokio's blocking pool, so a slow script never stalls the
+    /// runtime. The caller's tracing span follows the call, so script logs carry the object.
     pub async fn call_async(
         &self,
         function: &str,
-        args: Vec<serde_json::Value>,
+        obj: serde_json::Value,
+        ctx: ScriptCtx,
     ) -> Result<serde_json::Value, ScriptError> {
+        self.off_runtime(function, move |s, name| s.call_with_ctx(name, &obj, ctx))
+            .await
+    }
+
+    /// [`Self::call`] on tokio's blocking pool, for one-argument helpers such as `when(obj)`.
+    pub async fn call_one_async(
+        &self,
+        function: &str,
+        arg: serde_json::Value,
+    ) -> Result<serde_json::Value, ScriptError> {
+        self.off_runtime(function, move |s, name| {
+            s.call(name, std::slice::from_ref(&arg))
+        })
+        .await
+    }
+
+    async fn off_runtime<F>(&self, function: &str, f: F) -> Result<serde_json::Value, ScriptError>
+    where
+        F: FnOnce(&Script, &str) -> Result<serde_json::Value, ScriptError> + Send + 'static,
+    {
         let script = self.clone();
         let name = function.to_string();
-        tokio::task::spawn_blocking(move || script.call(&name, &args))
-            .await
-            .unwrap_or_else(|e| {
-                Err(ScriptError::Runtime {
-                    file: self.file.clone(),
-                    pos: None,
-                    function: function.into(),
-                    message: format!("script task failed: {e}"),
-                })
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            f(&script, &name)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(ScriptError::Runtime {
+                file: self.file.clone(),
+                pos: None,
+                function: function.into(),
+                message: format!("script task failed: {e}"),
             })
+        })
     }
 
     /// Flattens Rhai's chain of "in function call" wrappers to the innermost position and cause.
@@ -260,6 +348,9 @@ impl Script {
             }
             err = *inner;
         }
+        if let Some(control) = self.control_flow(function, &err) {
+            return control;
+        }
         let message = match &err {
             EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
             EvalAltResult::ErrorTooManyOperations(..) => {
@@ -273,6 +364,33 @@ impl Script {
             pos: position(pos),
             function: function.into(),
             message,
+        }
+    }
+}
+
+impl Script {
+    /// Recognises the maps thrown by `retry()` and `fail()`.
+    fn control_flow(&self, function: &str, err: &EvalAltResult) -> Option<ScriptError> {
+        let EvalAltResult::ErrorRuntime(v, _) = err else {
+            return None;
+        };
+        let map = v.read_lock::<rhai::Map>()?;
+        let kind = map.get(ctx::CONTROL_KEY)?.to_string();
+        let field = |k: &str| map.get(k).map(ToString::to_string).unwrap_or_default();
+        let (file, function, message) = (self.file.clone(), function.to_string(), field("message"));
+        match kind.as_str() {
+            "retry" => Some(ScriptError::Retry {
+                file,
+                function,
+                message,
+                delay: field("delay"),
+            }),
+            "fail" => Some(ScriptError::Fail {
+                file,
+                function,
+                message,
+            }),
+            _ => None,
         }
     }
 }
@@ -369,6 +487,43 @@ mod tests {
             s.call("big", &[]),
             Err(ScriptError::Runtime { .. })
         ));
+    }
+
+    #[test]
+    fn ctx_exposes_run_facts_and_lookups() {
+        let s = compile("fn reconcile(obj, ctx) { #{ op: ctx.operator, ns: ctx.namespace, none: ctx.get(\"ConfigMap\", \"x\"), n: ctx.list(\"ConfigMap\").len() } }").unwrap();
+        let out = s
+            .call_with_ctx(
+                "reconcile",
+                &json!({}),
+                ScriptCtx::detached("op", "c", Some("ns1")),
+            )
+            .unwrap();
+        assert_eq!(
+            out,
+            json!({ "op": "op", "ns": "ns1", "none": null, "n": 0 })
+        );
+    }
+
+    #[test]
+    fn retry_and_fail_become_their_own_errors() {
+        let s = compile(
+            "fn a(obj, ctx) { retry(\"not yet\", \"10s\") }\nfn b(obj, ctx) { fail(\"bad spec\") }",
+        )
+        .unwrap();
+        let ctx = || ScriptCtx::detached("op", "c", None);
+        assert_eq!(
+            s.call_with_ctx("a", &json!({}), ctx()).unwrap_err(),
+            ScriptError::Retry {
+                file: "scripts/t.rhai".into(),
+                function: "a".into(),
+                message: "not yet".into(),
+                delay: "10s".into()
+            }
+        );
+        assert!(
+            matches!(s.call_with_ctx("b", &json!({}), ctx()), Err(ScriptError::Fail { message, .. }) if message == "bad spec")
+        );
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! (`v1/ConfigMap`), `Kind.group` (`Deployment.apps`), or a bare built-in kind resolved through
 //! API discovery (`ConfigMap`).
 
+pub mod informer;
+pub mod predicate;
+
+pub use informer::{Filter, Informer, Informers};
+
 use crate::config::model::{Model, Scope};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -28,6 +33,22 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+}
+
+impl Kind {
+    /// Whether `written` (as a config or script writes a kind) names this kind.
+    pub fn matches(&self, written: &str) -> bool {
+        let r = &self.resource;
+        match spelling(written) {
+            Spelling::Bare(k) => k == r.kind,
+            Spelling::GroupKind { group, kind } => kind == r.kind && group == r.group,
+            Spelling::Gvk {
+                group,
+                version,
+                kind,
+            } => kind == r.kind && group == r.group && version == r.version,
+        }
+    }
 }
 
 /// How a kind was written, before asking the API server anything.
@@ -140,6 +161,28 @@ pub fn api(client: &kube::Client, kind: &Kind, namespace: Option<&str>) -> Api<D
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_matches_every_way_of_writing_it() {
+        let k = Kind {
+            resource: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+                "deployments",
+            ),
+            namespaced: true,
+        };
+        for w in ["Deployment", "Deployment.apps", "apps/v1/Deployment"] {
+            assert!(k.matches(w), "{w}");
+        }
+        for w in [
+            "Deploymentx",
+            "Deployment.batch",
+            "apps/v2/Deployment",
+            "v1/Deployment",
+        ] {
+            assert!(!k.matches(w), "{w}");
+        }
+    }
 
     #[test]
     fn spellings_of_a_kind_are_told_apart() {

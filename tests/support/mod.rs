@@ -137,7 +137,19 @@ where
     let waited = tokio::time::timeout(DEADLINE, await_condition(api.clone(), name, cond)).await;
     match waited {
         Ok(Ok(Some(obj))) => obj,
-        Ok(Ok(None)) => panic!("{what}: {name} was deleted while waiting"),
+        Ok(Ok(None)) => {
+            panic!("{what}: {name} does not exist (use wait_until_gone to wait for deletion)")
+        }
+        Ok(Err(e)) => panic!("{what}: watch on {name} failed: {e}"),
+        Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what} ({name})"),
+    }
+}
+
+/// Waits, through a watch, until the object `name` no longer exists.
+pub async fn wait_until_gone(api: &Api<DynamicObject>, name: &str, what: &str) {
+    let gone = await_condition(api.clone(), name, |o: Option<&DynamicObject>| o.is_none());
+    match tokio::time::timeout(DEADLINE, gone).await {
+        Ok(Ok(_)) => {}
         Ok(Err(e)) => panic!("{what}: watch on {name} failed: {e}"),
         Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what} ({name})"),
     }
@@ -146,7 +158,7 @@ where
 /// The `khai` binary running as a real daemon, with its stderr collected.
 pub struct Khai {
     child: Child,
-    log: std::sync::Arc<Mutex<Vec<String>>>,
+    log: std::sync::Arc<(Mutex<Vec<String>>, std::sync::Condvar)>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -166,7 +178,7 @@ impl Khai {
             .stderr(Stdio::piped())
             .spawn()
             .expect("failed to start khai");
-        let log = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let log = std::sync::Arc::new((Mutex::new(Vec::new()), std::sync::Condvar::new()));
         let stderr = child.stderr.take().expect("stderr");
         let sink = log.clone();
         let reader = std::thread::spawn(move || {
@@ -174,7 +186,8 @@ impl Khai {
                 if std::env::var_os("KHAI_TEST_VERBOSE").is_some() {
                     eprintln!("khai: {line}");
                 }
-                sink.lock().unwrap().push(line);
+                sink.0.lock().unwrap().push(line);
+                sink.1.notify_all();
             }
         });
         Self {
@@ -203,7 +216,42 @@ impl Khai {
         if let Some(r) = self.reader.take() {
             r.join().unwrap();
         }
-        (status.code(), self.log.lock().unwrap().clone())
+        (status.code(), self.log.0.lock().unwrap().clone())
+    }
+
+    /// How many log lines khai has written so far.
+    pub fn log_len(&self) -> usize {
+        self.log.0.lock().unwrap().len()
+    }
+
+    /// Waits until a log line after the first `skip` lines satisfies `pred`; returns it.
+    pub async fn wait_for_log(
+        &self,
+        skip: usize,
+        what: &str,
+        pred: impl Fn(&str) -> bool + Send + 'static,
+    ) -> String {
+        let log = self.log.clone();
+        let what = what.to_string();
+        tokio::task::spawn_blocking(move || {
+            let (lines, changed) = &*log;
+            let deadline = std::time::Instant::now() + DEADLINE;
+            let mut guard = lines.lock().unwrap();
+            loop {
+                if let Some(l) = guard.iter().skip(skip).find(|l| pred(l)) {
+                    return l.clone();
+                }
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                assert!(
+                    !left.is_zero(),
+                    "timed out after {DEADLINE:?} waiting for khai to log {what}:\n{}",
+                    guard.join("\n")
+                );
+                guard = changed.wait_timeout(guard, left).unwrap().0;
+            }
+        })
+        .await
+        .unwrap()
     }
 }
 
@@ -212,4 +260,53 @@ impl Drop for Khai {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits until the CRD `name` exists and is Established; panics after the deadline.
+pub async fn wait_for_crd(client: &kube::Client, name: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let established = await_condition(
+        crds,
+        name,
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    match tokio::time::timeout(DEADLINE, established).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => panic!("watch on CRD {name} failed: {e}"),
+        Err(_) => panic!("timed out after {DEADLINE:?} waiting for CRD {name} to be Established"),
+    }
+}
+
+/// Waits, through a watch, until any object in `api` satisfies `pred`; returns it.
+pub async fn wait_for_any<K, P>(api: Api<K>, what: &str, pred: P) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+    P: Fn(&K) -> bool,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let stream = watcher(api, watcher::Config::default()).applied_objects();
+    let found = async {
+        futures::pin_mut!(stream);
+        while let Some(item) = stream.next().await {
+            if let Ok(obj) = item
+                && pred(&obj)
+            {
+                return Some(obj);
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(DEADLINE, found).await {
+        Ok(Some(obj)) => obj,
+        Ok(None) => panic!("watch ended while waiting for {what}"),
+        Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what}"),
+    }
+}
+
+/// Waits, through a watch, until the object `name` exists; returns it.
+pub async fn wait_exists(api: &Api<DynamicObject>, name: &str, what: &str) -> DynamicObject {
+    wait_for(api, name, what, |o: Option<&DynamicObject>| o.is_some()).await
 }

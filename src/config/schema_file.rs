@@ -1,0 +1,123 @@
+//! Reads each CRD's `schema_file`: a raw OpenAPI v3 schema, for what the compact form cannot
+//! express (`oneOf`, `x-kubernetes-list-type`, an existing CRD's schema).
+//!
+//! The files are read while the config loads, not when CRDs are generated, so that generating
+//! and installing stay pure and a missing or malformed file is reported with the config's
+//! other problems, at the `schema_file` line that names it. khai checks only the shape the
+//! API server needs at the root; the rest of the schema is the server's to judge.
+
+use super::Diagnostic;
+use super::model::Model;
+use super::validate::{Seg, diagnostic};
+use serde_json::Value;
+use std::path::Path;
+
+/// Reads and parses every `schema_file` of `model` relative to `base_dir`, storing each schema
+/// in its CRD's `raw_schema`; returns one diagnostic per file that could not be used.
+pub(super) fn load_all(
+    model: &mut Model,
+    base_dir: &Path,
+    file: &Path,
+    src: &str,
+) -> Vec<Diagnostic> {
+    let mut problems = Vec::new();
+    for (i, crd) in model.crds.iter_mut().enumerate() {
+        let Some(rel) = &crd.schema_file else {
+            continue;
+        };
+        match read(&base_dir.join(rel)) {
+            Ok(schema) => crd.raw_schema = Some(schema),
+            Err(message) => {
+                let at = [Seg::Key("crd"), Seg::Index(i), Seg::Key("schema_file")];
+                problems.push(diagnostic(file, src, &at, message));
+            }
+        }
+    }
+    problems
+}
+
+/// The schema in `path` (JSON when it ends in `.json`, YAML otherwise), checked at the root.
+fn read(path: &Path) -> Result<Value, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let schema: Value = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?
+    } else {
+        serde_saphyr::from_str(&text).map_err(|e| {
+            let msg = e.to_string();
+            format!("{shown}: {}", msg.lines().next().unwrap_or_default())
+        })?
+    };
+    check_root(&schema).map_err(|m| format!("{shown}: {m}"))?;
+    Ok(schema)
+}
+
+fn check_root(schema: &Value) -> Result<(), &'static str> {
+    let Some(root) = schema.as_object() else {
+        return Err("must hold an OpenAPI v3 schema object");
+    };
+    if root.contains_key("openAPIV3Schema") {
+        return Err("must hold the schema itself, not an `openAPIV3Schema:` key around it");
+    }
+    if root.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("the root schema must have `type: object`");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn yaml_and_json_schemas_read_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let y = write(
+            dir.path(),
+            "s.yaml",
+            "type: object\nproperties:\n  spec:\n    type: object\n    x-kubernetes-preserve-unknown-fields: true\n",
+        );
+        let j = write(
+            dir.path(),
+            "s.json",
+            r#"{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}"#,
+        );
+        assert_eq!(read(&y).unwrap(), read(&j).unwrap());
+        assert_eq!(
+            read(&y).unwrap()["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"],
+            true
+        );
+    }
+
+    #[test]
+    fn a_wrapped_or_untyped_root_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let wrapped = write(dir.path(), "w.yaml", "openAPIV3Schema:\n  type: object\n");
+        assert_eq!(
+            read(&wrapped).unwrap_err(),
+            format!(
+                "{}: must hold the schema itself, not an `openAPIV3Schema:` key around it",
+                wrapped.display()
+            )
+        );
+        let untyped = write(dir.path(), "u.json", r#"{"properties":{}}"#);
+        assert_eq!(
+            read(&untyped).unwrap_err(),
+            format!(
+                "{}: the root schema must have `type: object`",
+                untyped.display()
+            )
+        );
+        let list = write(dir.path(), "l.yaml", "- type: object\n");
+        assert_eq!(
+            read(&list).unwrap_err(),
+            format!("{}: must hold an OpenAPI v3 schema object", list.display())
+        );
+    }
+}

@@ -1,0 +1,243 @@
+//! Turns watch events into reconcile requests, and failures into retry delays.
+//!
+//! Each function here builds one trigger stream for kube-runtime's `Controller`: the primary
+//! objects themselves (minus status-only changes), children mapped to their controller owner,
+//! related objects mapped to parents by a label or a script function, and a periodic resync.
+//! The controller deduplicates what they yield and never runs one object twice at once.
+
+use crate::script::Script;
+use crate::watch::predicate::Changes;
+use futures::{Stream, StreamExt};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+type Ref = ObjectRef<DynamicObject>;
+
+/// Turns an unbounded receiver into a stream.
+pub fn receiver_stream<T: Send + 'static>(
+    rx: UnboundedReceiver<T>,
+) -> impl Stream<Item = T> + Send {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
+}
+
+/// Primary objects that changed in a way that matters (see [`Changes`]); every change when
+/// `all` is set.
+pub fn primary(
+    rx: UnboundedReceiver<Arc<DynamicObject>>,
+    all: bool,
+) -> impl Stream<Item = Arc<DynamicObject>> + Send {
+    let mut changes = Changes::default();
+    receiver_stream(rx).filter(move |o| futures::future::ready(all || changes.matters(o)))
+}
+
+/// Children mapped to the parent of kind `parent` that controls them.
+pub fn owners(
+    rx: UnboundedReceiver<Arc<DynamicObject>>,
+    parent: ApiResource,
+) -> impl Stream<Item = Ref> + Send {
+    receiver_stream(rx)
+        .filter_map(move |child| futures::future::ready(controller_of(&child, &parent)))
+}
+
+/// Maps a child to the parent of kind `parent` that controls it, if any.
+pub fn controller_of(child: &DynamicObject, parent: &ApiResource) -> Option<Ref> {
+    let owner = child.owner_references().iter().find(|o| {
+        o.controller == Some(true)
+            && o.kind == parent.kind
+            && o.api_version.split_once('/').map_or("", |(g, _)| g) == parent.group
+    })?;
+    Some(within(
+        ObjectRef::new_with(&owner.name, parent.clone()),
+        child.namespace(),
+    ))
+}
+
+fn within(r: Ref, ns: Option<String>) -> Ref {
+    match ns {
+        Some(ns) => r.within(&ns),
+        None => r,
+    }
+}
+
+/// Related objects mapped to the parent named by their `label` (in the same namespace).
+pub fn by_label(
+    rx: UnboundedReceiver<Arc<DynamicObject>>,
+    label: String,
+    parent: ApiResource,
+) -> impl Stream<Item = Ref> + Send {
+    receiver_stream(rx).filter_map(move |o| {
+        let r = o
+            .labels()
+            .get(&label)
+            .map(|name| within(ObjectRef::new_with(name, parent.clone()), o.namespace()));
+        futures::future::ready(r)
+    })
+}
+
+/// Related objects mapped to parents by the script function `function(obj)`.
+pub fn by_script(
+    rx: UnboundedReceiver<Arc<DynamicObject>>,
+    script: Script,
+    function: String,
+    parent: ApiResource,
+) -> impl Stream<Item = Ref> + Send {
+    receiver_stream(rx)
+        .then(move |o| {
+            let (script, function, parent) = (script.clone(), function.clone(), parent.clone());
+            async move {
+                let view = crate::script::object_view(&o).unwrap_or(Value::Null);
+                match script.call_one_async(&function, view).await {
+                    Ok(v) => parent_refs(&v, o.namespace(), &parent),
+                    Err(e) => {
+                        tracing::warn!(error = %e, object = %o.name_any(), "watch mapping failed");
+                        Vec::new()
+                    }
+                }
+            }
+        })
+        .flat_map(futures::stream::iter)
+}
+
+/// Reads a mapping function's answer: a name, an array of names, or maps `#{ name, namespace }`
+/// (namespace defaulting to the related object's).
+pub fn parent_refs(v: &Value, default_ns: Option<String>, parent: &ApiResource) -> Vec<Ref> {
+    let one = |v: &Value| -> Option<Ref> {
+        let (name, ns) = match v {
+            Value::String(n) => (n.as_str(), default_ns.clone()),
+            Value::Object(m) => (
+                m.get("name")?.as_str()?,
+                m.get("namespace")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .or(default_ns.clone()),
+            ),
+            _ => return None,
+        };
+        Some(within(ObjectRef::new_with(name, parent.clone()), ns))
+    };
+    match v {
+        Value::Array(items) => items.iter().filter_map(one).collect(),
+        other => one(other).into_iter().collect(),
+    }
+}
+
+/// A tick every `period`, first one after a full period, for `reconcile_all_on`.
+pub fn resync(period: Duration) -> impl Stream<Item = ()> + Send {
+    let start = tokio::time::Instant::now() + period;
+    futures::stream::unfold(
+        tokio::time::interval_at(start, period),
+        |mut t| async move {
+            t.tick().await;
+            Some(((), t))
+        },
+    )
+}
+
+/// Per-object exponential backoff: `base`, doubling per failure, capped, reset on success.
+#[derive(Debug)]
+pub struct Backoff {
+    base: Duration,
+    cap: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(1), Duration::from_secs(300))
+    }
+}
+
+impl Backoff {
+    pub fn new(base: Duration, cap: Duration) -> Self {
+        Self {
+            base,
+            cap,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure of `key` and returns how long to wait before the next attempt.
+    pub fn fail(&self, key: &str) -> Duration {
+        let n = self.failures.lock().map_or(0, |mut m| {
+            let n = m.entry(key.to_string()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        });
+        self.base
+            .saturating_mul(2u32.saturating_pow(n.saturating_sub(1).min(16)))
+            .min(self.cap)
+    }
+
+    pub fn succeed(&self, key: &str) {
+        if let Ok(mut m) = self.failures.lock() {
+            m.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::GroupVersionKind;
+    use serde_json::json;
+
+    fn parent() -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("x.dev", "v1", "App"), "apps")
+    }
+
+    #[test]
+    fn backoff_doubles_per_failure_caps_and_resets_on_success() {
+        let b = Backoff::default();
+        assert_eq!(b.fail("a"), Duration::from_secs(1));
+        assert_eq!(b.fail("a"), Duration::from_secs(2));
+        assert_eq!(b.fail("a"), Duration::from_secs(4));
+        assert_eq!(b.fail("other"), Duration::from_secs(1));
+        for _ in 0..20 {
+            b.fail("a");
+        }
+        assert_eq!(b.fail("a"), Duration::from_secs(300));
+        b.succeed("a");
+        assert_eq!(b.fail("a"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn mapping_answers_become_parent_refs() {
+        let ns = Some("team".to_string());
+        let names = |v: Value| -> Vec<(String, Option<String>)> {
+            parent_refs(&v, ns.clone(), &parent())
+                .into_iter()
+                .map(|r| (r.name, r.namespace))
+                .collect()
+        };
+        assert_eq!(names(json!("a")), [("a".into(), ns.clone())]);
+        assert_eq!(
+            names(json!(["a", { "name": "b", "namespace": "other" }])),
+            [("a".into(), ns.clone()), ("b".into(), Some("other".into()))]
+        );
+        assert!(names(Value::Null).is_empty());
+    }
+
+    #[test]
+    fn a_child_maps_to_its_controller_owner_of_the_right_kind_only() {
+        let child: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "c", "namespace": "ns", "ownerReferences": [
+                { "apiVersion": "other.dev/v1", "kind": "App", "name": "wrong-group", "uid": "1", "controller": true },
+                { "apiVersion": "x.dev/v2", "kind": "App", "name": "mine", "uid": "2", "controller": true },
+            ] },
+        }))
+        .unwrap();
+        let r = controller_of(&child, &parent()).unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.namespace.as_deref()),
+            ("mine", Some("ns"))
+        );
+    }
+}

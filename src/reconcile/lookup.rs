@@ -1,0 +1,195 @@
+//! Script lookups answered from the informer caches: `ctx.get`, `ctx.list`, `ctx.owned`.
+//!
+//! Reading a cache costs no API call, which is what keeps a reconcile that looks around as light
+//! as one that does not. Only kinds the controller watches (its own kind and its `owns`) can be
+//! looked up; asking for another kind is an error that says how to fix it.
+
+use crate::script::{Lookup, object_view};
+use crate::watch::Informer;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Lookups for one reconcile of one object.
+pub struct CacheLookup {
+    /// The reconciled object's uid (for `owned`) and namespace (the default for `get`/`list`).
+    pub uid: String,
+    pub namespace: Option<String>,
+    pub informers: Vec<Arc<Informer>>,
+}
+
+impl CacheLookup {
+    fn informer(&self, kind: &str) -> Result<&Arc<Informer>, String> {
+        self.informers.iter().find(|i| i.kind.matches(kind)).ok_or_else(|| {
+            format!("kind {kind:?} is not watched by this controller; add it to `owns` to look it up")
+        })
+    }
+}
+
+/// Script views of `objs`, sorted by name: cache order is arbitrary, and a stable order keeps
+/// scripts (and the children they build) stable.
+fn sorted_views<'a>(objs: impl Iterator<Item = &'a Arc<DynamicObject>>) -> Vec<Value> {
+    let mut out: Vec<Value> = objs.filter_map(|o| object_view(o).ok()).collect();
+    out.sort_by(|a, b| {
+        a["metadata"]["name"]
+            .as_str()
+            .cmp(&b["metadata"]["name"].as_str())
+    });
+    out
+}
+
+impl Lookup for CacheLookup {
+    fn get(
+        &self,
+        kind: &str,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Result<Option<Value>, String> {
+        let inf = self.informer(kind)?;
+        let ns = namespace
+            .map(str::to_string)
+            .or_else(|| self.namespace.clone())
+            .filter(|_| inf.kind.namespaced);
+        let key = ObjectRef::new_with(name, inf.kind.resource.clone());
+        let key = match ns {
+            Some(ns) => key.within(&ns),
+            None => key,
+        };
+        Ok(inf.store().get(&key).and_then(|o| object_view(&o).ok()))
+    }
+
+    fn list(&self, kind: &str, selector: Option<&str>) -> Result<Vec<Value>, String> {
+        let inf = self.informer(kind)?;
+        let selector = selector.map(parse_selector).transpose()?;
+        let ns = self.namespace.clone().filter(|_| inf.kind.namespaced);
+        let state = inf.store().state();
+        Ok(sorted_views(
+            state
+                .iter()
+                .filter(|o| ns.is_none() || o.namespace() == ns)
+                .filter(|o| {
+                    selector
+                        .as_ref()
+                        .is_none_or(|s| s.iter().all(|r| r.matches(o.labels())))
+                }),
+        ))
+    }
+
+    fn owned(&self, kind: &str) -> Result<Vec<Value>, String> {
+        let inf = self.informer(kind)?;
+        let state = inf.store().state();
+        Ok(sorted_views(state.iter().filter(|o| {
+            o.owner_references()
+                .iter()
+                .any(|r| r.controller == Some(true) && r.uid == self.uid)
+        })))
+    }
+}
+
+/// One requirement of a label selector, as `kubectl -l` writes them.
+#[derive(Debug, PartialEq)]
+enum Req {
+    Eq(String, String),
+    NotEq(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+impl Req {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            Req::Eq(k, v) => labels.get(k) == Some(v),
+            Req::NotEq(k, v) => labels.get(k) != Some(v),
+            Req::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+            Req::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+            Req::Exists(k) => labels.contains_key(k),
+            Req::NotExists(k) => !labels.contains_key(k),
+        }
+    }
+}
+
+/// Parses `a=b,c!=d,e,!f,g in (x,y),h notin (z)`.
+fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
+    let bad = || format!("invalid label selector {s:?}");
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.checked_sub(1).ok_or_else(bad)?,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    let set = |rest: &str| -> Result<Vec<String>, String> {
+        let inner = rest
+            .trim()
+            .strip_prefix('(')
+            .and_then(|r| r.strip_suffix(')'))
+            .ok_or_else(bad)?;
+        Ok(inner.split(',').map(|v| v.trim().to_string()).collect())
+    };
+    parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            if let Some((k, v)) = p.split_once("!=") {
+                Ok(Req::NotEq(k.trim().into(), v.trim().into()))
+            } else if let Some((k, v)) = p.split_once("==").or_else(|| p.split_once('=')) {
+                Ok(Req::Eq(k.trim().into(), v.trim().into()))
+            } else if let Some((k, rest)) = p.split_once(" notin ") {
+                Ok(Req::NotIn(k.trim().into(), set(rest)?))
+            } else if let Some((k, rest)) = p.split_once(" in ") {
+                Ok(Req::In(k.trim().into(), set(rest)?))
+            } else if let Some(k) = p.strip_prefix('!') {
+                Ok(Req::NotExists(k.trim().into()))
+            } else if p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+            {
+                Ok(Req::Exists(p.into()))
+            } else {
+                Err(bad())
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn sel(s: &str, l: &BTreeMap<String, String>) -> bool {
+        parse_selector(s).unwrap().iter().all(|r| r.matches(l))
+    }
+
+    #[test]
+    fn label_selectors_match_as_kubectl_does() {
+        let l = labels(&[("app", "web"), ("tier", "gold")]);
+        assert!(sel("app=web", &l));
+        assert!(sel("app==web,tier!=silver", &l));
+        assert!(sel("tier in (gold, silver),!missing", &l));
+        assert!(sel("app", &l));
+        assert!(!sel("tier notin (gold)", &l));
+        assert!(!sel("app=db", &l));
+        assert!(parse_selector("a in (b").is_err());
+        assert!(parse_selector("a b").is_err());
+    }
+}

@@ -1,0 +1,150 @@
+//! The `ctx` value scripts receive: facts about the run and read-only, cache-backed lookups.
+//!
+//! Lookups go through the [`Lookup`] trait, so the daemon can answer from its informer caches
+//! (no API call) and `khai test` from objects listed in a test case. Scripts never reach the
+//! API client, the file system, the network or the environment.
+
+use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position};
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Answers a script's lookups. Kinds are written as in the config (`ConfigMap`, `v1/ConfigMap`,
+/// `apps/v1/Deployment`, `Deployment.apps`). Errors are messages for the script's author.
+pub trait Lookup: Send + Sync {
+    /// One object by name; `namespace` defaults to the reconciled object's.
+    fn get(&self, kind: &str, name: &str, namespace: Option<&str>)
+    -> Result<Option<Value>, String>;
+    /// Objects of a kind in the reconciled object's namespace, optionally by label selector.
+    fn list(&self, kind: &str, selector: Option<&str>) -> Result<Vec<Value>, String>;
+    /// Objects of a kind that the reconciled object controls (its observed children).
+    fn owned(&self, kind: &str) -> Result<Vec<Value>, String>;
+}
+
+/// A lookup that knows no objects: every `get` is empty, every list too.
+#[derive(Debug, Default, Clone)]
+pub struct NoLookup;
+
+impl Lookup for NoLookup {
+    fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, String> {
+        Ok(None)
+    }
+    fn list(&self, _: &str, _: Option<&str>) -> Result<Vec<Value>, String> {
+        Ok(Vec::new())
+    }
+    fn owned(&self, _: &str) -> Result<Vec<Value>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// The `ctx` argument of `reconcile(obj, ctx)` and `finalize(obj, ctx)`.
+#[derive(Clone)]
+pub struct ScriptCtx {
+    pub operator: String,
+    pub controller: String,
+    pub namespace: Option<String>,
+    /// `[params]` of the config, as a map.
+    pub params: Value,
+    pub lookup: Arc<dyn Lookup>,
+}
+
+impl ScriptCtx {
+    /// A context with no lookups, for tests and tools.
+    pub fn detached(operator: &str, controller: &str, namespace: Option<&str>) -> Self {
+        Self {
+            operator: operator.into(),
+            controller: controller.into(),
+            namespace: namespace.map(str::to_string),
+            params: Value::Object(serde_json::Map::new()),
+            lookup: Arc::new(NoLookup),
+        }
+    }
+}
+
+type RhaiResult<T> = std::result::Result<T, Box<EvalAltResult>>;
+
+fn to_dyn(v: &Value) -> RhaiResult<Dynamic> {
+    rhai::serde::to_dynamic(v)
+}
+
+fn fail_with(message: String) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(message.into(), Position::NONE))
+}
+
+fn get(ctx: &mut ScriptCtx, kind: &str, name: &str, ns: Option<&str>) -> RhaiResult<Dynamic> {
+    match ctx.lookup.get(kind, name, ns).map_err(fail_with)? {
+        Some(v) => to_dyn(&v),
+        None => Ok(Dynamic::UNIT),
+    }
+}
+
+fn array(items: Vec<Value>) -> RhaiResult<Array> {
+    items.iter().map(to_dyn).collect()
+}
+
+/// Marker key of the map thrown by `retry()` and `fail()`.
+pub const CONTROL_KEY: &str = "__khai_control";
+
+fn control(kind: &str, message: &str, delay: Option<&str>) -> Box<EvalAltResult> {
+    let mut m = Map::new();
+    m.insert(CONTROL_KEY.into(), kind.into());
+    m.insert("message".into(), message.into());
+    if let Some(d) = delay {
+        m.insert("delay".into(), d.into());
+    }
+    Box::new(EvalAltResult::ErrorRuntime(m.into(), Position::NONE))
+}
+
+/// Registers the `ctx` type, logging functions and `retry`/`fail` on an engine.
+pub fn register(engine: &mut Engine) {
+    engine
+        .register_type_with_name::<ScriptCtx>("Ctx")
+        .register_get("operator", |c: &mut ScriptCtx| c.operator.clone())
+        .register_get("controller", |c: &mut ScriptCtx| c.controller.clone())
+        .register_get("namespace", |c: &mut ScriptCtx| {
+            c.namespace.clone().map_or(Dynamic::UNIT, Dynamic::from)
+        })
+        .register_get("params", |c: &mut ScriptCtx| to_dyn(&c.params))
+        .register_fn("get", |c: &mut ScriptCtx, kind: &str, name: &str| {
+            get(c, kind, name, None)
+        })
+        .register_fn(
+            "get",
+            |c: &mut ScriptCtx, kind: &str, name: &str, ns: &str| get(c, kind, name, Some(ns)),
+        )
+        .register_fn("list", |c: &mut ScriptCtx, kind: &str| {
+            array(c.lookup.list(kind, None).map_err(fail_with)?)
+        })
+        .register_fn("list", |c: &mut ScriptCtx, kind: &str, selector: &str| {
+            array(c.lookup.list(kind, Some(selector)).map_err(fail_with)?)
+        })
+        .register_fn("owned", |c: &mut ScriptCtx, kind: &str| {
+            array(c.lookup.owned(kind).map_err(fail_with)?)
+        })
+        .register_fn("now", |_: &mut ScriptCtx| {
+            jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string()
+        })
+        .register_fn(
+            "log_debug",
+            |msg: &str| tracing::debug!(target: "khai::script", "{msg}"),
+        )
+        .register_fn(
+            "log_info",
+            |msg: &str| tracing::info!(target: "khai::script", "{msg}"),
+        )
+        .register_fn(
+            "log_warn",
+            |msg: &str| tracing::warn!(target: "khai::script", "{msg}"),
+        )
+        .register_fn(
+            "log_error",
+            |msg: &str| tracing::error!(target: "khai::script", "{msg}"),
+        )
+        .register_fn("retry", |msg: &str, delay: &str| -> RhaiResult<()> {
+            Err(control("retry", msg, Some(delay)))
+        })
+        .register_fn("fail", |msg: &str| -> RhaiResult<()> {
+            Err(control("fail", msg, None))
+        });
+}

@@ -1,0 +1,499 @@
+//! End to end against a real kube-apiserver: the reconcile engine's guarantees, each with an
+//! operator written for the test and run by the real `khai` binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use support::{Khai, TestNamespace, wait_for};
+use tempfile::TempDir;
+
+/// Writes an operator with one namespaced CRD `Widget` in `group` and the given script.
+fn operator(group: &str, script: &str) -> TempDir {
+    operator_with(group, script, "")
+}
+
+/// Like [`operator`], with extra lines appended to the `[[controller]]` table.
+fn operator_with(group: &str, script: &str, controller_extra: &str) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "widgets"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.count = {{ type = "integer", default = 1 }}
+spec.message = {{ type = "string", default = "ok" }}
+spec.release = {{ type = "boolean", default = false }}
+status.phase = {{ type = "string" }}
+
+[[controller]]
+for = "Widget"
+owns = ["v1/ConfigMap"]
+script = "widget.rhai"
+{controller_extra}
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script).unwrap();
+    dir
+}
+
+/// One ConfigMap per `spec.count`, named `<name>-<i>`; throws when `spec.message` is "boom".
+const WIDGET: &str = r#"
+fn reconcile(obj, ctx) {
+    if obj.spec.message == "boom" { throw "widget exploded: " + obj.metadata.name; }
+    let children = [];
+    for i in 0..obj.spec.count {
+        children.push(#{ apiVersion: "v1", kind: "ConfigMap",
+                         metadata: #{ name: `${obj.metadata.name}-${i}` },
+                         data: #{ index: `${i}`, message: obj.spec.message } });
+    }
+    #{ children: children, status: #{ phase: "Ready" } }
+}
+"#;
+
+fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Widget"), "widgets");
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+        "configmaps",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str, spec: serde_json::Value) {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": name }, "spec": spec,
+    }))
+    .unwrap();
+    // khai installs the CRD when it starts; the harness waits for it to be Established.
+    let crd = format!("widgets.{group}");
+    support::wait_for_crd(&api.clone().into_client(), &crd).await;
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create widget {name}: {e}"));
+}
+
+fn ready(o: Option<&DynamicObject>) -> bool {
+    o.is_some_and(|o| o.data["status"]["phase"] == "Ready")
+}
+
+#[tokio::test]
+async fn children_no_longer_desired_are_pruned_and_nothing_else_is_touched() {
+    let group = "prune.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "prune").await;
+    let op = operator(group, WIDGET);
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let cms = configmaps(&client, &ns.name);
+    // A bystander with khai's labels but no ownerReference must survive pruning.
+    let bystander: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "w-9", "labels": { "app.kubernetes.io/managed-by": "khai" } },
+    }))
+    .unwrap();
+    cms.create(&PostParams::default(), &bystander)
+        .await
+        .unwrap();
+
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({ "count": 3 })).await;
+    for i in 0..3 {
+        support::wait_exists(&cms, &format!("w-{i}"), "child ConfigMap").await;
+    }
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "count": 1 } })),
+    )
+    .await
+    .unwrap();
+    for i in 1..3 {
+        support::wait_until_gone(
+            &cms,
+            &format!("w-{i}"),
+            "pruning of the child no longer desired",
+        )
+        .await;
+    }
+    assert!(
+        cms.get_opt("w-0").await.unwrap().is_some(),
+        "the still-desired child was deleted"
+    );
+    assert!(
+        cms.get_opt("w-9").await.unwrap().is_some(),
+        "a bystander was deleted"
+    );
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn a_child_deleted_by_someone_else_is_recreated() {
+    let group = "recreate.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "recreate").await;
+    let op = operator(group, WIDGET);
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({ "count": 1 })).await;
+    let cms = configmaps(&client, &ns.name);
+    let first = support::wait_exists(&cms, "w-0", "child ConfigMap").await;
+    cms.delete("w-0", &DeleteParams::default()).await.unwrap();
+    let first_uid = first.metadata.uid.clone();
+    wait_for(
+        &cms,
+        "w-0",
+        "the deleted child to be recreated",
+        move |o: Option<&DynamicObject>| o.is_some_and(|o| o.metadata.uid != first_uid),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_steady_state_reconcile_writes_nothing() {
+    let group = "steady.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "steady").await;
+    let op = operator(group, WIDGET);
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({ "count": 2 })).await;
+    let w = wait_for(&api, "w", "the Widget to be Ready", ready).await;
+    let cms = configmaps(&client, &ns.name);
+    let before = wait_for(&cms, "w-1", "child", |o: Option<&DynamicObject>| {
+        o.is_some()
+    })
+    .await;
+    // A label change passes the change filter and triggers a reconcile whose plan equals what
+    // is already stored.
+    let seen = khai.log_len();
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "poke": "1" } } })),
+    )
+    .await
+    .unwrap();
+    let line = khai
+        .wait_for_log(seen, "the reconcile after the label change", |l| {
+            l.contains("reconciled") && l.contains("object updated")
+        })
+        .await;
+    assert!(
+        line.contains("applied=0 unchanged=2 pruned=0 status_written=false"),
+        "{line}"
+    );
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+    let after = cms.get("w-1").await.unwrap();
+    assert_eq!(
+        before.metadata.resource_version, after.metadata.resource_version,
+        "child rewritten"
+    );
+    let w2 = api.get("w").await.unwrap();
+    assert_eq!(w.data["status"], w2.data["status"], "status rewritten");
+}
+
+#[tokio::test]
+async fn a_failing_script_fails_only_its_object_with_a_condition_and_an_event() {
+    let group = "fail.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "fail").await;
+    let op = operator(group, WIDGET);
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "bad", json!({ "message": "boom" })).await;
+    create_widget(&api, group, "good", json!({})).await;
+    let good = wait_for(&api, "good", "the good Widget to be Ready", ready).await;
+    assert_eq!(good.data["status"]["conditions"][0]["type"], "Ready");
+    assert_eq!(good.data["status"]["conditions"][0]["status"], "True");
+    let bad = wait_for(
+        &api,
+        "bad",
+        "a Ready=False condition on the bad Widget",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| o.data["status"]["conditions"][0]["status"] == "False")
+        },
+    )
+    .await;
+    let msg = bad.data["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        msg.contains("widget.rhai:3:") && msg.contains("widget exploded: bad"),
+        "{msg}"
+    );
+    assert_eq!(
+        bad.data["status"]["conditions"][0]["reason"],
+        "ReconcileFailed"
+    );
+
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    support::wait_for_any(
+        events,
+        "a ReconcileFailed Warning event for the bad Widget",
+        |e| {
+            e.reason.as_deref() == Some("ReconcileFailed")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
+                && e.type_.as_deref() == Some("Warning")
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn finalize_holds_deletion_until_it_returns_true() {
+    let group = "finalize.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "finalize").await;
+    let script = format!("{WIDGET}\nfn finalize(obj, ctx) {{ obj.spec.release }}\n");
+    let op = operator(group, &script);
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({})).await;
+    wait_for(
+        &api,
+        "w",
+        "khai's finalizer",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == "khai.dev/widgets")
+            })
+        },
+    )
+    .await;
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    let held = wait_for(
+        &api,
+        "w",
+        "deletion to start",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.metadata.deletion_timestamp.is_some()),
+    )
+    .await;
+    assert!(
+        held.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "khai.dev/widgets")
+    );
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "release": true } })),
+    )
+    .await
+    .unwrap();
+    support::wait_until_gone(
+        &api,
+        "w",
+        "the Widget to go away once finalize returns true",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn filters_select_objects_by_label_annotation_and_script_predicate() {
+    let group = "filter.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "filter").await;
+    let script = format!("{WIDGET}\nfn wanted(obj) {{ obj.spec.message != \"skip\" }}\n");
+    let extra = "selector = \"team=a\"\nannotations = [\"khai.dev/enabled\"]\nwhen = \"wanted\"";
+    let op = operator_with(group, &script, extra);
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    let meta = |labels: serde_json::Value, ann: serde_json::Value| json!({ "labels": labels, "annotations": ann });
+    let on = json!({ "khai.dev/enabled": "" });
+    for (name, m, spec) in [
+        (
+            "chosen",
+            meta(json!({ "team": "a" }), on.clone()),
+            json!({}),
+        ),
+        (
+            "other-team",
+            meta(json!({ "team": "b" }), on.clone()),
+            json!({}),
+        ),
+        (
+            "no-annotation",
+            meta(json!({ "team": "a" }), json!({})),
+            json!({}),
+        ),
+        (
+            "predicate-says-no",
+            meta(json!({ "team": "a" }), on.clone()),
+            json!({ "message": "skip" }),
+        ),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": { "name": name, "labels": m["labels"], "annotations": m["annotations"] }, "spec": spec,
+        }))
+        .unwrap();
+        if name == "chosen" {
+            support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+        }
+        api.create(&PostParams::default(), &obj).await.unwrap();
+    }
+    wait_for(&api, "chosen", "the selected Widget to be Ready", ready).await;
+    // The unselected ones were created before "chosen" was reconciled and share its watch
+    // stream, so had khai meant to touch them it would have by now.
+    for name in ["other-team", "no-annotation", "predicate-says-no"] {
+        let o = api.get(name).await.unwrap();
+        assert!(
+            o.data.get("status").is_none_or(|s| s.is_null()),
+            "{name} was reconciled: {:?}",
+            o.data["status"]
+        );
+        assert!(
+            configmaps(&client, &ns.name)
+                .get_opt(&format!("{name}-0"))
+                .await
+                .unwrap()
+                .is_none(),
+            "{name} got a child"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_watched_object_retriggers_the_parent_it_names_and_is_visible_through_ctx() {
+    let group = "watch.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "watch").await;
+    // The child copies data from a Secret-like ConfigMap "<name>-source" that the Widget watches
+    // through the label `widget`, looked up from the cache with ctx.get.
+    let script = r#"
+fn reconcile(obj, ctx) {
+    let src = ctx.get("ConfigMap", obj.metadata.name + "-source");
+    let value = if src == () { "none" } else { src.data.value };
+    #{ children: [#{ apiVersion: "v1", kind: "Secret", metadata: #{ name: obj.metadata.name + "-copy" },
+                      stringData: #{ value: value } }],
+       status: #{ phase: "Ready" } }
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "watchers"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.message = {{ type = "string", default = "ok" }}
+status.phase = {{ type = "string" }}
+
+[[controller]]
+for = "Widget"
+owns = ["v1/Secret"]
+script = "widget.rhai"
+watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script).unwrap();
+    let _khai = Khai::start(dir.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({})).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    let value = |s: &k8s_openapi::api::core::v1::Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    let first = support::wait_for_any(secrets.clone(), "the copy Secret", |s| {
+        s.metadata.name.as_deref() == Some("w-copy")
+    })
+    .await;
+    assert_eq!(value(&first).as_deref(), Some("none"));
+    let source: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "w-source", "labels": { "widget": "w" } }, "data": { "value": "from-source" },
+    }))
+    .unwrap();
+    configmaps(&client, &ns.name)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    support::wait_for_any(
+        secrets,
+        "the copy to follow the watched ConfigMap",
+        move |s| {
+            s.metadata.name.as_deref() == Some("w-copy")
+                && value(s).as_deref() == Some("from-source")
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn retry_and_fail_from_a_script_are_reported_as_asked() {
+    let group = "retry.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "retry").await;
+    let script = r#"
+fn reconcile(obj, ctx) {
+    if obj.spec.message == "fail" { fail("spec.message may not be fail"); }
+    if obj.spec.message == "wait" { retry("waiting for something", "1h"); }
+    #{ status: #{ phase: "Ready" }, events: [#{ type: "Normal", reason: "Greeted", message: "hello " + obj.metadata.name }] }
+}
+"#;
+    let op = operator(group, script);
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "failing", json!({ "message": "fail" })).await;
+    create_widget(&api, group, "waiting", json!({ "message": "wait" })).await;
+    create_widget(&api, group, "fine", json!({})).await;
+    let cond = |reason: &'static str| {
+        move |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| o.data["status"]["conditions"][0]["reason"] == reason)
+        }
+    };
+    let failing = wait_for(&api, "failing", "a Failed condition", cond("Failed")).await;
+    assert_eq!(failing.data["status"]["conditions"][0]["status"], "False");
+    assert!(
+        failing.data["status"]["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("spec.message may not be fail")
+    );
+    wait_for(
+        &api,
+        "waiting",
+        "a RetryRequested condition",
+        cond("RetryRequested"),
+    )
+    .await;
+    wait_for(&api, "fine", "the fine Widget to be Ready", ready).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let greeted = support::wait_for_any(events, "the script's Greeted event", |e| {
+        e.reason.as_deref() == Some("Greeted")
+    })
+    .await;
+    assert_eq!(greeted.note.as_deref(), Some("hello fine"));
+    assert_eq!(greeted.type_.as_deref(), Some("Normal"));
+}
