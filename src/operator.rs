@@ -3,6 +3,7 @@
 //! This is the unit that `khai run` starts from and that a reload will swap as a whole: building
 //! it needs no cluster, and it either succeeds completely or reports every problem it found.
 
+use crate::config::model::Controller;
 use crate::config::{self, Config, ConfigError};
 use crate::script::{self, Limits, Script, ScriptError};
 use std::path::Path;
@@ -24,10 +25,21 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("{}", join(.0))]
-    Scripts(Vec<ScriptError>),
+    Scripts(Vec<Problem>),
 }
 
-fn join(errs: &[ScriptError]) -> String {
+/// One problem found while compiling and checking scripts.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// The script does not read or compile.
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// The config names something the script does not define; located in the config.
+    #[error("{0}")]
+    Config(config::Diagnostic),
+}
+
+fn join(errs: &[Problem]) -> String {
     errs.iter()
         .map(ToString::to_string)
         .collect::<Vec<_>>()
@@ -42,35 +54,71 @@ impl Operator {
         let limits = Limits::default();
         let engine = Arc::new(script::engine(&limits));
         let mut scripts = Vec::new();
-        let mut errors = Vec::new();
-        for ctl in &config.model.controllers {
+        let mut problems = Vec::new();
+        for (i, ctl) in config.model.controllers.iter().enumerate() {
             let file = config.resolve(&ctl.script);
             match Script::compile_file(engine.clone(), &limits, &file) {
                 Ok(s) => {
-                    // Every function the config names must exist with the arity khai calls it with.
-                    let named = std::iter::once((ctl.reconcile.as_str(), RECONCILE_ARITY))
-                        .chain(ctl.when.as_deref().map(|w| (w, 1)))
-                        .chain(
-                            ctl.watches
-                                .iter()
-                                .filter_map(|w| w.map.as_deref())
-                                .map(|m| (m, 1)),
-                        );
-                    errors
-                        .extend(named.filter_map(|(f, arity)| s.require_function(f, arity).err()));
+                    problems.extend(
+                        check_functions(&config, i, ctl, &s)
+                            .into_iter()
+                            .map(Problem::Config),
+                    );
                     scripts.push(s);
                 }
-                Err(e) => errors.push(e),
+                Err(e @ ScriptError::Read { .. }) => {
+                    problems.push(Problem::Config(config.diagnostic_at(
+                        "controller",
+                        i,
+                        "script",
+                        e.to_string(),
+                    )));
+                }
+                Err(e) => problems.push(e.into()),
             }
         }
-        if errors.is_empty() {
+        if problems.is_empty() {
             Ok(Self {
                 config,
                 scripts,
                 limits,
             })
         } else {
-            Err(Error::Scripts(errors))
+            Err(Error::Scripts(problems))
         }
     }
+}
+
+/// Every function the config names must exist in the script with the arity khai calls it with.
+/// A problem points at the config line that names the function.
+fn check_functions(
+    config: &Config,
+    i: usize,
+    ctl: &Controller,
+    script: &Script,
+) -> Vec<config::Diagnostic> {
+    let named = std::iter::once(("reconcile", ctl.reconcile.as_str(), RECONCILE_ARITY))
+        .chain(ctl.when.as_deref().map(|w| ("when", w, 1)))
+        .chain(
+            ctl.watches
+                .iter()
+                .filter_map(|w| w.map.as_deref())
+                .map(|m| ("watches", m, 1)),
+        );
+    named
+        .filter(|(_, f, arity)| !script.has_function(f, *arity))
+        .map(|(key, f, arity)| {
+            let file = script.file().display();
+            let wanted = script::param_list(arity);
+            let names = script.function_names();
+            let mut msg = format!("function {f}({wanted}) is not defined in {file}");
+            if names.iter().any(|n| n == f) {
+                msg = format!("{f} in {file} must take {arity} parameter(s): {f}({wanted})");
+            } else if let Some(s) = config::diag::did_you_mean(f, names.iter().map(String::as_str))
+            {
+                msg.push_str(&format!(" (did you mean {s:?}?)"));
+            }
+            config.diagnostic_at("controller", i, key, msg)
+        })
+        .collect()
 }

@@ -118,10 +118,31 @@ fn run_with_a_script_lacking_reconcile_says_which_function() {
     });
     let out = khai(&["run", "--config", dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("scripts/hello.rhai: function reconcile(obj, ctx) is not defined"),
-        "{}",
-        stderr(&out)
+    let d = dir.path().display();
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: {d}/operator.toml:20:1: controller[0].reconcile: reconcile in {d}/scripts/hello.rhai must take 2 parameter(s): reconcile(obj, ctx)"
+        )
+    );
+}
+
+#[test]
+fn check_names_a_misspelled_function_at_its_config_line() {
+    let dir = hello_with("operator.toml", |t| {
+        t.replace(
+            "script = \"scripts/hello.rhai\"",
+            "script = \"scripts/hello.rhai\"\nreconcile = \"reconcil\"",
+        )
+    });
+    let out = khai(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let d = dir.path().display();
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: {d}/operator.toml:24:13: controller[0].reconcile: function reconcil(obj, ctx) is not defined in {d}/scripts/hello.rhai (did you mean \"reconcile\"?)"
+        )
     );
 }
 

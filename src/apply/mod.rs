@@ -84,6 +84,24 @@ pub struct Applier {
     model: crate::config::Model,
     field_manager: String,
     kinds: Mutex<HashMap<String, Kind>>,
+    /// Writes whose effect the caches may not show yet; see [`Written`].
+    written: Mutex<HashMap<String, Written>>,
+}
+
+/// What khai last wrote to one object, and the resourceVersion it saw when it did.
+///
+/// A watch lags behind the writes that cause it: the reconcile right after a write can still see
+/// the object as it was before. Without this memo that reconcile would write the same thing
+/// again (and stamp a fresh `lastTransitionTime`), which is the double write per change that
+/// makes operators heavy on the API server. While the cache still shows the version khai wrote
+/// from, khai knows its write is already on its way and skips it; once the cache moves on, the
+/// entry is dropped and the normal comparison takes over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Written {
+    /// resourceVersion the object had in the cache when khai wrote ("" when absent).
+    from: String,
+    /// Hash of what khai wrote.
+    hash: String,
 }
 
 impl Applier {
@@ -94,6 +112,7 @@ impl Applier {
             model,
             field_manager,
             kinds: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
         }
     }
 
@@ -251,6 +270,15 @@ impl Applier {
                         .within(ns.as_deref().unwrap_or("")),
                 )
             });
+        let memo_key = format!("child/{}/{}/{:?}/{}", key.0, key.1, key.2, key.3);
+        let seen_rv = cached
+            .as_ref()
+            .and_then(|c| c.resource_version())
+            .unwrap_or_default();
+        let hash = content_hash(&child);
+        if self.already_written(&memo_key, &seen_rv, &hash) {
+            return Ok((key, false));
+        }
         if let Some(current) = cached
             && serde_json::to_value(&*current).is_ok_and(|cur| is_subset(&child, &cur))
         {
@@ -265,6 +293,7 @@ impl Applier {
                 name: name.clone(),
                 source,
             })?;
+        self.remember(memo_key, seen_rv, hash);
         tracing::debug!(child.kind = %kind_name, child.name = %name, "applied child");
         Ok((key, true))
     }
@@ -276,6 +305,14 @@ impl Applier {
         kind: &Kind,
         desired: &Map<String, Value>,
     ) -> Result<bool, Error> {
+        let memo_key = format!("status/{}", parent.uid().unwrap_or_default());
+        let seen_rv = parent.resource_version().unwrap_or_default();
+        // The script's inputs are this very version of the object, so what it wants now is
+        // what khai already wrote for it (give or take a timestamp).
+        let hash = status_hash(desired);
+        if self.already_written(&memo_key, &seen_rv, &hash) {
+            return Ok(false);
+        }
         let current = parent.data.get("status").cloned().unwrap_or(Value::Null);
         if !status_differs(&current, desired) {
             return Ok(false);
@@ -289,7 +326,30 @@ impl Applier {
         )
         .await
         .map_err(Error::Status)?;
+        self.remember(memo_key, seen_rv, hash);
         Ok(true)
+    }
+
+    /// Whether khai wrote `hash` to `key` when the cache showed `seen_rv`, and the cache still
+    /// shows it. Forgets the entry once the cache has moved on.
+    fn already_written(&self, key: &str, seen_rv: &str, hash: &str) -> bool {
+        let Ok(mut memo) = self.written.lock() else {
+            return false;
+        };
+        match memo.get(key) {
+            Some(w) if w.from == seen_rv => w.hash == hash,
+            Some(_) => {
+                memo.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn remember(&self, key: String, from: String, hash: String) {
+        if let Ok(mut memo) = self.written.lock() {
+            memo.insert(key, Written { from, hash });
+        }
     }
 }
 
@@ -318,6 +378,18 @@ fn own(child: &mut Value, parent: &DynamicObject, parent_kind: &Kind) {
     meta["annotations"][APPLIED_HASH] = json!("");
     let hash = content_hash(child);
     child["metadata"]["annotations"][APPLIED_HASH] = json!(hash);
+}
+
+/// Hash of a desired status without the conditions' `lastTransitionTime`, which a reconcile
+/// working from a stale copy would stamp afresh although nothing changed.
+fn status_hash(desired: &Map<String, Value>) -> String {
+    let mut s = desired.clone();
+    if let Some(Value::Array(conds)) = s.get_mut("conditions") {
+        for c in conds.iter_mut().filter_map(Value::as_object_mut) {
+            c.remove("lastTransitionTime");
+        }
+    }
+    content_hash(&Value::Object(s))
 }
 
 /// A short, stable hash of a JSON value (key order as produced by the script).
@@ -416,6 +488,21 @@ mod tests {
             &json!({ "list": [1] }),
             &json!({ "list": [1, 2] })
         ));
+    }
+
+    #[test]
+    fn status_hash_ignores_transition_times_only() {
+        let a = map(
+            json!({ "phase": "Ready", "conditions": [{ "type": "Ready", "status": "True", "lastTransitionTime": "t1" }] }),
+        );
+        let b = map(
+            json!({ "phase": "Ready", "conditions": [{ "type": "Ready", "status": "True", "lastTransitionTime": "t2" }] }),
+        );
+        let c = map(
+            json!({ "phase": "Ready", "conditions": [{ "type": "Ready", "status": "False", "lastTransitionTime": "t2" }] }),
+        );
+        assert_eq!(status_hash(&a), status_hash(&b));
+        assert_ne!(status_hash(&a), status_hash(&c));
     }
 
     #[test]

@@ -29,9 +29,25 @@ pub struct Config {
     pub file: PathBuf,
     /// Directory that relative paths in the model are resolved against.
     pub base_dir: PathBuf,
+    /// The file's text, kept so later checks (scripts) can point at the line that named them.
+    pub source: String,
 }
 
 impl Config {
+    /// A diagnostic about the field at `path` in the config: `controller` index `i`, key `key`
+    /// becomes `operator.toml:LINE:COL: controller[i].key: message`.
+    pub fn diagnostic_at(
+        &self,
+        section: &str,
+        index: usize,
+        key: &str,
+        message: String,
+    ) -> Diagnostic {
+        use validate::Seg;
+        let path = [Seg::Key(section), Seg::Index(index), Seg::Key(key)];
+        validate::diagnostic(&self.file, &self.source, &path, message)
+    }
+
     /// Resolves a path written in the config relative to the config's directory.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         self.base_dir.join(path)
@@ -77,6 +93,7 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         model,
         file,
         base_dir,
+        source: src,
     })
 }
 

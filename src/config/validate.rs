@@ -14,7 +14,7 @@ use std::path::Path;
 
 /// One segment of a field path.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Seg<'a> {
+pub(crate) enum Seg<'a> {
     Key(&'a str),
     Index(usize),
 }
@@ -95,7 +95,7 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError
 }
 
 /// A problem at `path`, placed on its line when the format allows.
-pub(super) fn diagnostic(file: &Path, src: &str, path: &[Seg], message: String) -> Diagnostic {
+pub(crate) fn diagnostic(file: &Path, src: &str, path: &[Seg], message: String) -> Diagnostic {
     Diagnostic::new(file, message)
         .at(locate(file, src, path))
         .field(render(path))

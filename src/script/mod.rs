@@ -104,7 +104,8 @@ fn at(file: &Path, pos: Option<(usize, usize)>) -> String {
     }
 }
 
-fn param_list(arity: usize) -> String {
+/// `obj, ctx` for arity 2: how khai names the parameters it passes.
+pub fn param_list(arity: usize) -> String {
     ["obj", "ctx", "arg3", "arg4"]
         .iter()
         .take(arity)
@@ -222,6 +223,14 @@ impl Script {
         self.ast
             .iter_functions()
             .any(|f| f.name == name && f.params.len() == arity)
+    }
+
+    /// Names of the functions the script defines.
+    pub fn function_names(&self) -> Vec<String> {
+        self.ast
+            .iter_functions()
+            .map(|f| f.name.to_string())
+            .collect()
     }
 
     /// Fails unless the script defines `name` with exactly `arity` parameters.

@@ -231,6 +231,17 @@ impl Khai {
         what: &str,
         pred: impl Fn(&str) -> bool + Send + 'static,
     ) -> String {
+        self.wait_for_logs(skip, what, 1, pred).await.remove(0)
+    }
+
+    /// Waits until `n` log lines after the first `skip` satisfy `pred`; returns them.
+    pub async fn wait_for_logs(
+        &self,
+        skip: usize,
+        what: &str,
+        n: usize,
+        pred: impl Fn(&str) -> bool + Send + 'static,
+    ) -> Vec<String> {
         let log = self.log.clone();
         let what = what.to_string();
         tokio::task::spawn_blocking(move || {
@@ -238,14 +249,21 @@ impl Khai {
             let deadline = std::time::Instant::now() + DEADLINE;
             let mut guard = lines.lock().unwrap();
             loop {
-                if let Some(l) = guard.iter().skip(skip).find(|l| pred(l)) {
-                    return l.clone();
+                let found: Vec<String> = guard
+                    .iter()
+                    .skip(skip)
+                    .filter(|l| pred(l))
+                    .take(n)
+                    .cloned()
+                    .collect();
+                if found.len() == n {
+                    return found;
                 }
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 assert!(
                     !left.is_zero(),
-                    "timed out after {DEADLINE:?} waiting for khai to log {what}:\n{}",
-                    guard.join("\n")
+                    "timed out after {DEADLINE:?} waiting for khai to log {what} ({} of {n} seen)",
+                    found.len()
                 );
                 guard = changed.wait_timeout(guard, left).unwrap().0;
             }

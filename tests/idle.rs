@@ -1,0 +1,190 @@
+//! How light khai is on the API server when nothing changes, measured with the API server's own
+//! `apiserver_request_total`. This binary has the cluster to itself, so every write it counts
+//! came from khai.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use std::collections::{BTreeMap, HashSet};
+use support::{Khai, TestNamespace};
+
+const OBJECTS: usize = 1000;
+
+/// Write requests the API server has served so far, by `verb resource`.
+async fn writes(client: &kube::Client) -> BTreeMap<String, u64> {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+    {
+        let label = |name: &str| {
+            line.split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string()
+        };
+        let verb = label("verb");
+        if ![
+            "POST",
+            "PUT",
+            "PATCH",
+            "DELETE",
+            "DELETECOLLECTION",
+            "APPLY",
+        ]
+        .contains(&verb.as_str())
+        {
+            continue;
+        }
+        let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        *out.entry(format!(
+            "{verb} {}/{}",
+            label("resource"),
+            label("subresource")
+        ))
+        .or_default() += n as u64;
+    }
+    out
+}
+
+/// Counts that grew from `before` to `after`.
+fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_thousand_objects_cost_two_writes_each_and_an_idle_resync_costs_none() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "idle").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("operator.toml"),
+        r#"
+[operator]
+name = "idle"
+
+[[crd]]
+group = "idle.khai.dev"
+kind = "Item"
+versions = ["v1"]
+spec.size = { type = "integer", default = 1 }
+status.phase = { type = "string" }
+status.configMap = { type = "string" }
+
+[[controller]]
+for = "Item"
+owns = ["v1/ConfigMap"]
+script = "item.rhai"
+resync = "5s"
+concurrency = 8
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("item.rhai"),
+        r#"
+fn reconcile(obj, ctx) {
+    let name = obj.metadata.name + "-config";
+    #{ children: [#{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: name }, data: #{ size: `${obj.spec.size}` } }],
+       status: #{ phase: "Ready", configMap: name } }
+}
+"#,
+    )
+    .unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &[]);
+    support::wait_for_crd(&client, "items.idle.khai.dev").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("idle.khai.dev", "v1", "Item"),
+        "items",
+    );
+    let items: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+
+    let start = writes(&client).await;
+    // Watch for readiness from before the first create, so no transition is missed.
+    let ready = watcher(items.clone(), watcher::Config::default()).applied_objects();
+    let all_ready = async {
+        let mut seen = HashSet::new();
+        futures::pin_mut!(ready);
+        while let Some(Ok(o)) = ready.next().await {
+            if o.data["status"]["phase"] == "Ready" {
+                seen.insert(o.metadata.name.clone().unwrap());
+                if seen.len() == OBJECTS {
+                    return;
+                }
+            }
+        }
+    };
+    let create = futures::stream::iter(0..OBJECTS).for_each_concurrent(16, |i| {
+        let items = items.clone();
+        async move {
+            let obj: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "idle.khai.dev/v1", "kind": "Item",
+                "metadata": { "name": format!("item-{i:04}") }, "spec": { "size": i },
+            }))
+            .unwrap();
+            items.create(&PostParams::default(), &obj).await.unwrap();
+        }
+    });
+    let deadline = std::time::Duration::from_secs(180);
+    tokio::time::timeout(deadline, futures::future::join(create, all_ready))
+        .await
+        .expect("not every Item became Ready within 180s");
+
+    // Idle: khai's resync still reconciles every Item, and must not write anything.
+    let before = writes(&client).await;
+    let seen = khai.log_len();
+    let resynced = khai
+        .wait_for_logs(seen, "a full resync pass", OBJECTS, |l| {
+            l.contains("reconciled") && l.contains("bulk reconcile requested")
+        })
+        .await;
+    let writing: Vec<_> = resynced
+        .iter()
+        .filter(|l| {
+            !(l.contains("applied=0")
+                && l.contains("pruned=0")
+                && l.contains("status_written=false"))
+        })
+        .collect();
+    assert!(
+        writing.is_empty(),
+        "resync reconciles that wrote: {writing:?}"
+    );
+    let after = writes(&client).await;
+    let diff = delta(&before, &after);
+    assert!(
+        diff.is_empty(),
+        "writes during an idle resync of {OBJECTS} objects: {diff:?}"
+    );
+    // Over the whole run, khai wrote each child once and each status once: no write was repeated
+    // because a cache lagged behind khai's own previous write.
+    let total = delta(&start, &after);
+    eprintln!("writes for {OBJECTS} objects created and resynced: {total:?}");
+    let khai_writes: u64 = total
+        .iter()
+        .filter(|(k, _)| !k.starts_with("POST items/"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(
+        total.get("POST items/"),
+        Some(&(OBJECTS as u64)),
+        "{total:?}"
+    );
+    assert_eq!(khai_writes, 2 * OBJECTS as u64, "khai's writes: {total:?}");
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+}
