@@ -48,6 +48,8 @@ script = "widget.rhai"
 const WIDGET: &str = r#"
 fn reconcile(obj, ctx) {
     if obj.spec.message == "boom" { throw "widget exploded: " + obj.metadata.name; }
+    if obj.spec.message == "spin" { loop { } }
+    if obj.spec.message == "huge" { let s = "x"; loop { s += s; } }
     let children = [];
     for i in 0..obj.spec.count {
         children.push(#{ apiVersion: "v1", kind: "ConfigMap",
@@ -216,6 +218,8 @@ async fn a_failing_script_fails_only_its_object_with_a_condition_and_an_event() 
     let _khai = Khai::start(op.path(), &ns.name, &[]);
     let api = widgets(&client, group, &ns.name);
     create_widget(&api, group, "bad", json!({ "message": "boom" })).await;
+    create_widget(&api, group, "spinning", json!({ "message": "spin" })).await;
+    create_widget(&api, group, "huge", json!({ "message": "huge" })).await;
     create_widget(&api, group, "good", json!({})).await;
     let good = wait_for(&api, "good", "the good Widget to be Ready", ready).await;
     assert_eq!(good.data["status"]["conditions"][0]["type"], "Ready");

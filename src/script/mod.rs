@@ -147,6 +147,7 @@ pub fn engine(limits: &Limits) -> Engine {
         .set_max_map_size(limits.max_map_size)
         .set_max_variables(10_000)
         .set_max_functions(1_000)
+        // No `import`: scripts get no file access, not even to other scripts.
         .set_max_modules(0)
         .set_strict_variables(true)
         // Simple folds only built-in operators on constants, never registered functions, so
