@@ -3,6 +3,8 @@
 //! ([`crate::reconcile`]) and carries out the plan ([`crate::apply`]).
 
 use crate::apply::Applier;
+use crate::config::model::Watch;
+use crate::leader::Elector;
 use crate::operator::Operator;
 use crate::queue;
 use crate::reconcile;
@@ -15,20 +17,40 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::{Resource, ResourceExt};
+use lifecycle::{config_hash, drain, lead, report_synced};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+mod lifecycle;
+
 /// How long `khai run` waits for its CRDs to become Established.
 const CRD_ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long in-flight reconciles may run on after a shutdown signal, unless told otherwise.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+
 /// Settings of one run that do not come from the config file.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Overrides `[operator] namespaces` when non-empty.
     pub namespaces: Vec<String>,
+    /// Leader election; `None` reconciles at once, as the only replica.
+    pub leader: Option<crate::leader::Settings>,
+    /// How long in-flight reconciles may take to finish after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            namespaces: Vec::new(),
+            leader: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +63,8 @@ pub enum Error {
         #[source]
         source: watch::Error,
     },
+    #[error("lost the leader lease {lease}: {reason}")]
+    LostLease { lease: String, reason: String },
 }
 
 /// Why one reconcile failed; logged and retried with per-object backoff.
@@ -105,13 +129,26 @@ struct Ctx {
     backoff: queue::Backoff,
 }
 
-/// Runs the operator until `shutdown` is cancelled; in-flight reconciles finish first.
+/// One controller in one namespace with its informers started, waiting to be run.
+struct Prepared {
+    ctx: Arc<Ctx>,
+    primary: Arc<Informer>,
+    related: Vec<(Arc<Informer>, Watch)>,
+    reconcile_on_status: bool,
+    concurrency: u16,
+    resync: Option<Duration>,
+}
+
+/// Runs the operator until `shutdown` is cancelled; in-flight reconciles finish first (within
+/// the grace period). With leader election, informers start at once (so standby replicas are
+/// ready and take over with warm caches) but controllers run only while this replica leads.
 pub async fn run(
     op: Operator,
     client: kube::Client,
     opts: RunOptions,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    crate::metrics::config_loaded(config_hash(&op));
     let model = &op.config.model;
     if model.operator.install_crds && !model.crds.is_empty() {
         let install = crate::schema::install(
@@ -126,12 +163,38 @@ pub async fn run(
             () = shutdown.cancelled() => return Ok(()),
         }
     }
+    let informers = Informers::new(client.clone());
+    let prepared = prepare(&op, &client, &opts, &informers).await?;
+    let synced = tokio::spawn(report_synced(informers.all()));
+    let result = match opts.leader {
+        None => {
+            drain(run_all(prepared, &shutdown), &shutdown, opts.shutdown_grace).await;
+            Ok(())
+        }
+        Some(settings) => {
+            let elector = Elector::new(client.clone(), settings);
+            lead(elector, prepared, &shutdown, opts.shutdown_grace).await
+        }
+    };
+    synced.abort();
+    informers.shutdown();
+    tracing::info!("all controllers stopped");
+    result
+}
+
+/// Resolves every controller's kinds and starts the informers it needs, in every namespace.
+async fn prepare(
+    op: &Operator,
+    client: &kube::Client,
+    opts: &RunOptions,
+    informers: &Informers,
+) -> Result<Vec<Prepared>, Error> {
+    let model = &op.config.model;
     let namespaces: Vec<Option<String>> = match (&opts.namespaces, &model.operator.namespaces) {
         (cli, _) if !cli.is_empty() => cli.iter().cloned().map(Some).collect(),
         (_, cfg) if !cfg.is_empty() => cfg.iter().cloned().map(Some).collect(),
         _ => vec![None],
     };
-    let informers = Informers::new(client.clone());
     let applier = Arc::new(Applier::new(client.clone(), model.clone()));
     let recorder = Recorder::new(
         client.clone(),
@@ -140,7 +203,7 @@ pub async fn run(
             instance: std::env::var("POD_NAME").ok(),
         },
     );
-    let mut loops = Vec::new();
+    let mut prepared = Vec::new();
     for (ctl, script) in model.controllers.iter().zip(&op.scripts) {
         let name = ctl.display_name();
         let resolve = |k: &str| {
@@ -186,7 +249,7 @@ pub async fn run(
                 .collect();
             let related: Vec<_> = watched
                 .iter()
-                .map(|(k, w)| (informers.informer(k, ns), w))
+                .map(|(k, w)| (informers.informer(k, ns), w.clone()))
                 .collect();
             let visible = std::iter::once(primary.clone())
                 .chain(owned.iter().cloned())
@@ -203,7 +266,7 @@ pub async fn run(
                 script: script.clone(),
                 kind: kind.clone(),
                 manage_status,
-                owned: owned.clone(),
+                owned,
                 visible,
                 params: Value::Object(model.params.clone()),
                 applier: applier.clone(),
@@ -214,49 +277,77 @@ pub async fn run(
                     duration(&ctl.backoff.cap),
                 ),
             });
-            let trigger = queue::primary(primary.subscribe(), ctl.reconcile_on_status);
-            let mut c =
-                Controller::for_shared_stream_with(trigger, primary.store(), kind.resource.clone())
-                    .with_config(ControllerConfig::default().concurrency(ctl.concurrency));
-            for inf in &owned {
-                c = c.reconcile_on(queue::owners(inf.subscribe(), kind.resource.clone()));
-            }
-            for (inf, w) in &related {
-                let parent = kind.resource.clone();
-                c = match (&w.label, &w.map) {
-                    (Some(label), _) => {
-                        c.reconcile_on(queue::by_label(inf.subscribe(), label.clone(), parent))
-                    }
-                    (None, Some(f)) => c.reconcile_on(queue::by_script(
-                        inf.subscribe(),
-                        script.clone(),
-                        f.clone(),
-                        parent,
-                    )),
-                    (None, None) => c,
-                };
-            }
-            if let Some(period) = ctl.resync.as_deref() {
-                c = c.reconcile_all_on(queue::resync(duration(period)));
-            }
-            tracing::info!(controller = %name, kind = %kind.resource.kind, namespace = ns.unwrap_or("*"), "starting controller");
-            let name = name.clone();
-            let stream = c
-                .graceful_shutdown_on(shutdown.clone().cancelled_owned())
-                .run(reconcile_one, error_policy, ctx)
-                .for_each(move |res| {
-                    if let Err(e) = res {
-                        tracing::debug!(controller = %name, error = %e, "reconcile did not complete");
-                    }
-                    futures::future::ready(())
-                });
-            loops.push(stream);
+            prepared.push(Prepared {
+                ctx,
+                primary,
+                related,
+                reconcile_on_status: ctl.reconcile_on_status,
+                concurrency: ctl.concurrency,
+                resync: ctl.resync.as_deref().map(duration),
+            });
         }
     }
+    for inf in informers.all() {
+        crate::metrics::watch_started(&inf.kind.resource.kind);
+    }
+    Ok(prepared)
+}
+
+/// Runs every prepared controller until `shutdown`; returns when all have stopped.
+async fn run_all(prepared: Vec<Prepared>, shutdown: &CancellationToken) {
+    let loops: Vec<_> = prepared
+        .into_iter()
+        .map(|p| start(p, shutdown.clone()))
+        .collect();
     futures::future::join_all(loops).await;
-    informers.shutdown();
-    tracing::info!("all controllers stopped");
-    Ok(())
+}
+
+/// Counts each reconcile request a trigger stream yields for `controller`.
+fn counted<T>(controller: &str) -> impl FnMut(&T) + Send + use<T> {
+    let n = controller.to_string();
+    move |_| crate::metrics::queue_add(&n, 1)
+}
+
+/// Builds the kube-runtime `Controller` of one prepared controller and drives it.
+fn start(p: Prepared, shutdown: CancellationToken) -> impl std::future::Future<Output = ()> {
+    let ctx = p.ctx;
+    let name = ctx.controller.clone();
+    let parent = ctx.kind.resource.clone();
+    crate::metrics::controller_started(&name, p.concurrency);
+    let trigger =
+        queue::primary(p.primary.subscribe(), p.reconcile_on_status).inspect(counted(&name));
+    let mut c = Controller::for_shared_stream_with(trigger, p.primary.store(), parent.clone())
+        .with_config(ControllerConfig::default().concurrency(p.concurrency));
+    for inf in &ctx.owned {
+        c = c.reconcile_on(queue::owners(inf.subscribe(), parent.clone()).inspect(counted(&name)));
+    }
+    for (inf, w) in &p.related {
+        let (rx, parent) = (inf.subscribe(), parent.clone());
+        c = match (&w.label, &w.map) {
+            (Some(label), _) => {
+                c.reconcile_on(queue::by_label(rx, label.clone(), parent).inspect(counted(&name)))
+            }
+            (None, Some(f)) => c.reconcile_on(
+                queue::by_script(rx, ctx.script.clone(), f.clone(), parent).inspect(counted(&name)),
+            ),
+            (None, None) => c,
+        };
+    }
+    if let Some(period) = p.resync {
+        let (store, n) = (p.primary.store(), name.clone());
+        let all =
+            queue::resync(period).inspect(move |_| crate::metrics::queue_add(&n, store.len()));
+        c = c.reconcile_all_on(all);
+    }
+    tracing::info!(controller = %name, kind = %parent.kind, namespace = p.primary.namespace.as_deref().unwrap_or("*"), "starting controller");
+    c.graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile_one, error_policy, ctx)
+        .for_each(move |res| {
+            if let Err(e) = res {
+                tracing::debug!(controller = %name, error = %e, "reconcile did not complete");
+            }
+            futures::future::ready(())
+        })
 }
 
 /// Name of the optional cleanup function in a controller's script.
@@ -277,15 +368,11 @@ fn script_ctx(ctx: &Ctx, obj: &DynamicObject) -> ScriptCtx {
 }
 
 async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
-    let span = tracing::info_span!(
-        "reconcile",
-        controller = %ctx.controller,
-        kind = %ctx.kind.resource.kind,
-        namespace = obj.namespace().unwrap_or_default(),
-        name = %obj.name_any(),
-        uid = obj.uid().unwrap_or_default(),
-    );
-    async move {
+    let span = object_span(&obj, &ctx);
+    let controller = ctx.controller.clone();
+    let _worker = crate::metrics::reconcile_started(&controller);
+    let started = std::time::Instant::now();
+    let result = async move {
         // An object that carries khai's finalizer is always seen through to its end.
         let ours = obj.finalizers().iter().any(|f| *f == ctx.finalizer_name);
         if !ours && !selected(&obj, &ctx).await {
@@ -315,7 +402,31 @@ async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action,
         result
     }
     .instrument(span)
-    .await
+    .await;
+    crate::metrics::reconcile_finished(&controller, result_label(&result), started.elapsed());
+    result
+}
+
+/// The span every log line about one object's reconcile sits in, so text and JSON logs carry
+/// controller, kind, namespace, name and uid.
+fn object_span(obj: &DynamicObject, ctx: &Ctx) -> tracing::Span {
+    tracing::info_span!(
+        "reconcile",
+        controller = %ctx.controller,
+        kind = %ctx.kind.resource.kind,
+        namespace = obj.namespace().unwrap_or_default(),
+        name = %obj.name_any(),
+        uid = obj.uid().unwrap_or_default(),
+    )
+}
+
+/// controller-runtime's `result` label for a finished reconcile.
+fn result_label(result: &Result<Action, ReconcileError>) -> &'static str {
+    match result {
+        Err(_) => "error",
+        Ok(a) if *a == Action::await_change() => "success",
+        Ok(_) => "requeue_after",
+    }
 }
 
 /// Whether the controller's annotation filter and `when(obj)` predicate select `obj`. A failing
@@ -358,6 +469,13 @@ async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError>
         plan.status = Some(status);
     }
     let outcome = ctx.applier.apply(obj, &ctx.kind, &plan, &ctx.owned).await?;
+    crate::metrics::applied(
+        &ctx.controller,
+        outcome.children_applied,
+        outcome.children_unchanged,
+        outcome.children_pruned,
+        outcome.status_written,
+    );
     ctx.backoff.succeed(&key);
     for e in &plan.events {
         let kind = if e.warning {
@@ -447,8 +565,10 @@ async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &ReconcileError) {
     if ctx.manage_status && obj.metadata.deletion_timestamp.is_none() {
         let mut status = obj.data["status"].as_object().cloned().unwrap_or_default();
         with_ready(&mut status, obj, "False", reason, &message);
-        if let Err(e) = ctx.applier.status(obj, &ctx.kind, &status).await {
-            tracing::debug!(error = %e, "failed to write failure condition");
+        match ctx.applier.status(obj, &ctx.kind, &status).await {
+            Ok(true) => crate::metrics::status_written(&ctx.controller),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(error = %e, "failed to write failure condition"),
         }
     }
 }
@@ -474,23 +594,18 @@ async fn publish(ctx: &Ctx, obj: &DynamicObject, type_: EventType, reason: &str,
 /// After a failure: `retry(msg, delay)` is honoured as asked, `fail(msg)` waits for the object
 /// to change, anything else backs off exponentially per object.
 fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    let _span = object_span(&obj, &ctx).entered();
     let key = obj.uid().unwrap_or_else(|| obj.name_any());
     let asked = match err.script_error() {
         Some(ScriptError::Fail { .. }) => {
-            tracing::warn!(controller = %ctx.controller, name = %obj.name_any(), error = %err, "reconcile failed permanently; waiting for a change");
+            tracing::warn!(error = %err, "reconcile failed permanently; waiting for a change");
             return Action::await_change();
         }
         Some(ScriptError::Retry { delay, .. }) => reconcile::parse_duration(&json!(delay)).ok(),
         _ => None,
     };
     let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));
-    tracing::warn!(
-        controller = %ctx.controller,
-        namespace = obj.namespace().unwrap_or_default(),
-        name = %obj.name_any(),
-        error = %err,
-        retry_in = ?delay,
-        "reconcile failed"
-    );
+    crate::metrics::queue_retry(&ctx.controller);
+    tracing::warn!(error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

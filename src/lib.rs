@@ -6,14 +6,22 @@
 //! watched ([`watch`]), scripts are compiled and called ([`script`]), events become reconcile
 //! requests ([`queue`]), a script's answer becomes a plan ([`reconcile`]) and the plan is carried out ([`apply`]). [`operator`] bundles a loaded
 //! config with its compiled scripts, [`daemon`] wires `khai run`, and [`cli`] is the command line.
+//! [`metrics`] is the one module every step records into; [`leader`] decides which replica runs
+//! the controllers.
+//! [`testing`] runs a controller's script offline for `khai test`, along the same path as the
+//! daemon; [`scaffold`] holds the files `khai new` writes.
 
 pub mod apply;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod leader;
+pub mod metrics;
 pub mod operator;
 pub mod queue;
 pub mod reconcile;
+pub mod scaffold;
 pub mod schema;
 pub mod script;
+pub mod testing;
 pub mod watch;

@@ -2,7 +2,11 @@
 
 mod check;
 mod generate;
+mod json_log;
+mod new;
+mod operations;
 mod run;
+mod test;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;
@@ -35,6 +39,10 @@ pub enum Command {
     Check(check::Args),
     /// Generate manifests from a config without touching a cluster.
     Generate(generate::Args),
+    /// Run an operator's offline test cases (tests/*.yaml) without a cluster.
+    Test(test::Args),
+    /// Scaffold a new operator folder, or add a controller to one.
+    New(new::Args),
     /// Print the version of khai.
     Version,
 }
@@ -47,6 +55,8 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Check(args) => check::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Test(args) => test::run(args),
+        Command::New(args) => new::run(args),
         Command::Version => {
             println!("khai {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)
@@ -80,10 +90,8 @@ fn init_logging(format: LogFormat, level: Option<&str>) {
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
+            .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+            .event_format(json_log::FlatJson)
             .try_init(),
     };
 }

@@ -15,6 +15,8 @@ pub struct Args {
     /// Watch only this namespace (repeatable); overrides `[operator] namespaces`.
     #[arg(long = "namespace", short = 'n', value_name = "NS")]
     pub namespaces: Vec<String>,
+    #[command(flatten)]
+    pub ops: super::operations::Operations,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -31,7 +33,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), "khai starting");
-        let opts = RunOptions { namespaces: args.namespaces };
+        let leader = args.ops.leader(&client, &op.config.model.operator.name)?;
+        let metrics = crate::metrics::server::bind(args.ops.metrics_bind)
+            .await
+            .with_context(|| format!("failed to bind --metrics-bind {}", args.ops.metrics_bind))?;
+        let addr = metrics.local_addr().map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        tokio::spawn(crate::metrics::server::serve(metrics));
+        let opts = RunOptions {
+            namespaces: args.namespaces,
+            leader,
+            shutdown_grace: args.ops.shutdown_grace,
+        };
         daemon::run(op, client, opts, shutdown).await?;
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)

@@ -11,6 +11,7 @@ pub mod duration;
 pub mod model;
 mod schema_file;
 mod validate;
+pub mod webhook;
 
 pub use diag::Diagnostic;
 pub use model::Model;

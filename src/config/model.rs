@@ -25,6 +25,12 @@ pub struct Model {
     /// Free-form settings handed to every script as `ctx.params`.
     #[serde(default)]
     pub params: serde_json::Map<String, serde_json::Value>,
+    /// Admission and conversion webhooks, served over TLS by `khai run`.
+    #[serde(default, rename = "webhook")]
+    pub webhooks: Vec<super::webhook::Webhook>,
+    /// The webhook server: TLS mode, certificate files, the Service it is reached through.
+    #[serde(default)]
+    pub webhook_server: super::webhook::WebhookServer,
 }
 
 /// `[operator]`

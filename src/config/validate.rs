@@ -6,6 +6,7 @@
 
 mod crd;
 mod fields;
+mod webhook;
 
 use super::ConfigError;
 use super::diag::{self, Diagnostic};
@@ -86,6 +87,8 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError
             }
         }
     }
+
+    webhook::check(model, &mut report);
 
     if problems.is_empty() {
         Ok(())

@@ -113,6 +113,12 @@ impl Req {
     }
 }
 
+/// Whether `labels` satisfy the label selector `selector` (as `kubectl -l` writes it); shared
+/// with `khai test`'s in-memory lookups so both read selectors the same way.
+pub fn selector_matches(selector: &str, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+    Ok(parse_selector(selector)?.iter().all(|r| r.matches(labels)))
+}
+
 /// Parses `a=b,c!=d,e,!f,g in (x,y),h notin (z)`.
 fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
     let bad = || format!("invalid label selector {s:?}");

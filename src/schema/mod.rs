@@ -7,6 +7,10 @@
 //! only in being served and stored. Generation is pure (`khai generate crds` prints it without a
 //! cluster); [`install`] is the only I/O here.
 
+mod defaults;
+
+pub use defaults::{apply_defaults, default_object};
+
 use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Scale, Scope};
 use indexmap::IndexMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

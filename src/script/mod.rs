@@ -331,7 +331,8 @@ impl Script {
         let script = self.clone();
         let name = function.to_string();
         let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let result = tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
             f(&script, &name)
         })
@@ -343,7 +344,18 @@ impl Script {
                 function: function.into(),
                 message: format!("script task failed: {e}"),
             })
-        })
+        });
+        let error = result.as_ref().err().map(ScriptError::kind);
+        crate::metrics::script_call(&self.label(), function, started.elapsed(), error);
+        result
+    }
+
+    /// How metrics name this script: its file name.
+    fn label(&self) -> String {
+        self.file.file_name().map_or_else(
+            || self.file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
     }
 
     /// Flattens Rhai's chain of "in function call" wrappers to the innermost position and cause.
@@ -360,6 +372,9 @@ impl Script {
         }
         if let Some(control) = self.control_flow(function, &err) {
             return control;
+        }
+        if let Some(limit) = limit_hit(&err) {
+            crate::metrics::script_limit_abort(&self.label(), function, limit);
         }
         let message = match &err {
             EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
@@ -401,6 +416,34 @@ impl Script {
                 message,
             }),
             _ => None,
+        }
+    }
+}
+
+/// The limit that stopped a script, if one did: the `limit` label of
+/// `khai_script_limit_aborts_total`.
+fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
+    Some(match err {
+        EvalAltResult::ErrorTerminated(..) => "time",
+        EvalAltResult::ErrorTooManyOperations(..) => "operations",
+        EvalAltResult::ErrorStackOverflow(..) => "call_depth",
+        EvalAltResult::ErrorDataTooLarge(..) => "data_size",
+        EvalAltResult::ErrorTooManyVariables(..) => "variables",
+        EvalAltResult::ErrorTooManyModules(..) => "modules",
+        _ => return None,
+    })
+}
+
+impl ScriptError {
+    /// The `kind` label of `khai_script_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ScriptError::Syntax { .. } | ScriptError::Read { .. } => "load",
+            ScriptError::MissingFunction { .. } => "missing_function",
+            ScriptError::Runtime { .. } => "runtime",
+            ScriptError::Retry { .. } => "retry",
+            ScriptError::Fail { .. } => "fail",
+            ScriptError::Convert { .. } => "convert",
         }
     }
 }

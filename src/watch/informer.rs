@@ -172,6 +172,7 @@ async fn run(
             Ok(ev) => ev,
             Err(e) => {
                 tracing::warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "watch failed; retrying");
+                crate::metrics::watch_restarted(&key.kind);
                 continue;
             }
         };

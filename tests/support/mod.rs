@@ -165,6 +165,17 @@ pub struct Khai {
 impl Khai {
     /// Starts `khai run --config <config> --namespace <ns> <extra...>` against the test cluster.
     pub fn start(config: &Path, namespace: &str, extra: &[&str]) -> Self {
+        Self::start_with_kubeconfig(config, namespace, extra, kubeconfig())
+    }
+
+    /// Like [`Khai::start`], connecting with `kubeconfig` (e.g. one that impersonates a user
+    /// with fewer rights).
+    pub fn start_with_kubeconfig(
+        config: &Path,
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: &Path,
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_khai"))
             .arg("run")
             .arg("--config")
@@ -172,7 +183,14 @@ impl Khai {
             .arg("--namespace")
             .arg(namespace)
             .args(extra)
-            .env("KUBECONFIG", kubeconfig())
+            // Many daemons run at once: each serves metrics on a free port unless told otherwise
+            // (see `Khai::metrics_addr`).
+            .args(if extra.contains(&"--metrics-bind") {
+                &[][..]
+            } else {
+                &["--metrics-bind", "127.0.0.1:0"][..]
+            })
+            .env("KUBECONFIG", kubeconfig)
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -217,6 +235,35 @@ impl Khai {
             r.join().unwrap();
         }
         (status.code(), self.log.0.lock().unwrap().clone())
+    }
+
+    /// Where khai serves /metrics, /healthz and /readyz, as it logged at start.
+    pub async fn metrics_addr(&self) -> String {
+        let line = self
+            .wait_for_log(0, "the metrics address", |l| l.contains("serving /metrics"))
+            .await;
+        let addr = line
+            .split("addr")
+            .nth(1)
+            .and_then(|rest| {
+                rest.trim_start_matches(|c: char| !c.is_ascii_digit())
+                    .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
+                    .next()
+            })
+            .unwrap_or_default();
+        assert!(!addr.is_empty(), "no address in {line:?}");
+        addr.to_string()
+    }
+
+    /// The process id, for signals.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills khai with SIGKILL, as a crash or a node failure would, and waits for it to exit.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill khai");
+        self.child.wait().expect("wait for khai");
     }
 
     /// How many log lines khai has written so far.

@@ -1,0 +1,77 @@
+//! The production flags of `khai run`: the metrics and probe port, leader election and the
+//! shutdown grace period, and turning them into what the daemon takes.
+
+use crate::leader::{self, Settings};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Flags for running khai in production; `khai run` flattens them into its own.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Operations")]
+pub struct Operations {
+    /// Where /metrics, /healthz and /readyz are served (port 0: any free port, logged).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:8080",
+        env = "KHAI_METRICS_BIND"
+    )]
+    pub metrics_bind: SocketAddr,
+    /// Run the controllers only while this replica holds a Lease (for more than one replica).
+    #[arg(long, env = "KHAI_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the Lease [default: khai-<operator name>].
+    #[arg(long, value_name = "NAME")]
+    pub leader_elect_lease_name: Option<String>,
+    /// Namespace of the Lease [default: the pod's namespace, or the kubeconfig context's].
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    /// How long a Lease is valid without renewal; a standby takes over this long after the
+    /// leader's last renewal.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops reconciling; shorter than the
+    /// lease duration.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often every replica tries to acquire or renew the Lease.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
+    pub leader_elect_retry_period: Duration,
+    /// How long in-flight reconciles may take to finish after SIGTERM.
+    #[arg(long, value_name = "DURATION", default_value = "25s", value_parser = duration)]
+    pub shutdown_grace: Duration,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::config::duration::parse(s)
+}
+
+impl Operations {
+    /// The leader election settings, when `--leader-elect` is on.
+    pub fn leader(
+        &self,
+        client: &kube::Client,
+        operator: &str,
+    ) -> Result<Option<Settings>, leader::Error> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let settings = Settings {
+            lease_name: self
+                .leader_elect_lease_name
+                .clone()
+                .unwrap_or_else(|| format!("khai-{operator}")),
+            namespace: self
+                .leader_elect_namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| client.default_namespace().to_string()),
+            identity: leader::default_identity(),
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        };
+        settings.validate()?;
+        Ok(Some(settings))
+    }
+}

@@ -1,0 +1,92 @@
+//! The life of a run around the controllers: readiness once caches are synced, waiting for and
+//! holding the leader lease, and draining in-flight reconciles on shutdown.
+
+use super::{Error, Prepared, run_all};
+use crate::leader::Elector;
+use crate::operator::Operator;
+use crate::watch::Informer;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A hash of the model and every script's text, exported as `khai_config_hash`.
+pub(super) fn config_hash(op: &Operator) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&op.config.model)
+        .unwrap_or_default()
+        .hash(&mut h);
+    for s in &op.scripts {
+        std::fs::read(s.file()).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
+}
+
+/// Marks the process ready once every informer has its first full list.
+pub(super) async fn report_synced(informers: Vec<Arc<Informer>>) {
+    let stores: Vec<_> = informers.iter().map(|i| i.store()).collect();
+    let all = futures::future::join_all(stores.iter().map(|s| s.wait_until_ready())).await;
+    if all.iter().all(Result::is_ok) {
+        tracing::info!(informers = stores.len(), "caches synced; ready");
+        crate::metrics::caches_synced(true);
+    }
+}
+
+/// Waits for this replica to lead, runs the controllers while it does, and releases the lease on
+/// shutdown. Losing the lease stops the controllers at once (in-flight reconciles are dropped,
+/// not finished: another replica may already be starting) and ends the run with an error.
+pub(super) async fn lead(
+    mut elector: Elector,
+    prepared: Vec<Prepared>,
+    shutdown: &CancellationToken,
+    grace: Duration,
+) -> Result<(), Error> {
+    let lease = elector.settings().lease_name.clone();
+    let identity = elector.settings().identity.clone();
+    crate::metrics::leader(&lease, false);
+    tracing::info!(%lease, %identity, "waiting to become leader");
+    tokio::select! {
+        () = elector.acquire() => {}
+        () = shutdown.cancelled() => return Ok(()),
+    }
+    crate::metrics::leader(&lease, true);
+    tracing::info!(%lease, %identity, "became leader; starting controllers");
+    let lost = {
+        let controllers = drain(run_all(prepared, shutdown), shutdown, grace);
+        tokio::select! {
+            () = controllers => None,
+            why = elector.hold() => Some(why),
+        }
+    };
+    crate::metrics::leader(&lease, false);
+    match lost {
+        Some(why) => {
+            tracing::error!(%lease, reason = %why, "lost the lease; stopped reconciling");
+            Err(Error::LostLease { lease, reason: why })
+        }
+        None => {
+            elector.release().await;
+            Ok(())
+        }
+    }
+}
+
+/// Runs `controllers` to their end; once `shutdown` is cancelled they get `grace` to finish
+/// their in-flight reconciles, after which they are dropped.
+pub(super) async fn drain(
+    controllers: impl std::future::Future<Output = ()>,
+    shutdown: &CancellationToken,
+    grace: Duration,
+) {
+    futures::pin_mut!(controllers);
+    tokio::select! {
+        () = &mut controllers => return,
+        () = shutdown.cancelled() => {}
+    }
+    if tokio::time::timeout(grace, controllers).await.is_err() {
+        tracing::warn!(
+            ?grace,
+            "in-flight reconciles did not finish within the shutdown grace period; abandoning them"
+        );
+    }
+}

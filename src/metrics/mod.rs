@@ -1,0 +1,436 @@
+//! What khai measures about itself, and the HTTP endpoints that expose it.
+//!
+//! One process-wide Prometheus registry. Other modules record into it through the small
+//! functions here (a reconcile finished, a child was applied, a watch restarted, leadership
+//! changed) and never touch the registry themselves. Where controller-runtime has an equivalent
+//! metric, khai uses its name and labels, so dashboards and alerts written for Go operators work
+//! unchanged; khai's own metrics start with `khai_`. [`server`] serves `/metrics`, `/healthz` and
+//! `/readyz` on their own port; [`Health`] is what `/readyz` answers from.
+
+pub mod server;
+
+use prometheus::core::Collector;
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Values of `controller_runtime_reconcile_total`'s `result` label, as controller-runtime uses them.
+pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
+
+/// Every metric khai exports.
+struct Metrics {
+    registry: Registry,
+    reconcile_total: IntCounterVec,
+    reconcile_errors: IntCounterVec,
+    reconcile_time: HistogramVec,
+    active_workers: IntGaugeVec,
+    max_concurrent: IntGaugeVec,
+    queue_adds: IntCounterVec,
+    queue_retries: IntCounterVec,
+    script_duration: HistogramVec,
+    script_errors: IntCounterVec,
+    script_limit_aborts: IntCounterVec,
+    children_applied: IntCounterVec,
+    children_unchanged: IntCounterVec,
+    children_pruned: IntCounterVec,
+    status_writes: IntCounterVec,
+    watch_restarts: IntCounterVec,
+    leader: IntGaugeVec,
+    config_reloads: IntCounterVec,
+    config_hash: Gauge,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// Registers `c` and hands it back. Names and labels are constants, so a failure is a bug in
+/// this file, caught by the unit test below.
+#[allow(clippy::expect_used)]
+fn register<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    registry
+        .register(Box::new(c.clone()))
+        .expect("metric names are unique and valid");
+    c
+}
+
+#[allow(clippy::expect_used)]
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    register(r, c)
+}
+
+#[allow(clippy::expect_used)]
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    register(r, g)
+}
+
+#[allow(clippy::expect_used)]
+fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    // controller-runtime's reconcile_time_seconds buckets: 5 ms up to 60 s.
+    let buckets = vec![
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
+        0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+        15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+    ];
+    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
+        .expect("valid metric");
+    register(r, h)
+}
+
+impl Metrics {
+    #[allow(clippy::expect_used)]
+    fn new() -> Self {
+        let r = Registry::new();
+        let ctl = &["controller"];
+        let queue = &["name", "controller"];
+        let script = &["script", "function"];
+        let config_hash = register(
+            &r,
+            Gauge::new(
+                "khai_config_hash",
+                "Hash of the loaded config and scripts (lower 52 bits of a 64-bit hash)",
+            )
+            .expect("valid metric"),
+        );
+        let build_info = register(
+            &r,
+            GaugeVec::new(
+                Opts::new("khai_build_info", "Always 1; labels carry the build"),
+                &["version"],
+            )
+            .expect("valid metric"),
+        );
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1.0);
+        let m = Self {
+            reconcile_total: counter(
+                &r,
+                "controller_runtime_reconcile_total",
+                "Total number of reconciliations per controller",
+                &["controller", "result"],
+            ),
+            reconcile_errors: counter(
+                &r,
+                "controller_runtime_reconcile_errors_total",
+                "Total number of reconciliation errors per controller",
+                ctl,
+            ),
+            reconcile_time: histogram(
+                &r,
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                ctl,
+            ),
+            active_workers: gauge(
+                &r,
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+                ctl,
+            ),
+            max_concurrent: gauge(
+                &r,
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller (0: unbounded)",
+                ctl,
+            ),
+            queue_adds: counter(
+                &r,
+                "workqueue_adds_total",
+                "Total number of reconcile requests (triggers) handled by the workqueue",
+                queue,
+            ),
+            queue_retries: counter(
+                &r,
+                "workqueue_retries_total",
+                "Total number of retries handled by the workqueue",
+                queue,
+            ),
+            script_duration: histogram(
+                &r,
+                "khai_script_duration_seconds",
+                "Wall-clock time of one script call",
+                script,
+            ),
+            script_errors: counter(
+                &r,
+                "khai_script_errors_total",
+                "Script calls that ended in an error, by kind (runtime, retry, fail, convert)",
+                &["script", "function", "kind"],
+            ),
+            script_limit_aborts: counter(
+                &r,
+                "khai_script_limit_aborts_total",
+                "Script calls stopped by a limit (operations, time, call_depth, data_size, ...)",
+                &["script", "function", "limit"],
+            ),
+            children_applied: counter(
+                &r,
+                "khai_children_applied_total",
+                "Children sent to the API server with server-side apply",
+                ctl,
+            ),
+            children_unchanged: counter(
+                &r,
+                "khai_children_unchanged_total",
+                "Children already as desired; nothing sent",
+                ctl,
+            ),
+            children_pruned: counter(
+                &r,
+                "khai_children_pruned_total",
+                "Children deleted because the plan no longer lists them",
+                ctl,
+            ),
+            status_writes: counter(
+                &r,
+                "khai_status_writes_total",
+                "Status subresource writes",
+                ctl,
+            ),
+            watch_restarts: counter(
+                &r,
+                "khai_watch_restarts_total",
+                "Watches that failed and were restarted, by kind",
+                &["kind"],
+            ),
+            leader: gauge(
+                &r,
+                "leader_election_master_status",
+                "1 while this replica holds the lease, 0 otherwise",
+                &["name"],
+            ),
+            config_reloads: counter(
+                &r,
+                "khai_config_reloads_total",
+                "Config reloads by result (hot reload is not built yet: always 0)",
+                &["result"],
+            ),
+            config_hash,
+            registry: r,
+        };
+        for result in ["success", "failure"] {
+            m.config_reloads.with_label_values(&[result]);
+        }
+        m
+    }
+}
+
+/// Creates every metric now, so the first scrape already lists them all.
+pub fn init() {
+    LazyLock::force(&METRICS);
+}
+
+/// The whole registry in Prometheus text format.
+pub fn encode() -> String {
+    let families = METRICS.registry.gather();
+    let mut out = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
+        tracing::warn!(error = %e, "failed to encode metrics");
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Declares a controller: its series start at 0, as controller-runtime's do, so rates work from
+/// the first scrape.
+pub fn controller_started(controller: &str, concurrency: u16) {
+    let m = &*METRICS;
+    for result in RESULTS {
+        m.reconcile_total.with_label_values(&[controller, result]);
+    }
+    for c in [
+        &m.reconcile_errors,
+        &m.children_applied,
+        &m.children_unchanged,
+        &m.children_pruned,
+        &m.status_writes,
+    ] {
+        c.with_label_values(&[controller]);
+    }
+    m.queue_adds.with_label_values(&[controller, controller]);
+    m.queue_retries.with_label_values(&[controller, controller]);
+    m.active_workers.with_label_values(&[controller]);
+    m.max_concurrent
+        .with_label_values(&[controller])
+        .set(i64::from(concurrency));
+}
+
+/// Counts one busy worker of `controller` until dropped.
+pub struct Worker(prometheus::IntGauge);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// A reconcile of `controller` started; hold the guard until it ends.
+pub fn reconcile_started(controller: &str) -> Worker {
+    let g = METRICS.active_workers.with_label_values(&[controller]);
+    g.inc();
+    Worker(g)
+}
+
+/// A reconcile of `controller` ended with `result` (one of [`RESULTS`]) after `took`.
+pub fn reconcile_finished(controller: &str, result: &str, took: Duration) {
+    let m = &*METRICS;
+    m.reconcile_total
+        .with_label_values(&[controller, result])
+        .inc();
+    m.reconcile_time
+        .with_label_values(&[controller])
+        .observe(took.as_secs_f64());
+    if result == "error" {
+        m.reconcile_errors.with_label_values(&[controller]).inc();
+    }
+}
+
+/// Triggers asked `controller` to reconcile `n` objects.
+pub fn queue_add(controller: &str, n: usize) {
+    METRICS
+        .queue_adds
+        .with_label_values(&[controller, controller])
+        .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+}
+
+/// A failed reconcile of `controller` was scheduled again.
+pub fn queue_retry(controller: &str) {
+    METRICS
+        .queue_retries
+        .with_label_values(&[controller, controller])
+        .inc();
+}
+
+/// What applying one plan did.
+pub fn applied(controller: &str, applied: usize, unchanged: usize, pruned: usize, status: bool) {
+    let m = &*METRICS;
+    let add = |c: &IntCounterVec, n: usize| {
+        c.with_label_values(&[controller])
+            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+    };
+    add(&m.children_applied, applied);
+    add(&m.children_unchanged, unchanged);
+    add(&m.children_pruned, pruned);
+    add(&m.status_writes, usize::from(status));
+}
+
+/// A status write outside a plan (the failure condition).
+pub fn status_written(controller: &str) {
+    METRICS.status_writes.with_label_values(&[controller]).inc();
+}
+
+/// One script call of `function` in `script` took `took`; `error` names the kind of error it
+/// ended in, if any.
+pub fn script_call(script: &str, function: &str, took: Duration, error: Option<&str>) {
+    let m = &*METRICS;
+    m.script_duration
+        .with_label_values(&[script, function])
+        .observe(took.as_secs_f64());
+    if let Some(kind) = error {
+        m.script_errors
+            .with_label_values(&[script, function, kind])
+            .inc();
+    }
+}
+
+/// A script call was stopped by `limit`.
+pub fn script_limit_abort(script: &str, function: &str, limit: &str) {
+    METRICS
+        .script_limit_aborts
+        .with_label_values(&[script, function, limit])
+        .inc();
+}
+
+/// A watch of `kind` is running; its restart counter starts at 0.
+pub fn watch_started(kind: &str) {
+    METRICS.watch_restarts.with_label_values(&[kind]);
+}
+
+/// A watch of `kind` failed and is being restarted.
+pub fn watch_restarted(kind: &str) {
+    METRICS.watch_restarts.with_label_values(&[kind]).inc();
+}
+
+/// Whether this replica holds the lease `name`.
+pub fn leader(name: &str, leading: bool) {
+    METRICS
+        .leader
+        .with_label_values(&[name])
+        .set(i64::from(leading));
+}
+
+/// The config that is running, as a hash.
+pub fn config_loaded(hash: u64) {
+    // A gauge is an f64: keep 52 bits so the value is exact.
+    #[allow(clippy::cast_precision_loss)]
+    METRICS.config_hash.set((hash & ((1u64 << 52) - 1)) as f64);
+    HEALTH.config_loaded.store(true, Ordering::SeqCst);
+}
+
+/// What `/readyz` answers from.
+#[derive(Debug, Default)]
+pub struct Health {
+    config_loaded: AtomicBool,
+    caches_synced: AtomicBool,
+}
+
+static HEALTH: LazyLock<Health> = LazyLock::new(Health::default);
+
+/// Every informer's first list is in its cache (or, `false`, they are being rebuilt).
+pub fn caches_synced(synced: bool) {
+    HEALTH.caches_synced.store(synced, Ordering::SeqCst);
+}
+
+/// Why the process is not ready, or `None` when it is.
+pub fn not_ready() -> Option<&'static str> {
+    if !HEALTH.config_loaded.load(Ordering::SeqCst) {
+        Some("config not loaded")
+    } else if !HEALTH.caches_synced.load(Ordering::SeqCst) {
+        Some("caches not synced")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_exported_with_controller_runtime_names() {
+        init();
+        controller_started("unit", 2);
+        watch_started("Unit");
+        leader("unit-lease", true);
+        script_call("unit.rhai", "reconcile", Duration::from_millis(3), None);
+        reconcile_finished("unit", "success", Duration::from_millis(5));
+        let text = encode();
+        for family in [
+            "controller_runtime_reconcile_total{controller=\"unit\",result=\"success\"} 1",
+            "controller_runtime_reconcile_errors_total{controller=\"unit\"} 0",
+            "controller_runtime_reconcile_time_seconds_bucket{controller=\"unit\",le=\"0.005\"}",
+            "controller_runtime_max_concurrent_reconciles{controller=\"unit\"} 2",
+            "workqueue_adds_total{controller=\"unit\",name=\"unit\"} 0",
+            "leader_election_master_status{name=\"unit-lease\"} 1",
+            "khai_config_reloads_total{result=\"success\"} 0",
+            "khai_watch_restarts_total{kind=\"Unit\"} 0",
+            "khai_build_info{version=",
+        ] {
+            assert!(text.contains(family), "missing {family} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_worker_guard_counts_while_held() {
+        let g = || METRICS.active_workers.with_label_values(&["guard"]).get();
+        let w = reconcile_started("guard");
+        assert_eq!(g(), 1);
+        drop(w);
+        assert_eq!(g(), 0);
+    }
+}

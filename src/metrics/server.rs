@@ -1,0 +1,94 @@
+//! The operations port: `/metrics` (Prometheus text format), `/healthz` and `/readyz`.
+//!
+//! Plain HTTP/1.1 on its own listener, apart from any webhook server, so scraping and probing
+//! never compete with admission traffic. `/healthz` is answered by a task on the same runtime as
+//! the controllers, so a 200 proves the process is alive and the runtime is still scheduling
+//! work. `/readyz` answers 503 until the config is loaded and every informer has its first full
+//! list, then 200; it does not depend on leadership, so standby replicas are ready too.
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+
+/// Binds `addr` and creates every metric, so a taken port fails `khai run` at start and the
+/// first scrape lists every family.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    super::init();
+    TcpListener::bind(addr).await
+}
+
+/// Serves connections from `listener` for the life of the process, so probes and scrapes are
+/// answered during a graceful shutdown too.
+pub async fn serve(listener: TcpListener) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::debug!(error = %e, "metrics: accept failed");
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let conn = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service_fn(handle))
+                .await;
+            if let Err(e) = conn {
+                tracing::debug!(error = %e, "metrics: connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n".into(),
+        ));
+    }
+    let (status, ctype, body) = route(req.uri().path());
+    Ok(reply(status, ctype, body))
+}
+
+/// What each path answers: status, content type, body.
+fn route(path: &str) -> (StatusCode, &'static str, String) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    match path {
+        "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", super::encode()),
+        "/healthz" | "/livez" => (StatusCode::OK, TEXT, "ok\n".into()),
+        "/readyz" => match super::not_ready() {
+            None => (StatusCode::OK, TEXT, "ok\n".into()),
+            Some(why) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+        },
+        _ => (StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
+    }
+}
+
+fn reply(status: StatusCode, ctype: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(Bytes::from(body)));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_paths_are_not_found_and_healthz_is_ok() {
+        assert_eq!(route("/nope").0, StatusCode::NOT_FOUND);
+        assert_eq!(route("/healthz").0, StatusCode::OK);
+        assert_eq!(route("/metrics").0, StatusCode::OK);
+    }
+}

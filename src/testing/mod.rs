@@ -1,0 +1,416 @@
+//! `khai test`: offline unit tests of an operator's scripts, with no cluster.
+//!
+//! A case (see [`case`]) gives an input object, the objects khai's caches would hold, and the
+//! expected answer. Running it takes the daemon's own path wherever the daemon does not need a
+//! cluster: the operator is loaded by [`Operator::load`]; the object is defaulted from its CRD's
+//! schema as the API server would store it ([`crate::schema::default_object`]) and given the
+//! metadata the API server sets on create; the controller's script is called through
+//! [`Script::call_with_ctx`] with a [`ScriptCtx`] whose lookups read the case's `cache`
+//! ([`lookup::MemoryLookup`]); and the answer is validated by [`reconcile::parse_plan`]. What is
+//! compared is the script's answer: children before khai adds its ownerReference, labels and
+//! hash annotation, and status before khai adds `observedGeneration` and the `Ready` condition.
+//! Those additions are the same for every child and every operator, and are tested in khai.
+
+pub mod case;
+pub mod compare;
+pub mod lookup;
+
+pub use case::{Case, Expect};
+pub use compare::Mismatch;
+
+use crate::config::model::{Controller, Crd, Scope};
+use crate::operator::Operator;
+use crate::reconcile::{self, Plan};
+use crate::script::{Script, ScriptCtx};
+use lookup::{KindRef, MemoryLookup, Owner};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Why a case could not be run at all (as opposed to running and not matching).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{}: cannot read: {message}", file.display())]
+    Read { file: PathBuf, message: String },
+    #[error("{}: no test cases (*.yaml)", dir.display())]
+    NoCases { dir: PathBuf },
+    #[error("{}: {message}", at(file, *pos))]
+    Parse {
+        file: PathBuf,
+        pos: Option<(usize, usize)>,
+        message: String,
+    },
+    #[error("{}: {field}: {message}", file.display())]
+    Case {
+        file: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+fn at(file: &std::path::Path, pos: Option<(usize, usize)>) -> String {
+    match pos {
+        Some((l, c)) => format!("{}:{l}:{c}", file.display()),
+        None => file.display().to_string(),
+    }
+}
+
+/// Namespace given to a namespaced object that names none, as `kubectl apply` would.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Runs one case against a loaded operator; an empty list means it passed.
+pub fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
+    let bad = |field: &str, message: String| Error::Case {
+        file: case.file.clone(),
+        field: field.into(),
+        message,
+    };
+    let index = pick_controller(op, case).map_err(|m| bad("controller", m))?;
+    let ctl = &op.config.model.controllers[index];
+    let script = op
+        .scripts
+        .get(index)
+        .ok_or_else(|| bad("controller", "has no compiled script".into()))?;
+    let object = stored(op, &case.object, None).map_err(|m| bad("object", m))?;
+    let namespace = object["metadata"]["namespace"].as_str().map(str::to_string);
+    let lookup = memory_lookup(op, ctl, case, &object).map_err(|(f, m)| bad(&f, m))?;
+    let ctx = ScriptCtx {
+        operator: op.config.model.operator.name.clone(),
+        controller: ctl.display_name(),
+        namespace,
+        params: Value::Object(op.config.model.params.clone()),
+        lookup: Arc::new(lookup),
+    };
+    let answer = plan(script, &ctl.reconcile, &object, ctx);
+    expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
+}
+
+/// The controller that reconciles the case's object: the one named by `controller:`, else the
+/// only one whose `for` matches the object's kind.
+fn pick_controller(op: &Operator, case: &Case) -> Result<usize, String> {
+    let controllers = &op.config.model.controllers;
+    let names = || {
+        controllers
+            .iter()
+            .map(Controller::display_name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(name) = &case.controller {
+        return controllers
+            .iter()
+            .position(|c| c.display_name() == *name)
+            .ok_or_else(|| format!("no controller named {name:?} (controllers: {})", names()));
+    }
+    let kind = KindRef::of(&case.object);
+    let model = &op.config.model;
+    let matching: Vec<usize> = (0..controllers.len())
+        .filter(|&i| KindRef::parse(&controllers[i].for_kind, model).compatible(&kind))
+        .collect();
+    match matching.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(format!(
+            "no controller reconciles kind {:?} (controllers: {})",
+            kind.kind,
+            names()
+        )),
+        _ => Err(format!(
+            "several controllers reconcile kind {:?}; name one of: {}",
+            kind.kind,
+            names()
+        )),
+    }
+}
+
+/// The CRD of this config that declares `obj`'s kind, if any.
+fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
+    let kind = KindRef::of(obj);
+    op.config.model.crds.iter().find(|c| {
+        c.kind == kind.kind
+            && kind.group.as_deref() == Some(c.group.as_str())
+            && c.versions
+                .iter()
+                .any(|v| Some(v.name()) == kind.version.as_deref())
+    })
+}
+
+/// `obj` as the API server would store and serve it: CRD defaults filled in, and the metadata a
+/// create sets when absent (namespace `default` or `namespace`, `uid`, `generation: 1`).
+fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, String> {
+    let mut out = obj.clone();
+    let crd = crd_of(op, obj);
+    if let Some(crd) = crd {
+        crate::schema::default_object(crd, &mut out).map_err(|e| e.to_string())?;
+    }
+    let cluster_scoped = crd.is_some_and(|c| c.scope == Scope::Cluster);
+    let meta = out["metadata"]
+        .as_object_mut()
+        .ok_or_else(|| "metadata: expected a map".to_string())?;
+    meta.remove("managedFields");
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+    let uid = format!("uid-{name}");
+    if !cluster_scoped && !meta.contains_key("namespace") {
+        meta.insert(
+            "namespace".into(),
+            json!(namespace.unwrap_or(DEFAULT_NAMESPACE)),
+        );
+    }
+    meta.entry("uid").or_insert_with(|| json!(uid));
+    meta.entry("generation").or_insert_with(|| json!(1));
+    Ok(out)
+}
+
+/// The case's cache (each object stored as the API server would, in the object's namespace
+/// unless it names one) plus the object itself, visible through the controller's kinds only.
+fn memory_lookup(
+    op: &Operator,
+    ctl: &Controller,
+    case: &Case,
+    object: &Value,
+) -> Result<MemoryLookup, (String, String)> {
+    let model = &op.config.model;
+    let visible: Vec<KindRef> = std::iter::once(&ctl.for_kind)
+        .chain(&ctl.owns)
+        .chain(ctl.watches.iter().map(|w| &w.kind))
+        .map(|k| KindRef::parse(k, model))
+        .collect();
+    let meta = &object["metadata"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let owner = Owner {
+        kind: text(&object["kind"]),
+        name: text(&meta["name"]),
+        uid: text(&meta["uid"]),
+        namespace: meta["namespace"].as_str().map(str::to_string),
+    };
+    let mut lookup = MemoryLookup {
+        visible,
+        objects: vec![object.clone()],
+        owner,
+        model: model.clone(),
+    };
+    for (i, o) in case.cache.iter().enumerate() {
+        let at = format!("cache[{i}]");
+        let kind = KindRef::of(o);
+        let written = o["kind"].as_str().unwrap_or_default();
+        lookup.check_visible(&kind, written).map_err(|_| {
+            let msg = format!(
+                "kind {written:?} is not watched by controller {} (for, owns, watches), so \
+                 ctx lookups could never see it",
+                ctl.display_name()
+            );
+            (at.clone(), msg)
+        })?;
+        let ns = lookup.owner.namespace.as_deref();
+        lookup
+            .objects
+            .push(stored(op, o, ns).map_err(|m| (at.clone(), m))?);
+    }
+    Ok(lookup)
+}
+
+/// The engine path of one reconcile, without a cluster: call the script, validate its answer.
+pub fn plan(
+    script: &Script,
+    function: &str,
+    object: &Value,
+    ctx: ScriptCtx,
+) -> Result<Plan, reconcile::Error> {
+    let out = script.call_with_ctx(function, object, ctx)?;
+    reconcile::parse_plan(out).map_err(|(field, message)| reconcile::Error::InvalidResult {
+        file: script.file().display().to_string(),
+        function: function.into(),
+        field,
+        message,
+    })
+}
+
+/// Every way in which `answer` misses `expect`; `Err` for an expectation that is itself invalid.
+fn expectations(
+    expect: &Expect,
+    answer: Result<Plan, reconcile::Error>,
+) -> Result<Vec<Mismatch>, (String, String)> {
+    let plan = match (answer, &expect.error) {
+        (Err(e), Some(want)) if e.to_string().contains(want.as_str()) => return Ok(Vec::new()),
+        (Err(e), Some(want)) => {
+            return Ok(vec![Mismatch::new(
+                "error",
+                format!("an error containing {}", json!(want)),
+                json!(e.to_string()).to_string(),
+            )]);
+        }
+        (Ok(_), Some(want)) => {
+            return Ok(vec![Mismatch::new(
+                "error",
+                format!("an error containing {}", json!(want)),
+                "success",
+            )]);
+        }
+        (Err(e), None) => {
+            return Ok(vec![Mismatch::new(
+                "reconcile",
+                "success",
+                format!("error: {e}"),
+            )]);
+        }
+        (Ok(plan), None) => plan,
+    };
+    compare_plan(expect, &plan)
+}
+
+fn compare_plan(expect: &Expect, plan: &Plan) -> Result<Vec<Mismatch>, (String, String)> {
+    let mut out = Vec::new();
+    if let Some(children) = &expect.children {
+        let got = Value::Array(plan.children.clone());
+        compare::compare(
+            "children",
+            &Value::Array(children.clone()),
+            Some(&got),
+            &mut out,
+        );
+    }
+    if let Some(status) = &expect.status {
+        let got = plan.status.clone().map(Value::Object);
+        compare::compare("status", status, got.as_ref(), &mut out);
+    }
+    if let Some(requeue) = &expect.requeue_after {
+        let want = match requeue {
+            Value::Null => None,
+            v => {
+                Some(reconcile::parse_duration(v).map_err(|m| ("expect.requeue_after".into(), m))?)
+            }
+        };
+        if want != plan.requeue_after {
+            let show =
+                |d: Option<std::time::Duration>| d.map_or("none".into(), |d| format!("{d:?}"));
+            out.push(Mismatch::new(
+                "requeue_after",
+                show(want),
+                show(plan.requeue_after),
+            ));
+        }
+    }
+    if let Some(events) = &expect.events {
+        let got: Vec<Value> = plan
+            .events
+            .iter()
+            .map(|e| {
+                let ty = if e.warning { "Warning" } else { "Normal" };
+                json!({ "type": ty, "reason": e.reason, "message": e.message })
+            })
+            .collect();
+        compare::compare(
+            "events",
+            &Value::Array(events.clone()),
+            Some(&Value::Array(got)),
+            &mut out,
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// An operator in a temp dir with one CRD and the given script.
+    fn operator(script: &str) -> (tempfile::TempDir, Operator) {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = concat!(
+            "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\n",
+            "spec.replicas = { type = \"integer\", default = 2 }\nstatus.phase = { type = \"string\" }\n\n",
+            "[[controller]]\nfor = \"Web\"\nowns = [\"apps/v1/Deployment\"]\nscript = \"web.rhai\"\n",
+        );
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        std::fs::write(dir.path().join("web.rhai"), script).unwrap();
+        let op = Operator::load(dir.path()).unwrap();
+        (dir, op)
+    }
+
+    fn case(src: &str) -> Case {
+        let obj =
+            "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w }, spec: {} }\n";
+        case::parse(Path::new("tests/c.yaml"), &format!("{obj}{src}")).unwrap()
+    }
+
+    fn run(script: &str, src: &str) -> Vec<String> {
+        let (_dir, op) = operator(script);
+        let found = run_case(&op, &case(src)).unwrap();
+        found.iter().map(ToString::to_string).collect()
+    }
+
+    const SCRIPT: &str = r#"
+fn reconcile(obj, ctx) {
+    let ready = ctx.get("Deployment", obj.metadata.name)?.status?.readyReplicas ?? 0;
+    #{
+        children: [#{ apiVersion: "apps/v1", kind: "Deployment", metadata: #{ name: obj.metadata.name, namespace: obj.metadata.namespace },
+                      spec: #{ replicas: obj.spec.replicas } }],
+        status: #{ phase: if ready == obj.spec.replicas { "Ready" } else { "Pending" } },
+        requeue_after: "30s",
+        events: [#{ reason: "Seen", message: `uid ${obj.metadata.uid} gen ${obj.metadata.generation}` }],
+    }
+}
+"#;
+
+    #[test]
+    fn the_object_is_defaulted_and_given_create_metadata() {
+        let found = run(
+            SCRIPT,
+            "expect:\n  children: [{ metadata: { namespace: default }, spec: { replicas: 2 } }]\n  events: [{ type: Normal, message: uid uid-w gen 1 }]\n  requeue_after: 30s\n",
+        );
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn cache_contents_reach_the_script() {
+        let cache = "cache:\n  - { apiVersion: apps/v1, kind: Deployment, metadata: { name: w }, status: { readyReplicas: 2 } }\n";
+        let found = run(
+            SCRIPT,
+            &format!("{cache}expect:\n  status: {{ phase: Ready }}\n"),
+        );
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(
+            run(SCRIPT, "expect:\n  status: { phase: Ready }\n"),
+            [r#"status.phase: expected "Ready", got "Pending""#]
+        );
+    }
+
+    #[test]
+    fn wrong_requeue_and_unexpected_error_are_mismatches() {
+        assert_eq!(
+            run(SCRIPT, "expect:\n  requeue_after: null\n"),
+            ["requeue_after: expected none, got 30s"]
+        );
+        let found = run("fn reconcile(obj, ctx) { throw \"boom\" }", "expect: {}\n");
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].starts_with("reconcile: expected success, got error: "),
+            "{found:?}"
+        );
+        assert!(
+            found[0].ends_with("web.rhai:1:26: in reconcile: boom"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn expected_errors_match_by_substring_including_invalid_answers() {
+        let bad = "fn reconcile(obj, ctx) { #{ stauts: #{} } }";
+        assert!(run(bad, "expect:\n  error: \"stauts: unknown key\"\n").is_empty());
+        assert_eq!(
+            run(SCRIPT, "expect:\n  error: boom\n"),
+            [r#"error: expected an error containing "boom", got success"#]
+        );
+    }
+
+    #[test]
+    fn unwatched_cache_kind_is_a_case_error() {
+        let (_dir, op) = operator(SCRIPT);
+        let c = case("cache:\n  - { apiVersion: v1, kind: Secret, metadata: { name: s } }\n");
+        let err = run_case(&op, &c).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "tests/c.yaml: cache[0]: kind \"Secret\" is not watched by controller web (for, owns, watches), so ctx lookups could never see it"
+        );
+    }
+}

@@ -1,0 +1,454 @@
+//! End to end against a real kube-apiserver: running khai in production. Metrics and probes on
+//! their own port, JSON logs that carry the object of every reconcile, and leader election
+//! between replicas (one reconciles; a crash or a SIGTERM hands over to another).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use std::time::{Duration, Instant};
+use support::{DEADLINE, Khai, TestNamespace, wait_for};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One namespaced `Widget` in `group`, reconciled into a ConfigMap; `spec.message = "spin"`
+/// loops forever, so its reconcile is stopped by a script limit.
+fn operator(group: &str, extra_controller: &str) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "widgets"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.message = {{ type = "string", default = "ok" }}
+status.phase = {{ type = "string" }}
+
+[[controller]]
+for = "Widget"
+owns = ["v1/ConfigMap"{extra_controller}]
+script = "widget.rhai"
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(
+        dir.path().join("widget.rhai"),
+        r#"
+fn reconcile(obj, ctx) {
+    if obj.spec.message == "spin" { loop { } }
+    #{ children: [#{ apiVersion: "v1", kind: "ConfigMap",
+                     metadata: #{ name: obj.metadata.name + "-cm" },
+                     data: #{ message: obj.spec.message } }],
+       status: #{ phase: "Ready" } }
+}
+"#,
+    )
+    .unwrap();
+    dir
+}
+
+fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Widget"), "widgets");
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str, message: &str) {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": name }, "spec": { "message": message },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create widget {name}: {e}"));
+}
+
+fn ready(o: Option<&DynamicObject>) -> bool {
+    o.is_some_and(|o| o.data["status"]["phase"] == "Ready")
+}
+
+/// GET `path` from `addr` over plain HTTP/1.1; returns status code and body.
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_string())
+}
+
+/// Polls `addr` (at most every 100 ms, until the deadline) until `pred` holds for the body of
+/// `/metrics`; returns that body.
+async fn metrics_until(addr: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (_, body) = http_get(addr, "/metrics").await;
+        if pred(&body) {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for {what} on {addr}; last /metrics:\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sum of every sample of `family` in a Prometheus text body.
+fn sum(body: &str, family: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of `leader_election_master_status` (-1 while it is not exported yet).
+fn leading(body: &str) -> f64 {
+    if body.contains("leader_election_master_status{") {
+        sum(body, "leader_election_master_status")
+    } else {
+        -1.0
+    }
+}
+
+/// Waits until `/readyz` of `addr` answers `code`.
+async fn readyz_until(addr: &str, code: u16) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let (status, body) = http_get(addr, "/readyz").await;
+        if status == code {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for /readyz {code}; last: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn metrics_expose_every_family_and_json_log_lines_carry_the_object() {
+    let group = "metrics.ops.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "ops-metrics").await;
+    let op = operator(group, "");
+    let khai = Khai::start(op.path(), &ns.name, &["--log-format", "json"]);
+    let addr = khai.metrics_addr().await;
+    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "plain", "ok").await;
+    create_widget(&api, group, "spinner", "spin").await;
+    wait_for(&api, "plain", "the widget to be reconciled", ready).await;
+    let body = metrics_until(&addr, "a script limit abort", |b| {
+        sum(b, "khai_script_limit_aborts_total") >= 1.0
+    })
+    .await;
+    for family in [
+        "controller_runtime_reconcile_total{controller=\"widget\",result=\"success\"}",
+        "controller_runtime_reconcile_total{controller=\"widget\",result=\"error\"}",
+        "controller_runtime_reconcile_errors_total",
+        "controller_runtime_reconcile_time_seconds_bucket",
+        "controller_runtime_active_workers",
+        "controller_runtime_max_concurrent_reconciles",
+        "workqueue_adds_total",
+        "workqueue_retries_total",
+        "khai_script_duration_seconds_bucket",
+        "khai_script_errors_total",
+        "khai_script_limit_aborts_total{function=\"reconcile\",limit=\"operations\",script=\"widget.rhai\"}",
+        "khai_children_applied_total",
+        "khai_children_unchanged_total",
+        "khai_children_pruned_total",
+        "khai_status_writes_total",
+        "khai_watch_restarts_total{kind=\"Widget\"}",
+        "khai_watch_restarts_total{kind=\"ConfigMap\"}",
+        "khai_config_reloads_total{result=\"success\"} 0",
+        "khai_config_hash ",
+        "khai_build_info{version=",
+    ] {
+        assert!(body.contains(family), "/metrics lacks {family}:\n{body}");
+    }
+    assert!(sum(&body, "khai_children_applied_total") >= 1.0);
+    assert!(sum(&body, "khai_status_writes_total") >= 1.0);
+    assert!(sum(&body, "workqueue_adds_total") >= 2.0);
+    assert_eq!(http_get(&addr, "/healthz").await.0, 200);
+    assert_eq!(http_get(&addr, "/readyz").await.0, 200);
+    assert_eq!(http_get(&addr, "/nope").await.0, 404);
+
+    let (code, lines) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai did not exit 0 on SIGTERM");
+    let mut reconciled = 0;
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        if v["span"] == "reconcile" {
+            for field in ["controller", "kind", "namespace", "name", "uid"] {
+                assert!(
+                    v[field].as_str().is_some_and(|s| !s.is_empty()),
+                    "reconcile log line lacks {field}: {line}"
+                );
+            }
+            assert_eq!(v["namespace"], ns.name.as_str());
+            reconciled += usize::from(v["message"] == "reconciled");
+        }
+    }
+    assert!(reconciled >= 1, "no 'reconciled' line in {lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.contains("\"name\":\"spinner\"")
+            && l.contains("reconcile failed")
+            && l.contains("\"kind\":\"Widget\"")),
+        "the failed reconcile's line does not name the object: {lines:#?}"
+    );
+}
+
+/// A kubeconfig for the test cluster that impersonates `user`.
+fn impersonating(user: &str) -> TempDir {
+    let mut kc = kube::config::Kubeconfig::read_from(support::kubeconfig()).unwrap();
+    for auth in &mut kc.auth_infos {
+        if let Some(info) = auth.auth_info.as_mut() {
+            info.impersonate = Some(user.to_string());
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("kubeconfig"),
+        serde_json::to_string(&kc).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+async fn apply_rbac(client: &kube::Client, obj: serde_json::Value) {
+    use kube::api::{Patch, PatchParams};
+    let field = |v: &serde_json::Value| v.as_str().unwrap().to_string();
+    let api_version = field(&obj["apiVersion"]);
+    let (group, version) = api_version.split_once('/').unwrap();
+    let kind = field(&obj["kind"]);
+    let plural = format!("{}s", kind.to_lowercase());
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &kind), &plural);
+    let name = field(&obj["metadata"]["name"]);
+    let api: Api<DynamicObject> = match obj["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("khai-test").force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
+}
+
+#[tokio::test]
+async fn readyz_is_unavailable_until_every_cache_has_synced() {
+    let group = "ready.ops.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "ops-ready").await;
+    let user = format!("khai-{}", ns.name);
+    // khai may do everything it needs except list Secrets, which this controller also owns: its
+    // Secret cache cannot fill until that right is granted.
+    apply_rbac(&client, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": { "name": user },
+        "rules": [
+            { "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["*"] },
+            { "apiGroups": [group], "resources": ["*"], "verbs": ["*"] },
+            { "apiGroups": [""], "resources": ["configmaps", "events"], "verbs": ["*"] },
+            { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["*"] },
+        ],
+    }))
+    .await;
+    apply_rbac(&client, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": { "name": user },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user }],
+    }))
+    .await;
+    let kubeconfig = impersonating(&user);
+    let op = operator(group, ", \"v1/Secret\"");
+    let khai = Khai::start_with_kubeconfig(
+        op.path(),
+        &ns.name,
+        &[],
+        &kubeconfig.path().join("kubeconfig"),
+    );
+    let addr = khai.metrics_addr().await;
+    assert_eq!(http_get(&addr, "/healthz").await.0, 200);
+    // The controller's own caches fill; the Secret cache cannot.
+    khai.wait_for_log(0, "the Secret watch failing", |l| {
+        l.contains("watch failed") && l.contains("Secret")
+    })
+    .await;
+    let (status, body) = http_get(&addr, "/readyz").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (503, "caches not synced\n"),
+        "/readyz before the caches synced"
+    );
+
+    apply_rbac(&client, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": { "name": "secrets", "namespace": ns.name },
+        "rules": [{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch"] }],
+    }))
+    .await;
+    apply_rbac(&client, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": "secrets", "namespace": ns.name },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user }],
+    }))
+    .await;
+    readyz_until(&addr, 200).await;
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+}
+
+/// Flags for a short lease, so hand-over is quick enough to test.
+const ELECT: [&str; 9] = [
+    "--leader-elect",
+    "--leader-elect-lease-duration",
+    "4s",
+    "--leader-elect-renew-deadline",
+    "3s",
+    "--leader-elect-retry-period",
+    "500ms",
+    "--leader-elect-namespace",
+    "", // the test namespace, filled in below
+];
+
+fn elect_flags(ns: &str) -> Vec<&str> {
+    let mut flags = ELECT.to_vec();
+    flags[8] = ns;
+    flags
+}
+
+/// Waits until exactly one of `replicas` leads; returns its index.
+async fn one_leader(addrs: &[String]) -> usize {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let mut states = Vec::new();
+        for a in addrs {
+            states.push(leading(&http_get(a, "/metrics").await.1));
+        }
+        let leaders: Vec<usize> = (0..states.len()).filter(|i| states[*i] == 1.0).collect();
+        if leaders.len() == 1 && states.iter().all(|s| *s >= 0.0) {
+            return leaders[0];
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for exactly one leader; leader_election_master_status: {states:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn of_two_replicas_one_reconciles_and_a_crash_or_sigterm_hands_over() {
+    let group = "leader.ops.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "ops-leader").await;
+    let op = operator(group, "");
+    let flags = elect_flags(&ns.name);
+    let mut replicas = vec![
+        Some(Khai::start(op.path(), &ns.name, &flags)),
+        Some(Khai::start(op.path(), &ns.name, &flags)),
+    ];
+    let mut addrs = Vec::new();
+    for r in &replicas {
+        addrs.push(r.as_ref().unwrap().metrics_addr().await);
+    }
+    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let leader = one_leader(&addrs).await;
+    let standby = 1 - leader;
+    let api = widgets(&client, group, &ns.name);
+    for name in ["a", "b", "c"] {
+        create_widget(&api, group, name, "ok").await;
+    }
+    for name in ["a", "b", "c"] {
+        wait_for(
+            &api,
+            name,
+            "the widget to be reconciled by the leader",
+            ready,
+        )
+        .await;
+    }
+    let lead_body = http_get(&addrs[leader], "/metrics").await.1;
+    let standby_body = http_get(&addrs[standby], "/metrics").await.1;
+    assert!(sum(&lead_body, "controller_runtime_reconcile_total") >= 3.0);
+    assert_eq!(
+        sum(&standby_body, "controller_runtime_reconcile_total"),
+        0.0,
+        "the standby reconciled"
+    );
+    assert_eq!(leading(&standby_body), 0.0);
+    readyz_until(&addrs[standby], 200).await;
+
+    // A crash: the standby takes over once the lease expires.
+    replicas[leader].as_mut().unwrap().kill();
+    let killed = Instant::now();
+    create_widget(&api, group, "after-kill", "ok").await;
+    wait_for(
+        &api,
+        "after-kill",
+        "the standby to take over after kill -9",
+        ready,
+    )
+    .await;
+    let took = killed.elapsed();
+    eprintln!("hand-over after kill -9: {took:?}");
+    assert!(
+        took <= Duration::from_secs(4 + 2),
+        "took {took:?} after kill -9, more than lease duration + 2 s"
+    );
+    assert_eq!(leading(&http_get(&addrs[standby], "/metrics").await.1), 1.0);
+
+    // A SIGTERM: the leader releases the lease and a fresh standby takes over at once.
+    let third = Khai::start(op.path(), &ns.name, &flags);
+    let third_addr = third.metrics_addr().await;
+    readyz_until(&third_addr, 200).await;
+    assert_eq!(leading(&http_get(&third_addr, "/metrics").await.1), 0.0);
+    let old = replicas[standby].take().unwrap();
+    let terminated = Instant::now();
+    let (code, lines) = old.terminate().await;
+    create_widget(&api, group, "after-term", "ok").await;
+    wait_for(
+        &api,
+        "after-term",
+        "the new standby to take over after SIGTERM",
+        ready,
+    )
+    .await;
+    let took = terminated.elapsed();
+    eprintln!("hand-over after SIGTERM: {took:?}");
+    assert_eq!(code, Some(0), "the leader did not exit 0 on SIGTERM");
+    assert!(
+        lines.iter().any(|l| l.contains("released the lease")),
+        "the leader did not release the lease: {lines:#?}"
+    );
+    assert!(
+        took <= Duration::from_secs(2),
+        "took {took:?} after SIGTERM, more than 2 s"
+    );
+    let body = http_get(&third_addr, "/metrics").await.1;
+    assert_eq!(leading(&body), 1.0);
+    assert!(sum(&body, "controller_runtime_reconcile_total") >= 1.0);
+}
