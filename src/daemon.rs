@@ -7,8 +7,11 @@ use crate::config::model::Watch;
 use crate::leader::Elector;
 use crate::operator::Operator;
 use crate::queue;
-use crate::reconcile;
 use crate::reconcile::lookup::CacheLookup;
+use crate::reconcile::{
+    self,
+    conditions::{self, Health},
+};
 use crate::script::{Script, ScriptCtx, ScriptError, object_view};
 use crate::watch::{self, Filter, Informer, Informers, Kind};
 use futures::StreamExt;
@@ -18,7 +21,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::{Resource, ResourceExt};
 use lifecycle::{config_hash, drain, lead, report_synced};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -154,7 +157,7 @@ pub async fn run(
         let install = crate::schema::install(
             &client,
             &model.crds,
-            &model.operator.field_manager,
+            model.operator.field_manager(),
             CRD_ESTABLISH_TIMEOUT,
         );
         tokio::select! {
@@ -465,7 +468,7 @@ async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError>
     .await?;
     if ctx.manage_status {
         let mut status = plan.status.take().unwrap_or_default();
-        with_ready(&mut status, obj, "True", "Reconciled", "");
+        conditions::set(&mut status, obj, Health::Ready);
         plan.status = Some(status);
     }
     let outcome = ctx.applier.apply(obj, &ctx.kind, &plan, &ctx.owned).await?;
@@ -513,45 +516,6 @@ async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileErro
     }
 }
 
-/// Sets `observedGeneration` and the `Ready` condition in a desired status. The condition's
-/// `lastTransitionTime` is kept while its status stays the same, so an unchanged outcome
-/// produces an identical status and no write.
-fn with_ready(
-    status: &mut Map<String, Value>,
-    obj: &DynamicObject,
-    ready: &str,
-    reason: &str,
-    message: &str,
-) {
-    let previous = obj.data["status"]["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .cloned();
-    let since = previous
-        .filter(|p| p["status"] == ready)
-        .and_then(|p| p["lastTransitionTime"].as_str().map(str::to_string))
-        .unwrap_or_else(|| {
-            jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string()
-        });
-    if let Some(generation) = obj.metadata.generation {
-        status.insert("observedGeneration".into(), json!(generation));
-    }
-    let mut condition = json!({
-        "type": "Ready",
-        "status": ready,
-        "reason": reason,
-        "lastTransitionTime": since,
-    });
-    // An empty message is left out rather than sent as "": the 1.20 API server built for the
-    // tests decodes "" in a custom resource's status as null and rejects it.
-    if !message.is_empty() {
-        condition["message"] = json!(message);
-    }
-    status.insert("conditions".into(), json!([condition]));
-}
-
 /// Tells the object's owner what went wrong: a Warning Event and, where khai owns the status, a
 /// `Ready=False` condition. Failures to report are logged, never fatal.
 async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &ReconcileError) {
@@ -564,7 +528,14 @@ async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &ReconcileError) {
     publish(ctx, obj, EventType::Warning, reason, &message).await;
     if ctx.manage_status && obj.metadata.deletion_timestamp.is_none() {
         let mut status = obj.data["status"].as_object().cloned().unwrap_or_default();
-        with_ready(&mut status, obj, "False", reason, &message);
+        conditions::set(
+            &mut status,
+            obj,
+            Health::Failing {
+                reason,
+                message: &message,
+            },
+        );
         match ctx.applier.status(obj, &ctx.kind, &status).await {
             Ok(true) => crate::metrics::status_written(&ctx.controller),
             Ok(false) => {}

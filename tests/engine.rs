@@ -244,6 +244,8 @@ async fn a_failing_script_fails_only_its_object_with_a_condition_and_an_event() 
         bad.data["status"]["conditions"][0]["reason"],
         "ReconcileFailed"
     );
+    assert_eq!(bad.data["status"]["conditions"][1]["type"], "Failed");
+    assert_eq!(bad.data["status"]["conditions"][1]["status"], "True");
 
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), &ns.name);

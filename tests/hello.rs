@@ -84,8 +84,8 @@ async fn hello_is_reconciled_into_an_owned_configmap_and_status_and_follows_spec
         .collect();
     assert_eq!(
         managers,
-        ["khai"],
-        "child written by server-side apply with field manager khai"
+        ["hello"],
+        "child written by server-side apply with the operator's name as field manager"
     );
 
     let hello = wait_for(

@@ -106,7 +106,7 @@ struct Written {
 
 impl Applier {
     pub fn new(client: kube::Client, model: crate::config::Model) -> Self {
-        let field_manager = model.operator.field_manager.clone();
+        let field_manager = model.operator.field_manager().to_string();
         Self {
             client,
             model,
@@ -285,7 +285,8 @@ impl Applier {
             return Ok((key, false));
         }
         let api = watch::api(&self.client, &kind, ns.as_deref());
-        let params = PatchParams::apply(&self.field_manager).force();
+        let mut params = PatchParams::apply(&self.field_manager);
+        params.force = self.model.operator.force_apply;
         api.patch(&name, &params, &Patch::Apply(&child))
             .await
             .map_err(|source| Error::ApplyChild {

@@ -43,9 +43,12 @@ pub struct OperatorSettings {
     /// Install or update the declared CRDs at start (server-side apply) and wait until Established.
     #[serde(default = "yes")]
     pub install_crds: bool,
-    /// Field manager used for every server-side apply.
-    #[serde(default = "default_field_manager")]
-    pub field_manager: String,
+    /// Field manager of every server-side apply; defaults to `name`.
+    pub field_manager: Option<String>,
+    /// Take over fields another manager owns when applying children (server-side apply
+    /// `force`). Off, a conflict fails the reconcile and names the other manager.
+    #[serde(default = "yes")]
+    pub force_apply: bool,
     /// Namespaces to watch; empty means the whole cluster.
     #[serde(default)]
     pub namespaces: Vec<String>,
@@ -56,7 +59,8 @@ impl Default for OperatorSettings {
         Self {
             name: default_operator_name(),
             install_crds: true,
-            field_manager: default_field_manager(),
+            field_manager: None,
+            force_apply: true,
             namespaces: Vec::new(),
         }
     }
@@ -65,8 +69,12 @@ impl Default for OperatorSettings {
 fn default_operator_name() -> String {
     "khai".into()
 }
-fn default_field_manager() -> String {
-    "khai".into()
+impl OperatorSettings {
+    /// The field manager of every server-side apply: `field_manager`, else the operator's name,
+    /// so `kubectl get -o yaml --show-managed-fields` says which operator owns a field.
+    pub fn field_manager(&self) -> &str {
+        self.field_manager.as_deref().unwrap_or(&self.name)
+    }
 }
 fn yes() -> bool {
     true

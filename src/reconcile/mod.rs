@@ -6,6 +6,7 @@
 //! `"1h"` or a number of seconds). Returning nothing means no children and no status change.
 //! The answer is validated here, once, so `apply` only ever sees well-formed plans.
 
+pub mod conditions;
 pub mod lookup;
 
 use crate::script::{Script, ScriptCtx, ScriptError};
