@@ -10,6 +10,7 @@
 //! the controllers.
 //! [`testing`] runs a controller's script offline for `khai test`, along the same path as the
 //! daemon; [`scaffold`] holds the files `khai new` writes.
+//! [`webhook`] serves admission and conversion webhooks through scripts, over TLS.
 
 pub mod apply;
 pub mod cli;
@@ -25,3 +26,4 @@ pub mod schema;
 pub mod script;
 pub mod testing;
 pub mod watch;
+pub mod webhook;

@@ -18,6 +18,8 @@ pub struct Operator {
     pub config: Config,
     pub scripts: Vec<Script>,
     pub limits: Limits,
+    /// Each `[[webhook]]` with its compiled script, in config order.
+    pub webhooks: Vec<crate::webhook::Handler>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,11 +79,14 @@ impl Operator {
                 Err(e) => problems.push(e.into()),
             }
         }
+        let (webhooks, webhook_problems) = crate::webhook::script_api::load(&config, &limits);
+        problems.extend(webhook_problems);
         if problems.is_empty() {
             Ok(Self {
                 config,
                 scripts,
                 limits,
+                webhooks,
             })
         } else {
             Err(Error::Scripts(problems))

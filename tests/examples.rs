@@ -46,7 +46,9 @@ impl Example {
         let client = support::client().await;
         let ns = TestNamespace::new(&client, &format!("ex-{name}")).await;
         let ar = resource("examples.khai.dev", kind, plural);
-        let khai = Khai::start(&example(name), &ns.name, &[]);
+        // Examples with webhooks serve them on a free port; nothing registers them here
+        // (tests/webhooks.rs does).
+        let khai = Khai::start(&example(name), &ns.name, &["--webhook-bind", "127.0.0.1:0"]);
         support::wait_for_crd(&client, &format!("{plural}.examples.khai.dev")).await;
         let objects = api(&client, &ns.name, &ar);
         objects

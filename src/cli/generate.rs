@@ -22,6 +22,25 @@ pub struct Args {
 pub enum What {
     /// Print every CRD of the config as multi-document YAML, or write one file per CRD.
     Crds(CrdsArgs),
+    /// Print the Validating/MutatingWebhookConfigurations of the config's `[[webhook]]`s.
+    Webhooks(WebhooksArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WebhooksArgs {
+    /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
+    #[arg(value_name = "FILE|DIR", default_value = ".")]
+    pub config: PathBuf,
+    /// Point the configurations at this base URL (local development) instead of
+    /// `[webhook_server] service`.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// A PEM CA certificate file to put in every caBundle.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Write `<kind>.yaml` per configuration into this directory instead of printing.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -38,7 +57,44 @@ pub struct CrdsArgs {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Crds(args) => crds(&args),
+        What::Webhooks(args) => webhooks(&args),
     }
+}
+
+fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {
+    use crate::webhook::manifests::{self, Target};
+    let config = config::load(&args.config)?;
+    let model = &config.model;
+    let target = match (&args.url, &model.webhook_server.service) {
+        (Some(url), _) => Target::Url(url.clone()),
+        (None, Some(svc)) => Target::Service(svc.clone()),
+        (None, None) => anyhow::bail!(
+            "{}: no [webhook_server] service to point at; set one or pass --url",
+            config.file.display()
+        ),
+    };
+    let ca = match &args.ca_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
+        ),
+        None => None,
+    };
+    let docs = manifests::configurations(model, &target, ca.as_deref());
+    if docs.is_empty() {
+        anyhow::bail!(
+            "{}: no [[webhook]] declares validate or mutate",
+            config.file.display()
+        );
+    }
+    let named = docs
+        .into_iter()
+        .map(|d| (d["kind"].as_str().unwrap_or_default().to_lowercase(), d))
+        .collect::<Vec<_>>();
+    match &args.output {
+        None => print!("{}", to_yaml(named.iter().map(|(_, m)| m))?),
+        Some(dir) => write_files(dir, &named)?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn crds(args: &CrdsArgs) -> anyhow::Result<ExitCode> {

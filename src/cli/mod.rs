@@ -7,6 +7,7 @@ mod new;
 mod operations;
 mod run;
 mod test;
+mod webhook_flags;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::process::ExitCode;

@@ -17,6 +17,8 @@ pub struct Args {
     pub namespaces: Vec<String>,
     #[command(flatten)]
     pub ops: super::operations::Operations,
+    #[command(flatten)]
+    pub webhooks: super::webhook_flags::WebhookFlags,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -45,7 +47,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             leader,
             shutdown_grace: args.ops.shutdown_grace,
         };
+        let webhooks = args.webhooks.start(&op, &client, &shutdown).await?;
         daemon::run(op, client, opts, shutdown).await?;
+        if let Some(server) = webhooks {
+            let _ = server.await;
+        }
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)
     })

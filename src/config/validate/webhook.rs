@@ -41,7 +41,9 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
     if !is_dns_label(&name) {
         report(
             &at("name"),
-            format!("{name:?} must be lower-case letters, digits and '-' (it is used in URL paths)"),
+            format!(
+                "{name:?} must be lower-case letters, digits and '-' (it is used in URL paths)"
+            ),
         );
     }
     if !(1..=30).contains(&hook.timeout_seconds) {
@@ -65,7 +67,10 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
             ),
             Some(c) if c.versions.len() < 2 => report(
                 &at("convert"),
-                format!("CRD {} has one version; conversion needs two or more", c.kind),
+                format!(
+                    "CRD {} has one version; conversion needs two or more",
+                    c.kind
+                ),
             ),
             Some(_) => {}
         }
@@ -76,7 +81,10 @@ fn check_server(model: &Model, report: &mut Report) {
     let server = &model.webhook_server;
     let at = |k| [Seg::Key("webhook_server"), Seg::Key(k)];
     if server.tls == TlsMode::Files {
-        for (key, value) in [("cert_file", &server.cert_file), ("key_file", &server.key_file)] {
+        for (key, value) in [
+            ("cert_file", &server.cert_file),
+            ("key_file", &server.key_file),
+        ] {
             if value.is_none() {
                 report(&at(key), format!("tls = \"files\" needs `{key}`"));
             }
@@ -143,8 +151,14 @@ mod tests {
             out.contains("webhook[0].for: set at least one of `validate`, `mutate` or `convert`"),
             "{out}"
         );
-        assert!(out.contains("webhook[0].timeout_seconds: must be between 1 and 30, got 31"), "{out}");
-        assert!(out.contains("webhook_server.cert_file: tls = \"files\" needs `cert_file`"), "{out}");
+        assert!(
+            out.contains("webhook[0].timeout_seconds: must be between 1 and 30, got 31"),
+            "{out}"
+        );
+        assert!(
+            out.contains("webhook_server.cert_file: tls = \"files\" needs `cert_file`"),
+            "{out}"
+        );
         assert!(out.contains("webhook_server.key_file"), "{out}");
     }
 }

@@ -1,0 +1,50 @@
+//! The webhook flags of `khai run`: where the HTTPS server listens and the URL the API server
+//! reaches it at, and starting the server when the config declares webhooks.
+
+use crate::operator::Operator;
+use crate::webhook::{self, Settings};
+use anyhow::Context;
+use std::net::SocketAddr;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Flags for the admission and conversion webhook server; `khai run` flattens them.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Webhooks")]
+pub struct WebhookFlags {
+    /// Where the HTTPS webhook server listens when the config declares `[[webhook]]`s.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "0.0.0.0:9443",
+        env = "KHAI_WEBHOOK_BIND"
+    )]
+    pub webhook_bind: SocketAddr,
+    /// Base URL the API server calls (`https://127.0.0.1:9443` for local development); with a
+    /// self-signed certificate khai installs its configurations pointing here. Overrides
+    /// `[webhook_server] service`.
+    #[arg(long, value_name = "URL", env = "KHAI_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+}
+
+impl WebhookFlags {
+    /// Starts the webhook server if the operator has webhooks; `None` otherwise.
+    pub async fn start(
+        &self,
+        op: &Operator,
+        client: &kube::Client,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Option<JoinHandle<()>>> {
+        if op.webhooks.is_empty() {
+            return Ok(None);
+        }
+        let settings = Settings {
+            bind: self.webhook_bind,
+            url: self.webhook_url.clone(),
+        };
+        let task = webhook::start(op, client.clone(), settings, shutdown.clone())
+            .await
+            .context("failed to start the webhook server")?;
+        Ok(Some(task))
+    }
+}

@@ -1,0 +1,205 @@
+//! Admission and conversion webhooks in Rhai, served over HTTPS on their own port.
+//!
+//! Each `[[webhook]]` names a script and up to three functions: `validate(req)` and
+//! `mutate(req)` answer AdmissionReviews, `convert(obj, to_version)` answers ConversionReviews.
+//! They run in the same hardened engine and limits as reconcile scripts, on the blocking pool.
+//! The pieces, in request order: [`tls`] (the certificate, self-signed or reloaded from files),
+//! [`server`] (listener, handshakes, timeouts), [`routes`] (paths, size limit, JSON errors),
+//! [`admission`] and [`conversion`] (reviews through scripts). [`manifests`] renders the
+//! configurations that point the API server here and [`install`] applies them with the
+//! self-signed caBundle. State lives as long as `khai run`; the certificate may be swapped.
+
+pub mod admission;
+pub mod conversion;
+pub mod install;
+pub mod manifests;
+pub mod routes;
+pub mod script_api;
+pub mod server;
+pub mod tls;
+
+pub use script_api::Handler;
+
+use crate::config::webhook::TlsMode;
+use crate::operator::Operator;
+use manifests::Target;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How `khai run` serves webhooks.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the HTTPS server listens.
+    pub bind: SocketAddr,
+    /// The base URL the API server reaches khai at; overrides `[webhook_server] service`.
+    pub url: Option<String>,
+}
+
+/// Errors starting the webhook server.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Tls(#[from] tls::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{key}: {message}")]
+    Setting { key: &'static str, message: String },
+}
+
+/// Binds, makes or reads the certificate, and spawns the server (plus the certificate reloader
+/// and, for a self-signed certificate, the install of khai's own configurations). Returns the
+/// server task, which ends when `shutdown` is cancelled.
+pub async fn start(
+    op: &Operator,
+    client: kube::Client,
+    settings: Settings,
+    shutdown: CancellationToken,
+) -> Result<JoinHandle<()>, Error> {
+    let model = &op.config.model;
+    let server = &model.webhook_server;
+    let duration = |key: &'static str, value: &str| {
+        crate::config::duration::parse(value).map_err(|message| Error::Setting { key, message })
+    };
+    let timeout = duration("webhook_server.request_timeout", &server.request_timeout)?;
+    let target = target(op, &settings);
+    let (resolver, ca) = match server.tls {
+        TlsMode::SelfSigned => {
+            let (pair, ca) = tls::self_signed(&dns_names(op, &settings))?;
+            let files = (
+                std::path::Path::new("<self-signed>"),
+                std::path::Path::new("<key>"),
+            );
+            (
+                tls::Resolver::new(tls::certified_key(&pair, files)?),
+                Some(ca),
+            )
+        }
+        TlsMode::Files => {
+            let interval = duration("webhook_server.reload_interval", &server.reload_interval)?;
+            let (cert, key) = cert_files(op)?;
+            let pair = tls::read_pair(&cert, &key)?;
+            let resolver = tls::Resolver::new(tls::certified_key(&pair, (&cert, &key))?);
+            let reload = tls::watch_files(
+                resolver.clone(),
+                (cert, key),
+                pair,
+                interval,
+                shutdown.clone(),
+            );
+            tokio::spawn(reload);
+            (resolver, None)
+        }
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(resolver)?));
+    let listener = tokio::net::TcpListener::bind(settings.bind)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: settings.bind,
+            source,
+        })?;
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(%addr, webhooks = op.webhooks.len(), "serving webhooks over HTTPS");
+    match (ca, target) {
+        (Some(ca), Some(target)) => {
+            let install = install::run(client, model.clone(), target, ca, shutdown.clone());
+            tokio::spawn(install);
+        }
+        (Some(_), None) => tracing::warn!(
+            "not installing webhook configurations: pass --webhook-url or set [webhook_server] service"
+        ),
+        (None, _) => {}
+    }
+    let routes = Arc::new(routes::Routes::new(
+        op.webhooks.clone(),
+        server.max_body_bytes,
+    ));
+    Ok(tokio::spawn(server::serve(
+        listener, acceptor, routes, timeout, shutdown,
+    )))
+}
+
+fn target(op: &Operator, settings: &Settings) -> Option<Target> {
+    settings.url.clone().map(Target::Url).or_else(|| {
+        op.config
+            .model
+            .webhook_server
+            .service
+            .clone()
+            .map(Target::Service)
+    })
+}
+
+/// Names the self-signed certificate is valid for: the Service's DNS names, the host of
+/// `--webhook-url`, `localhost` and 127.0.0.1.
+fn dns_names(op: &Operator, settings: &Settings) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Some(s) = &op.config.model.webhook_server.service {
+        let (n, ns) = (&s.name, &s.namespace);
+        names.extend([
+            format!("{n}.{ns}.svc"),
+            format!("{n}.{ns}.svc.cluster.local"),
+            format!("{n}.{ns}"),
+            n.clone(),
+        ]);
+    }
+    if let Some(host) = settings.url.as_deref().and_then(url_host) {
+        names.push(host);
+    }
+    names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
+    names.dedup();
+    names
+}
+
+/// The host of `https://host:port/path`.
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    (!host.is_empty()).then(|| host.to_string())
+}
+
+fn cert_files(op: &Operator) -> Result<(std::path::PathBuf, std::path::PathBuf), Error> {
+    let server = &op.config.model.webhook_server;
+    let missing = |key| Error::Setting {
+        key,
+        message: "tls = \"files\" needs it".into(),
+    };
+    let cert = server
+        .cert_file
+        .as_ref()
+        .ok_or_else(|| missing("webhook_server.cert_file"))?;
+    let key = server
+        .key_file
+        .as_ref()
+        .ok_or_else(|| missing("webhook_server.key_file"))?;
+    Ok((op.config.resolve(cert), op.config.resolve(key)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_host_handles_ports_paths_and_ipv6() {
+        assert_eq!(
+            url_host("https://127.0.0.1:9443/x").as_deref(),
+            Some("127.0.0.1")
+        );
+        assert_eq!(
+            url_host("https://khai.local").as_deref(),
+            Some("khai.local")
+        );
+        assert_eq!(url_host("https://[::1]:9443").as_deref(), Some("::1"));
+    }
+}

@@ -1,0 +1,197 @@
+//! The webhook server's certificate: made at start (`tls = "self-signed"`) or read from files
+//! (`tls = "files"`) and re-read when they change, with no restart.
+//!
+//! The serving certificate lives in a [`Resolver`] that every TLS handshake asks, so swapping
+//! it takes effect on the next connection. Files are polled (contents compared), which also
+//! catches the symlink swap Kubernetes does when a mounted Secret changes; a file that does not
+//! parse is logged and the certificate that worked stays in use.
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls::crypto::ring::sign::any_supported_type;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Problems making or reading a certificate; each names the file or the step.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {}: {message}", file.display())]
+    Read { file: PathBuf, message: String },
+    #[error("{}: {message}", file.display())]
+    Parse { file: PathBuf, message: String },
+    #[error("cannot create a self-signed certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("TLS setup failed: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// A certificate chain and its key, as PEM text.
+#[derive(Debug, Clone)]
+pub struct PemPair {
+    pub cert: String,
+    pub key: String,
+}
+
+/// A fresh CA and a serving certificate for `names` (DNS names or IP addresses) signed by it.
+/// Returns the serving pair and the CA certificate (the caBundle).
+pub fn self_signed(names: &[String]) -> Result<(PemPair, String), Error> {
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "khai webhook CA");
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let mut leaf = CertificateParams::new(names.to_vec())?;
+    let cn = names.first().map_or("khai-webhook", String::as_str);
+    leaf.distinguished_name.push(DnType::CommonName, cn);
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    let key = KeyPair::generate()?;
+    let cert = leaf.signed_by(&key, &ca_cert, &ca_key)?;
+    let pair = PemPair {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    };
+    Ok((pair, ca_cert.pem()))
+}
+
+/// Parses a PEM chain and key into what rustls serves; `files` name them in errors.
+pub fn certified_key(pair: &PemPair, files: (&Path, &Path)) -> Result<CertifiedKey, Error> {
+    let parse = |file: &Path, message: String| Error::Parse {
+        file: file.to_path_buf(),
+        message,
+    };
+    let certs = CertificateDer::pem_slice_iter(pair.cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| parse(files.0, format!("not a PEM certificate chain: {e}")))?;
+    if certs.is_empty() {
+        return Err(parse(files.0, "no certificate found".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(pair.key.as_bytes())
+        .map_err(|e| parse(files.1, format!("not a PEM private key: {e}")))?;
+    let signer = any_supported_type(&key)
+        .map_err(|e| parse(files.1, format!("unsupported private key: {e}")))?;
+    Ok(CertifiedKey::new(certs, signer))
+}
+
+/// Reads a certificate and key file pair.
+pub fn read_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
+    let read = |file: &Path| {
+        std::fs::read_to_string(file).map_err(|e| Error::Read {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        })
+    };
+    Ok(PemPair {
+        cert: read(cert)?,
+        key: read(key)?,
+    })
+}
+
+/// The certificate every handshake gets; swapped in place on reload.
+#[derive(Debug)]
+pub struct Resolver(RwLock<Arc<CertifiedKey>>);
+
+impl Resolver {
+    pub fn new(key: CertifiedKey) -> Arc<Self> {
+        Arc::new(Self(RwLock::new(Arc::new(key))))
+    }
+
+    fn set(&self, key: CertifiedKey) {
+        let mut slot = self.0.write().unwrap_or_else(|e| e.into_inner());
+        *slot = Arc::new(key);
+    }
+}
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+}
+
+/// A rustls server config serving whatever `resolver` holds, HTTP/1.1 only.
+pub fn server_config(resolver: Arc<Resolver>) -> Result<rustls::ServerConfig, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Re-reads `cert` and `key` every `interval` and swaps them into `resolver` when their
+/// contents change and parse; runs until `shutdown`.
+pub async fn watch_files(
+    resolver: Arc<Resolver>,
+    files: (PathBuf, PathBuf),
+    mut current: PemPair,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let (cert, key) = (&files.0, &files.1);
+        let pair = match read_pair(cert, key) {
+            Ok(p) if p.cert == current.cert && p.key == current.key => continue,
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "keeping the current webhook certificate");
+                continue;
+            }
+        };
+        match certified_key(&pair, (cert, key)) {
+            Ok(k) => {
+                resolver.set(k);
+                current = pair;
+                tracing::info!(cert = %cert.display(), "reloaded webhook certificate");
+            }
+            // Mid-rotation one file may be new and the other old; the next tick tries again.
+            Err(e) => tracing::warn!(error = %e, "keeping the current webhook certificate"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_signed_pair_loads_into_rustls() {
+        let (pair, ca) = self_signed(&["svc.ns.svc".into(), "127.0.0.1".into()]).unwrap();
+        assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
+        certified_key(&pair, (Path::new("c.pem"), Path::new("k.pem"))).unwrap();
+    }
+
+    #[test]
+    fn garbage_key_names_the_key_file() {
+        let (mut pair, _) = self_signed(&["a".into()]).unwrap();
+        pair.key = "nope".into();
+        let err = certified_key(&pair, (Path::new("c.pem"), Path::new("k.pem")))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.starts_with("k.pem: not a PEM private key"), "{err}");
+    }
+}

@@ -1,0 +1,350 @@
+//! End to end: admission and conversion webhooks in Rhai, served by the real `khai` binary over
+//! TLS on 127.0.0.1 and called by a real kube-apiserver.
+//!
+//! Issue 4. Each test runs its own khai on its own port; tests that register webhooks with the
+//! API server use their own CRD group, so their webhooks never see each other's objects.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use support::{Khai, TestNamespace};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// khai on `config` with its webhook server on a free port; with `install`, khai points the API
+/// server at it (self-signed mode installs its configurations).
+async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
+    let port = free_port();
+    let bind = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}");
+    let mut args = vec!["--webhook-bind", bind.as_str()];
+    if install {
+        args.extend(["--webhook-url", url.as_str()]);
+    }
+    let khai = Khai::start(config, ns, &args);
+    khai.wait_for_log(0, "the webhook server to listen", |l| {
+        l.contains("serving webhooks over HTTPS")
+    })
+    .await;
+    if install {
+        khai.wait_for_log(0, "webhook configurations to be installed", |l| {
+            l.contains("webhook configurations installed")
+        })
+        .await;
+    }
+    (khai, port)
+}
+
+fn cache_api(client: &kube::Client, ns: &str, version: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("examples.khai.dev", version, "Cache");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "caches");
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn object(v: Value) -> DynamicObject {
+    serde_json::from_value(v).unwrap()
+}
+
+/// The API server's message for a rejected create.
+async fn rejection(api: &Api<DynamicObject>, obj: Value) -> String {
+    match api.create(&PostParams::default(), &object(obj)).await {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("expected the webhook to reject the create, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn cache_example_validates_mutates_and_converts_through_the_api_server() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "wh-cache").await;
+    let example = support::repo_root().join("examples/cache");
+    let (_khai, _) = start(&example, &ns.name, true).await;
+    support::wait_for_crd(&client, "caches.examples.khai.dev").await;
+    let v1 = cache_api(&client, &ns.name, "v1");
+    let v1alpha1 = cache_api(&client, &ns.name, "v1alpha1");
+
+    let bad = json!({ "apiVersion": "examples.khai.dev/v1", "kind": "Cache",
+        "metadata": { "name": "bad" }, "spec": { "image": "valkey", "version": "9.9" } });
+    assert_eq!(
+        rejection(&v1, bad).await,
+        "admission webhook \"validate-cache.cache.khai.dev\" denied the request: \
+         spec.version \"9.9\" is not allowed for valkey (allowed: 8.0, 8.1)"
+    );
+
+    let text = std::fs::read_to_string(example.join("cache.yaml")).unwrap();
+    let sample: DynamicObject = serde_saphyr::from_str(&text).unwrap();
+    let created = v1.create(&PostParams::default(), &sample).await.unwrap();
+    let annotations = &created.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations["examples.khai.dev/owner"], "admin");
+    assert_eq!(annotations["examples.khai.dev/lastUpdatedBy"], "admin");
+
+    // Stored at v1; read at both versions.
+    let at_v1 = v1.get("sessions").await.unwrap();
+    assert_eq!(at_v1.data["spec"]["desired_size"], 2);
+    assert!(at_v1.data["spec"].get("size").is_none(), "{:?}", at_v1.data);
+    let old = v1alpha1.get("sessions").await.unwrap();
+    assert_eq!(old.types.unwrap().api_version, "examples.khai.dev/v1alpha1");
+    assert_eq!(old.data["spec"]["size"], 2);
+    assert!(
+        old.data["spec"].get("desired_size").is_none(),
+        "{:?}",
+        old.data
+    );
+    assert_eq!(old.data["spec"]["image"], "valkey");
+
+    // Written at v1alpha1, stored and read at v1.
+    let legacy = json!({ "apiVersion": "examples.khai.dev/v1alpha1", "kind": "Cache",
+        "metadata": { "name": "legacy" }, "spec": { "image": "redis", "size": 5 } });
+    v1alpha1
+        .create(&PostParams::default(), &object(legacy))
+        .await
+        .unwrap();
+    let new = v1.get("legacy").await.unwrap();
+    assert_eq!(new.data["spec"]["desired_size"], 5);
+    assert!(new.data["spec"].get("size").is_none(), "{:?}", new.data);
+    let annotations = new.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations["examples.khai.dev/owner"], "admin");
+}
+
+/// A one-CRD operator with a validate script, in a temporary directory.
+fn widget_operator(dir: &Path, group: &str, validate: &str) -> PathBuf {
+    std::fs::create_dir_all(dir.join("scripts")).unwrap();
+    std::fs::write(dir.join("scripts/w.rhai"), validate).unwrap();
+    let toml = format!(
+        "[operator]\nname = \"{op}\"\n\n[[crd]]\ngroup = \"{group}\"\nkind = \"Widget\"\n\
+         versions = [\"v1\"]\nspec.count = {{ type = \"integer\" }}\n\n\
+         [[webhook]]\nfor = \"Widget\"\nscript = \"scripts/w.rhai\"\nvalidate = \"validate\"\n",
+        op = group.split('.').next().unwrap(),
+    );
+    std::fs::write(dir.join("operator.toml"), toml).unwrap();
+    dir.to_path_buf()
+}
+
+#[tokio::test]
+async fn script_error_in_validate_denies_with_the_error_message_under_failure_policy_fail() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "wh-error").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "errors.webhooks.khai.dev";
+    let script = "fn validate(req) {\n    req.object.spec.count + \"x\" + undefined_fn()\n}\n";
+    let config = widget_operator(dir.path(), group, script);
+    let (_khai, _) = start(&config, &ns.name, true).await;
+    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let gvk = GroupVersionKind::gvk(group, "v1", "Widget");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk(&gvk));
+    let obj = json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": "w" }, "spec": { "count": 1 } });
+    let file = config.join("scripts/w.rhai");
+    assert_eq!(
+        rejection(&api, obj).await,
+        format!(
+            "admission webhook \"validate-widget.errors.khai.dev\" denied the request: \
+             {}:2:35: in validate: Function not found: undefined_fn ()",
+            file.display()
+        )
+    );
+}
+
+/// A TLS client that trusts `ca` only.
+fn connector(ca: &str) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
+
+/// POSTs `body` to `path` over TLS trusting `ca`; returns status and body, or the TLS error.
+async fn post(port: u16, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, Value), String> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = connector(ca)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::post(path)
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let res = send.send_request(req).await.unwrap();
+    let status = res.status().as_u16();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    Ok((status, serde_json::from_slice(&bytes).unwrap()))
+}
+
+/// Writes a fresh CA-signed certificate for 127.0.0.1 to `dir`; returns the CA PEM.
+fn write_cert(dir: &Path) -> String {
+    let (pair, ca) = khai::webhook::tls::self_signed(&["127.0.0.1".into()]).unwrap();
+    // Write to temporary names and rename, as a Secret update swaps files at once.
+    for (name, text) in [("tls.crt", &pair.cert), ("tls.key", &pair.key)] {
+        std::fs::write(dir.join(format!("{name}.new")), text).unwrap();
+        std::fs::rename(dir.join(format!("{name}.new")), dir.join(name)).unwrap();
+    }
+    ca
+}
+
+/// The widget operator with `tls = "files"`, reloading every 200ms.
+fn files_operator(dir: &Path) -> PathBuf {
+    let config = widget_operator(
+        dir,
+        "files.webhooks.khai.dev",
+        "fn validate(req) { allow() }",
+    );
+    let mut toml = std::fs::read_to_string(config.join("operator.toml")).unwrap();
+    toml.push_str(
+        "\n[webhook_server]\ntls = \"files\"\ncert_file = \"tls.crt\"\nkey_file = \"tls.key\"\n\
+         reload_interval = \"200ms\"\nmax_body_bytes = 4096\n",
+    );
+    std::fs::write(config.join("operator.toml"), toml).unwrap();
+    config
+}
+
+fn review(uid: &str) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({ "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": { "uid": uid, "operation": "CREATE", "object": { "spec": {} } } }),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "wh-bad").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = write_cert(dir.path());
+    let (_khai, port) = start(&files_operator(dir.path()), &ns.name, false).await;
+
+    let garbage = post(port, &ca, "/validate/widget", b"\x00garbage{".to_vec()).await;
+    let (status, body) = garbage.unwrap();
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("malformed AdmissionReview: expected value"),
+        "{body}"
+    );
+    let huge = post(port, &ca, "/validate/widget", vec![b' '; 5000])
+        .await
+        .unwrap();
+    assert_eq!(
+        huge,
+        (
+            400,
+            json!({ "error": "request body is larger than 4096 bytes" })
+        )
+    );
+    let nowhere = post(port, &ca, "/nope", review("u0")).await.unwrap();
+    assert_eq!(nowhere, (404, json!({ "error": "no webhook at /nope" })));
+
+    let (status, body) = post(port, &ca, "/validate/widget", review("u1"))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body["response"], json!({ "uid": "u1", "allowed": true }));
+}
+
+#[tokio::test]
+async fn certificate_files_replaced_on_disk_are_served_without_a_restart() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "wh-reload").await;
+    let dir = tempfile::tempdir().unwrap();
+    let first_ca = write_cert(dir.path());
+    let (khai, port) = start(&files_operator(dir.path()), &ns.name, false).await;
+    assert_eq!(
+        post(port, &first_ca, "/validate/widget", review("a"))
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+
+    let seen = khai.log_len();
+    let second_ca = write_cert(dir.path());
+    khai.wait_for_log(seen, "the new certificate to be loaded", |l| {
+        l.contains("reloaded webhook certificate")
+    })
+    .await;
+    assert_eq!(
+        post(port, &second_ca, "/validate/widget", review("b"))
+            .await
+            .unwrap()
+            .0,
+        200
+    );
+    let stale = post(port, &first_ca, "/validate/widget", review("c")).await;
+    assert!(
+        stale.as_ref().is_err_and(|e| e.contains("certificate")),
+        "the old CA still verifies: {stale:?}"
+    );
+}
+
+#[test]
+fn generate_webhooks_points_configurations_at_the_url_or_asks_for_a_target() {
+    let example = support::repo_root().join("examples/cache");
+    let khai = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+            .args(["generate", "webhooks"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = khai(&[example.to_str().unwrap(), "--url", "https://127.0.0.1:9443"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration"
+        ]
+    );
+    assert_eq!(
+        docs[1]["webhooks"][0]["clientConfig"],
+        json!({ "url": "https://127.0.0.1:9443/mutate/cache" })
+    );
+    let out = khai(&[example.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: {}: no [webhook_server] service to point at; set one or pass --url\n",
+            example.join("operator.toml").display()
+        )
+    );
+}
