@@ -1,6 +1,6 @@
 //! Wires up `khai run`: CRDs, shared informers, one kube-runtime `Controller` per controller and
-//! namespace, finalizers, failure reporting and graceful shutdown. Each reconcile runs the script
-//! ([`crate::reconcile`]) and carries out the plan ([`crate::apply`]).
+//! namespace, finalizers, failure reporting, hot reload and graceful shutdown. Each reconcile runs
+//! the script ([`crate::reconcile`]) and carries out the plan ([`crate::apply`]).
 
 use crate::apply::Applier;
 use crate::config::model::Watch;
@@ -12,6 +12,7 @@ use crate::reconcile::{
     self,
     conditions::{self, Health},
 };
+use crate::reload::Updates;
 use crate::script::{Script, ScriptCtx, ScriptError, object_view};
 use crate::watch::{self, Filter, Informer, Informers, Kind};
 use futures::StreamExt;
@@ -145,44 +146,126 @@ struct Prepared {
 /// Runs the operator until `shutdown` is cancelled; in-flight reconciles finish first (within
 /// the grace period). With leader election, informers start at once (so standby replicas are
 /// ready and take over with warm caches) but controllers run only while this replica leads.
+///
+/// With `updates`, each new version of the config is swapped in as a whole: it is prepared
+/// (kinds resolved, CRDs installed, informers started or reused) while the running version keeps
+/// reconciling, then the running controllers stop taking work, finish their in-flight
+/// reconciles on the old version, and the new controllers start and reconcile every object. A
+/// version that cannot be prepared is reported and the running one is kept.
 pub async fn run(
     op: Operator,
     client: kube::Client,
     opts: RunOptions,
+    updates: Option<Updates>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     crate::metrics::config_loaded(config_hash(&op));
-    let model = &op.config.model;
-    if model.operator.install_crds && !model.crds.is_empty() {
-        let install = crate::schema::install(
-            &client,
-            &model.crds,
-            model.operator.field_manager(),
-            CRD_ESTABLISH_TIMEOUT,
-        );
-        tokio::select! {
-            res = install => res?,
-            // A signal during start-up ends the run at once; nothing has been reconciled yet.
-            () = shutdown.cancelled() => return Ok(()),
-        }
+    tokio::select! {
+        res = install_crds(&op, &client) => res?,
+        // A signal during start-up ends the run at once; nothing has been reconciled yet.
+        () = shutdown.cancelled() => return Ok(()),
     }
     let informers = Informers::new(client.clone());
     let prepared = prepare(&op, &client, &opts, &informers).await?;
     let synced = tokio::spawn(report_synced(informers.all()));
-    let result = match opts.leader {
+    let env = Env {
+        client: &client,
+        opts: &opts,
+        informers: &informers,
+    };
+    let controllers = supervise(prepared, updates, &env, &shutdown);
+    let result = match &opts.leader {
         None => {
-            drain(run_all(prepared, &shutdown), &shutdown, opts.shutdown_grace).await;
+            drain(controllers, &shutdown, opts.shutdown_grace).await;
             Ok(())
         }
         Some(settings) => {
-            let elector = Elector::new(client.clone(), settings);
-            lead(elector, prepared, &shutdown, opts.shutdown_grace).await
+            let elector = Elector::new(client.clone(), settings.clone());
+            lead(elector, controllers, &shutdown, opts.shutdown_grace).await
         }
     };
     synced.abort();
     informers.shutdown();
     tracing::info!("all controllers stopped");
     result
+}
+
+/// Installs the config's CRDs and waits for them to be Established, when it asks for that.
+async fn install_crds(op: &Operator, client: &kube::Client) -> Result<(), Error> {
+    let model = &op.config.model;
+    if model.operator.install_crds && !model.crds.is_empty() {
+        crate::schema::install(
+            client,
+            &model.crds,
+            model.operator.field_manager(),
+            CRD_ESTABLISH_TIMEOUT,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// What preparing a new version of the config needs; lives as long as the run.
+struct Env<'a> {
+    client: &'a kube::Client,
+    opts: &'a RunOptions,
+    informers: &'a Informers,
+}
+
+/// Runs `prepared` until `shutdown`, replacing it with each new version from `updates`.
+async fn supervise(
+    mut prepared: Vec<Prepared>,
+    mut updates: Option<Updates>,
+    env: &Env<'_>,
+    shutdown: &CancellationToken,
+) {
+    loop {
+        let generation = shutdown.child_token();
+        let running = run_all(prepared, &generation);
+        futures::pin_mut!(running);
+        let next = tokio::select! {
+            () = &mut running => return,
+            next = next_version(&mut updates, env) => next,
+        };
+        let started = std::time::Instant::now();
+        // The old controllers take no more work and finish what they started.
+        generation.cancel();
+        running.await;
+        if shutdown.is_cancelled() {
+            return;
+        }
+        let (op, next) = next;
+        prepared = next;
+        crate::metrics::config_loaded(config_hash(&op));
+        crate::metrics::config_reloaded(true);
+        tracing::info!(
+            config = %op.config.file.display(),
+            controllers = prepared.len(),
+            drained_ms = started.elapsed().as_millis(),
+            "config reloaded; reconciling every object with the new version"
+        );
+    }
+}
+
+/// Waits for the next version from `updates` that can be prepared; reports those that cannot.
+/// Pends forever without updates.
+async fn next_version(updates: &mut Option<Updates>, env: &Env<'_>) -> (Operator, Vec<Prepared>) {
+    let Some(u) = updates else {
+        return futures::future::pending().await;
+    };
+    loop {
+        let Some(op) = u.versions.recv().await else {
+            return futures::future::pending().await;
+        };
+        let ready = async {
+            install_crds(&op, env.client).await?;
+            prepare(&op, env.client, env.opts, env.informers).await
+        };
+        match ready.await {
+            Ok(prepared) => return (op, prepared),
+            Err(e) => u.failures.report(&e.to_string()).await,
+        }
+    }
 }
 
 /// Resolves every controller's kinds and starts the informers it needs, in every namespace.

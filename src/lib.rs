@@ -11,16 +11,20 @@
 //! [`testing`] runs a controller's script offline for `khai test`, along the same path as the
 //! daemon; [`scaffold`] holds the files `khai new` writes.
 //! [`webhook`] serves admission and conversion webhooks through scripts, over TLS.
+//! [`manifest`] derives the RBAC and deployment manifests `khai generate` prints.
+//! [`reload`] watches the config directory and hands the daemon each new version that loads.
 
 pub mod apply;
 pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod leader;
+pub mod manifest;
 pub mod metrics;
 pub mod operator;
 pub mod queue;
 pub mod reconcile;
+pub mod reload;
 pub mod scaffold;
 pub mod schema;
 pub mod script;

@@ -2,8 +2,9 @@
 //!
 //! `khai generate crds` prints the exact CustomResourceDefinition manifests `khai run` applies,
 //! so they can be reviewed, committed, or installed by other tooling (GitOps, Helm) when the
-//! operator itself should not hold cluster-wide CRD rights. Further `generate` targets (RBAC,
-//! a Helm chart) become further subcommands here.
+//! operator itself should not hold cluster-wide CRD rights. `khai generate rbac` and
+//! `khai generate manifests` print what [`crate::manifest`] derives; `webhooks` prints the
+//! admission configurations.
 
 use crate::config;
 use crate::schema;
@@ -24,6 +25,41 @@ pub enum What {
     Crds(CrdsArgs),
     /// Print the Validating/MutatingWebhookConfigurations of the config's `[[webhook]]`s.
     Webhooks(WebhooksArgs),
+    /// Print the least-privilege ServiceAccount, ClusterRole/Roles and bindings khai needs.
+    Rbac(RbacArgs),
+    /// Print everything to deploy the operator: Namespace, CRDs, RBAC, ConfigMap, Service,
+    /// Deployment and webhook configurations.
+    Manifests(ManifestsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RbacArgs {
+    /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
+    #[arg(value_name = "FILE|DIR", default_value = ".")]
+    pub config: PathBuf,
+    /// khai's own namespace (ServiceAccount, leader election Lease)
+    /// [default: `[webhook_server] service` namespace, else `<operator>-system`].
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Namespace khai watches (repeatable), as `khai run --namespace`; overrides
+    /// `[operator] namespaces`. Namespaced operators get Roles instead of a ClusterRole.
+    #[arg(long = "watch-namespace", value_name = "NS")]
+    pub watch_namespaces: Vec<String>,
+    /// Write one file per object into this directory instead of printing.
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ManifestsArgs {
+    #[command(flatten)]
+    pub rbac: RbacArgs,
+    /// The khai container image.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Replicas of the Deployment; more than one adds `--leader-elect`.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -58,7 +94,114 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Crds(args) => crds(&args),
         What::Webhooks(args) => webhooks(&args),
+        What::Rbac(args) => rbac(&args),
+        What::Manifests(args) => deploy(&args),
     }
+}
+
+/// Loads the operator with its scripts compiled: whether a script defines `finalize` decides
+/// whether khai needs to patch the primary.
+fn load_operator(path: &Path) -> anyhow::Result<(crate::operator::Operator, Vec<bool>)> {
+    let op = crate::operator::Operator::load(path)?;
+    let finalizes = op
+        .scripts
+        .iter()
+        .map(|s| s.has_function("finalize", crate::operator::RECONCILE_ARITY))
+        .collect();
+    Ok((op, finalizes))
+}
+
+fn own_namespace(args: &RbacArgs, model: &config::model::Model) -> String {
+    args.namespace.clone().unwrap_or_else(|| {
+        model.webhook_server.service.as_ref().map_or_else(
+            || format!("{}-system", model.operator.name),
+            |s| s.namespace.clone(),
+        )
+    })
+}
+
+/// `<kind>[-<namespace>]-<name>`, lower-case: a file name unique per object.
+fn file_name(m: &Value) -> String {
+    let kind = m["kind"].as_str().unwrap_or_default().to_lowercase();
+    let name = m["metadata"]["name"].as_str().unwrap_or_default();
+    match m["metadata"]["namespace"].as_str() {
+        Some(ns) => format!("{kind}-{ns}-{name}"),
+        None => format!("{kind}-{name}"),
+    }
+}
+
+fn emit(output: Option<&Path>, docs: Vec<Value>) -> anyhow::Result<ExitCode> {
+    match output {
+        None => print!("{}", to_yaml(&docs)?),
+        Some(dir) => {
+            let named: Vec<(String, Value)> =
+                docs.into_iter().map(|d| (file_name(&d), d)).collect();
+            write_files(dir, &named)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
+    use crate::manifest::rbac;
+    let (op, finalizes) = load_operator(&args.config)?;
+    let model = &op.config.model;
+    let namespace = own_namespace(args, model);
+    let plan = rbac::plan(&rbac::Input {
+        model,
+        finalizes,
+        namespace: namespace.clone(),
+        watch_namespaces: args.watch_namespaces.clone(),
+    });
+    emit(
+        args.output.as_deref(),
+        rbac::manifests(model, &namespace, &plan),
+    )
+}
+
+fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
+    use crate::manifest::deploy;
+    let (op, finalizes) = load_operator(&args.rbac.config)?;
+    let config = &op.config;
+    let model = &config.model;
+    let config_name = config
+        .file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "operator.toml".into());
+    let mut paths: Vec<PathBuf> = model.controllers.iter().map(|c| c.script.clone()).collect();
+    paths.extend(model.webhooks.iter().map(|w| w.script.clone()));
+    paths.extend(model.crds.iter().filter_map(|c| c.schema_file.clone()));
+    let mut files = vec![deploy::File {
+        path: config_name,
+        content: config.source.clone(),
+    }];
+    for p in paths {
+        let path = p.to_string_lossy().replace('\\', "/");
+        if files.iter().any(|f| f.path == path) {
+            continue;
+        }
+        let full = config.resolve(&p);
+        let content = std::fs::read_to_string(&full)
+            .with_context(|| format!("cannot read {}", full.display()))?;
+        files.push(deploy::File { path, content });
+    }
+    let crds = model
+        .crds
+        .iter()
+        .map(schema::crd_manifest)
+        .collect::<Result<Vec<Value>, schema::Error>>()?;
+    let settings = deploy::Settings {
+        namespace: own_namespace(&args.rbac, model),
+        image: args.image.clone().unwrap_or_else(deploy::default_image),
+        replicas: args.replicas,
+        finalizes,
+        watch_namespaces: args.rbac.watch_namespaces.clone(),
+    };
+    emit(
+        args.rbac.output.as_deref(),
+        deploy::manifests(model, &settings, &files, crds),
+    )
 }
 
 fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {

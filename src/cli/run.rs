@@ -1,7 +1,9 @@
-//! `khai run`: load, connect, reconcile until a signal arrives.
+//! `khai run`: load, connect, reconcile until a signal arrives; with `--watch`, reload the config
+//! when it changes.
 
 use crate::daemon::{self, RunOptions};
 use crate::operator::Operator;
+use crate::reload;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +17,11 @@ pub struct Args {
     /// Watch only this namespace (repeatable); overrides `[operator] namespaces`.
     #[arg(long = "namespace", short = 'n', value_name = "NS")]
     pub namespaces: Vec<String>,
+    /// Reload the config and scripts when a file in the config directory changes (a mounted
+    /// ConfigMap's `..data` swap included). On by default inside a cluster; `--watch=false`
+    /// turns it off.
+    #[arg(long, env = "KHAI_WATCH", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub watch: Option<bool>,
     #[command(flatten)]
     pub ops: super::operations::Operations,
     #[command(flatten)]
@@ -22,6 +29,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Hashed before loading, so a change made while loading is still seen as a change.
+    let current = reload::fingerprint(&reload::watched_dir(&args.config));
     // Everything that can be wrong with the config is found before touching the cluster.
     let op = Operator::load(&args.config)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -48,13 +57,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             shutdown_grace: args.ops.shutdown_grace,
         };
         let webhooks = args.webhooks.start(&op, &client, &shutdown).await?;
-        daemon::run(op, client, opts, shutdown).await?;
+        let updates = args.watch.unwrap_or_else(in_cluster).then(|| {
+            let failures = reload::Failures::from_env(&client, &op.config.model.operator.name);
+            let (tx, versions) = tokio::sync::mpsc::channel(1);
+            let watch = reload::watch(args.config.clone(), current, tx, failures.clone(), shutdown.clone());
+            tokio::spawn(watch);
+            reload::Updates { versions, failures }
+        });
+        daemon::run(op, client, opts, updates, shutdown).await?;
         if let Some(server) = webhooks {
             let _ = server.await;
         }
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Whether khai runs in a Pod, where its config is a mounted ConfigMap that can change.
+fn in_cluster() -> bool {
+    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
 }
 
 /// Cancels `token` on the first SIGTERM or SIGINT.

@@ -52,6 +52,27 @@ pub struct OperatorSettings {
     /// Namespaces to watch; empty means the whole cluster.
     #[serde(default)]
     pub namespaces: Vec<String>,
+    /// `[[operator.extra_rbac]]`: rules `khai generate rbac` adds to the derived ones, for what
+    /// the scripts reach that the config cannot show.
+    #[serde(default)]
+    pub extra_rbac: Vec<RbacRule>,
+}
+
+/// One `[[operator.extra_rbac]]` rule, as in a Kubernetes PolicyRule.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RbacRule {
+    /// API groups; `""` is the core group.
+    pub api_groups: Vec<String>,
+    pub resources: Vec<String>,
+    pub verbs: Vec<String>,
+    /// Restrict the rule to these object names.
+    #[serde(default)]
+    pub resource_names: Vec<String>,
+    /// Grant in the ClusterRole even when the operator watches only some namespaces (for
+    /// cluster-scoped resources).
+    #[serde(default)]
+    pub cluster: bool,
 }
 
 impl Default for OperatorSettings {
@@ -62,6 +83,7 @@ impl Default for OperatorSettings {
             field_manager: None,
             force_apply: true,
             namespaces: Vec::new(),
+            extra_rbac: Vec::new(),
         }
     }
 }

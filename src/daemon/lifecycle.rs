@@ -1,7 +1,7 @@
 //! The life of a run around the controllers: readiness once caches are synced, waiting for and
 //! holding the leader lease, and draining in-flight reconciles on shutdown.
 
-use super::{Error, Prepared, run_all};
+use super::Error;
 use crate::leader::Elector;
 use crate::operator::Operator;
 use crate::watch::Informer;
@@ -37,7 +37,7 @@ pub(super) async fn report_synced(informers: Vec<Arc<Informer>>) {
 /// not finished: another replica may already be starting) and ends the run with an error.
 pub(super) async fn lead(
     mut elector: Elector,
-    prepared: Vec<Prepared>,
+    controllers: impl std::future::Future<Output = ()>,
     shutdown: &CancellationToken,
     grace: Duration,
 ) -> Result<(), Error> {
@@ -52,7 +52,7 @@ pub(super) async fn lead(
     crate::metrics::leader(&lease, true);
     tracing::info!(%lease, %identity, "became leader; starting controllers");
     let lost = {
-        let controllers = drain(run_all(prepared, shutdown), shutdown, grace);
+        let controllers = drain(controllers, shutdown, grace);
         tokio::select! {
             () = controllers => None,
             why = elector.hold() => Some(why),

@@ -207,7 +207,7 @@ impl Metrics {
             config_reloads: counter(
                 &r,
                 "khai_config_reloads_total",
-                "Config reloads by result (hot reload is not built yet: always 0)",
+                "Config reloads by result: success (swapped in) or failure (the last good config kept running)",
                 &["result"],
             ),
             config_hash,
@@ -369,6 +369,12 @@ pub fn config_loaded(hash: u64) {
     #[allow(clippy::cast_precision_loss)]
     METRICS.config_hash.set((hash & ((1u64 << 52) - 1)) as f64);
     HEALTH.config_loaded.store(true, Ordering::SeqCst);
+}
+
+/// One hot reload of the config: swapped in (`true`) or rejected.
+pub fn config_reloaded(ok: bool) {
+    let result = if ok { "success" } else { "failure" };
+    METRICS.config_reloads.with_label_values(&[result]).inc();
 }
 
 /// What `/readyz` answers from.

@@ -176,6 +176,26 @@ impl Khai {
         extra: &[&str],
         kubeconfig: &Path,
     ) -> Self {
+        Self::spawn(config, namespace, extra, kubeconfig, &[])
+    }
+
+    /// Like [`Khai::start`], with extra environment variables (e.g. `POD_NAME`).
+    pub fn start_with_env(
+        config: &Path,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn(config, namespace, extra, kubeconfig(), env)
+    }
+
+    fn spawn(
+        config: &Path,
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_khai"))
             .arg("run")
             .arg("--config")
@@ -191,6 +211,7 @@ impl Khai {
                 &["--metrics-bind", "127.0.0.1:0"][..]
             })
             .env("KUBECONFIG", kubeconfig)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1,0 +1,307 @@
+//! Everything needed to run khai in a cluster: Namespace, CRDs, ServiceAccount and RBAC,
+//! a ConfigMap holding the config and its scripts, a Service for metrics and webhooks, the
+//! Deployment, and (with `tls = "files"`) the webhook configurations.
+//!
+//! No I/O: the caller reads the config's files and hands them in. With `tls = "self-signed"`
+//! the webhook configurations are left out, since khai applies them itself with the caBundle of
+//! the CA it makes at start; with `tls = "files"` their caBundle is for the certificate tooling
+//! (cert-manager's CA injector, for instance) to fill in. Ports name their protocol: server-side
+//! apply (`kubectl apply --server-side`) needs it on Kubernetes before 1.24.
+
+use super::rbac;
+use crate::config::model::Model;
+use crate::config::webhook::{ServiceRef, TlsMode};
+use crate::webhook::manifests::{self, Target};
+use serde_json::{Value, json};
+
+/// Where the ConfigMap is mounted in the pod; `khai run --config` reads it from here.
+pub const CONFIG_DIR: &str = "/config";
+/// The port of /metrics, /healthz and /readyz.
+pub const METRICS_PORT: u16 = 8080;
+/// The port of the webhook server.
+pub const WEBHOOK_PORT: u16 = 9443;
+
+/// What to deploy, besides the config.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// khai's own namespace.
+    pub namespace: String,
+    /// The container image.
+    pub image: String,
+    /// Replicas; more than one turns on `--leader-elect`.
+    pub replicas: u32,
+    /// Per controller, in config order: whether its script defines `finalize`.
+    pub finalizes: Vec<bool>,
+    /// Namespaces watched; overrides `[operator] namespaces` when non-empty.
+    pub watch_namespaces: Vec<String>,
+}
+
+/// The default image: the one built from this version's Dockerfile.
+pub fn default_image() -> String {
+    format!("ghcr.io/khai-dev/khai:{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// One file of the operator, by its path relative to the config file's directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct File {
+    pub path: String,
+    pub content: String,
+}
+
+/// The ConfigMap key of a file: keys cannot hold `/`, so the volume maps each key back.
+fn key_of(path: &str) -> String {
+    path.replace('/', "__")
+}
+
+/// The Service khai is reached through: `[webhook_server] service`, else `khai-<operator>` in
+/// khai's namespace.
+pub fn service(model: &Model, namespace: &str) -> ServiceRef {
+    model
+        .webhook_server
+        .service
+        .clone()
+        .unwrap_or_else(|| ServiceRef {
+            name: rbac::name(model),
+            namespace: namespace.into(),
+            port: 443,
+        })
+}
+
+/// Every manifest, in the order to apply them. `crds` are the CRD manifests of the config.
+pub fn manifests(
+    model: &Model,
+    settings: &Settings,
+    files: &[File],
+    crds: Vec<Value>,
+) -> Vec<Value> {
+    let ns = settings.namespace.as_str();
+    let name = rbac::name(model);
+    let labels = json!({
+        "app.kubernetes.io/name": model.operator.name,
+        "app.kubernetes.io/managed-by": "khai",
+    });
+    let mut out = vec![json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": { "name": ns, "labels": labels },
+    })];
+    out.extend(crds);
+    let plan = rbac::plan(&rbac::Input {
+        model,
+        finalizes: settings.finalizes.clone(),
+        namespace: ns.into(),
+        watch_namespaces: settings.watch_namespaces.clone(),
+    });
+    out.extend(rbac::manifests(model, ns, &plan));
+    out.push(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": format!("{name}-config"), "namespace": ns, "labels": labels },
+        "data": files.iter().map(|f| (key_of(&f.path), json!(f.content))).collect::<serde_json::Map<_, _>>(),
+    }));
+    let webhooks = !model.webhooks.is_empty();
+    let svc = service(model, ns);
+    let mut ports = vec![
+        json!({ "name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP" }),
+    ];
+    if webhooks {
+        ports.push(json!({ "name": "webhook", "port": svc.port, "targetPort": "webhook", "protocol": "TCP" }));
+    }
+    out.push(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": svc.name, "namespace": svc.namespace, "labels": labels },
+        "spec": { "selector": { "app.kubernetes.io/name": model.operator.name }, "ports": ports },
+    }));
+    out.push(deployment(model, settings, files, &svc, &labels));
+    if webhooks && model.webhook_server.tls == TlsMode::Files {
+        out.extend(manifests::configurations(
+            model,
+            &Target::Service(svc),
+            None,
+        ));
+    }
+    out
+}
+
+fn deployment(
+    model: &Model,
+    settings: &Settings,
+    files: &[File],
+    svc: &ServiceRef,
+    labels: &Value,
+) -> Value {
+    let name = rbac::name(model);
+    let mut args = vec!["run", "--config", CONFIG_DIR, "--log-format", "json"];
+    if settings.replicas > 1 {
+        args.push("--leader-elect");
+    }
+    let field = |name: &str, path: &str| json!({ "name": name, "valueFrom": { "fieldRef": { "fieldPath": path } } });
+    let mut env = vec![
+        field("POD_NAME", "metadata.name"),
+        field("POD_NAMESPACE", "metadata.namespace"),
+    ];
+    let mut ports =
+        vec![json!({ "name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP" })];
+    if !model.webhooks.is_empty() {
+        ports.push(json!({ "name": "webhook", "containerPort": WEBHOOK_PORT, "protocol": "TCP" }));
+        if model.webhook_server.service.is_none() {
+            // The self-signed certificate and the configurations name the Service through this.
+            env.push(json!({
+                "name": "KHAI_WEBHOOK_URL",
+                "value": format!("https://{}.{}.svc:{}", svc.name, svc.namespace, svc.port),
+            }));
+        }
+    }
+    let probe = |path: &str| {
+        json!({
+            "httpGet": { "path": path, "port": "metrics" },
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+        })
+    };
+    let items: Vec<Value> = files
+        .iter()
+        .map(|f| json!({ "key": key_of(&f.path), "path": f.path }))
+        .collect();
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": name, "namespace": settings.namespace, "labels": labels },
+        "spec": {
+            "replicas": settings.replicas,
+            "selector": { "matchLabels": { "app.kubernetes.io/name": model.operator.name } },
+            "template": {
+                "metadata": { "labels": labels },
+                "spec": {
+                    "serviceAccountName": name,
+                    "securityContext": {
+                        "runAsNonRoot": true,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "seccompProfile": { "type": "RuntimeDefault" },
+                    },
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [{
+                        "name": "khai",
+                        "image": settings.image,
+                        "args": args,
+                        "env": env,
+                        "ports": ports,
+                        "livenessProbe": probe("/healthz"),
+                        "readinessProbe": probe("/readyz"),
+                        "resources": {
+                            "requests": { "cpu": "50m", "memory": "64Mi" },
+                            "limits": { "memory": "256Mi" },
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": false,
+                            "readOnlyRootFilesystem": true,
+                            "capabilities": { "drop": ["ALL"] },
+                        },
+                        "volumeMounts": [{ "name": "config", "mountPath": CONFIG_DIR, "readOnly": true }],
+                    }],
+                    "volumes": [{
+                        "name": "config",
+                        "configMap": { "name": format!("{name}-config"), "items": items },
+                    }],
+                },
+            },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+    use std::path::Path;
+
+    const SRC: &str = r#"
+[operator]
+name = "shop"
+
+[[crd]]
+group = "shop.khai.dev"
+kind = "Order"
+versions = ["v1"]
+
+[[controller]]
+for = "Order"
+script = "scripts/order.rhai"
+
+[[webhook]]
+for = "Order"
+script = "scripts/order.rhai"
+validate = "validate"
+"#;
+
+    fn build(replicas: u32) -> Vec<Value> {
+        let model = parse(Path::new("operator.toml"), SRC).unwrap();
+        let settings = Settings {
+            namespace: "shop-system".into(),
+            image: "khai:test".into(),
+            replicas,
+            finalizes: vec![false],
+            watch_namespaces: Vec::new(),
+        };
+        let files = [
+            File {
+                path: "operator.toml".into(),
+                content: SRC.into(),
+            },
+            File {
+                path: "scripts/order.rhai".into(),
+                content: "fn reconcile(o, c) {}".into(),
+            },
+        ];
+        manifests(&model, &settings, &files, Vec::new())
+    }
+
+    fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+        docs.iter().find(|d| d["kind"] == kind).unwrap()
+    }
+
+    #[test]
+    fn deployment_is_hardened_and_mounts_the_config_with_its_scripts() {
+        let docs = build(1);
+        let d = find(&docs, "Deployment");
+        let pod = &d["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(c["readinessProbe"]["httpGet"]["port"], "metrics");
+        assert_eq!(
+            c["args"],
+            json!(["run", "--config", "/config", "--log-format", "json"])
+        );
+        assert_eq!(
+            c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.name"
+        );
+        assert_eq!(
+            c["env"][2],
+            json!({ "name": "KHAI_WEBHOOK_URL", "value": "https://khai-shop.shop-system.svc:443" })
+        );
+        assert_eq!(
+            pod["volumes"][0]["configMap"]["items"][1],
+            json!({ "key": "scripts__order.rhai", "path": "scripts/order.rhai" })
+        );
+        let cm = find(&docs, "ConfigMap");
+        assert!(cm["data"]["scripts__order.rhai"].is_string());
+        assert_eq!(docs[0]["kind"], "Namespace");
+        // Self-signed: khai installs its own webhook configurations.
+        assert!(
+            !docs
+                .iter()
+                .any(|d| d["kind"] == "ValidatingWebhookConfiguration")
+        );
+    }
+
+    #[test]
+    fn more_than_one_replica_turns_on_leader_election() {
+        let docs = build(2);
+        let c = &find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["args"][5], "--leader-elect");
+    }
+}

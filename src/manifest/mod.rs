@@ -1,0 +1,9 @@
+//! The rest of what `khai generate` prints besides CRDs and webhook configurations: the
+//! least-privilege RBAC derived from the config ([`rbac`]) and everything needed to deploy khai
+//! ([`deploy`]: Namespace, ConfigMap, Deployment, Service).
+//!
+//! No I/O and no cluster: functions take the loaded model and return manifests as JSON values,
+//! which `khai generate` renders as YAML. Nothing here knows the running daemon's state.
+
+pub mod deploy;
+pub mod rbac;

@@ -1,0 +1,565 @@
+//! Least-privilege RBAC derived from the config: exactly the API calls `khai run` makes.
+//!
+//! No I/O. Kinds are resolved offline (a CRD of the config, `group/version/Kind`, `v1/Kind`,
+//! `Kind.group` or a bare core `Kind`), so a kind is assumed namespaced unless it is a CRD of the
+//! config with `scope = "Cluster"` or a well-known cluster-scoped built-in. What each rule is for:
+//!
+//! | Call | Verbs |
+//! |---|---|
+//! | list/watch of every `for`, `owns` and `watches` kind (informers) | get, list, watch |
+//! | server-side apply of children, pruning | create, patch, delete on owned kinds |
+//! | `.status` of a CRD kind with status | patch on `<plural>/status` |
+//! | owner references with `blockOwnerDeletion` | update on `<plural>/finalizers` |
+//! | the finalizer JSON patch, when the script defines `finalize` | patch on the primary |
+//! | Events (`events.k8s.io`) | create, patch |
+//! | leader election on a Lease in khai's own namespace | get, create, update |
+//! | `install_crds` | CRDs: create, list, watch; get, patch by name |
+//! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
+//! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
+//!
+//! A namespaced operator (`[operator] namespaces`, or `--watch-namespace`) gets a Role in each
+//! namespace, and a ClusterRole only for what is cluster-scoped.
+
+use crate::config::model::{Model, RbacRule, Scope};
+use crate::config::webhook::TlsMode;
+use crate::schema;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Built-in kinds that live outside namespaces.
+const CLUSTER_SCOPED: &[&str] = &[
+    "APIService",
+    "CertificateSigningRequest",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ComponentStatus",
+    "CSIDriver",
+    "CSINode",
+    "CustomResourceDefinition",
+    "IngressClass",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "PodSecurityPolicy",
+    "PriorityClass",
+    "RuntimeClass",
+    "StorageClass",
+    "ValidatingWebhookConfiguration",
+    "VolumeAttachment",
+];
+
+/// What RBAC is generated for.
+#[derive(Debug, Clone)]
+pub struct Input<'a> {
+    pub model: &'a Model,
+    /// Per controller, in config order: whether its script defines `finalize`.
+    pub finalizes: Vec<bool>,
+    /// khai's own namespace: its ServiceAccount and leader election Lease live here.
+    pub namespace: String,
+    /// Namespaces watched; overrides `[operator] namespaces` when non-empty.
+    pub watch_namespaces: Vec<String>,
+}
+
+/// A kind as RBAC sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    pub group: String,
+    pub plural: String,
+    pub namespaced: bool,
+    /// A CRD of this config with a status schema: khai writes its status subresource.
+    pub status: bool,
+}
+
+/// Resolves a kind as written in the config, without a cluster.
+pub fn resolve(model: &Model, written: &str) -> Resource {
+    let crd = |kind: &str, group: Option<&str>| {
+        model
+            .crds
+            .iter()
+            .find(|c| c.kind == kind && group.is_none_or(|g| g == c.group))
+    };
+    let parts: Vec<&str> = written.split('/').collect();
+    let (group, kind) = match parts.as_slice() {
+        [group, _version, kind] => (Some(group.to_string()), *kind),
+        [_version, kind] => (Some(String::new()), *kind),
+        _ => match written.split_once('.') {
+            Some((kind, group)) => (Some(group.to_string()), kind),
+            None => (None, written),
+        },
+    };
+    if let Some(c) = crd(kind, group.as_deref()) {
+        return Resource {
+            group: c.group.clone(),
+            plural: c.plural(),
+            namespaced: c.scope == Scope::Namespaced,
+            status: c.status.is_some(),
+        };
+    }
+    Resource {
+        group: group.unwrap_or_default(),
+        plural: schema::plural_of(kind),
+        namespaced: !CLUSTER_SCOPED.contains(&kind),
+        status: false,
+    }
+}
+
+/// Verbs per (api group, resource, resource names), kept sorted so output is stable.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Rules {
+    rules: BTreeMap<(String, String, Vec<String>), BTreeSet<String>>,
+    urls: BTreeSet<String>,
+}
+
+impl Rules {
+    fn add(&mut self, group: &str, resource: &str, verbs: &[&str]) {
+        self.add_named(group, resource, &[], verbs);
+    }
+
+    fn add_named(&mut self, group: &str, resource: &str, names: &[String], verbs: &[&str]) {
+        self.rules
+            .entry((group.into(), resource.into(), names.to_vec()))
+            .or_default()
+            .extend(verbs.iter().map(|v| v.to_string()));
+    }
+
+    fn add_extra(&mut self, r: &RbacRule) {
+        for g in &r.api_groups {
+            for res in &r.resources {
+                let verbs: Vec<&str> = r.verbs.iter().map(String::as_str).collect();
+                self.add_named(g, res, &r.resource_names, &verbs);
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty() && self.urls.is_empty()
+    }
+
+    /// Removes every verb granted on `resource` in `group`; for tests that prove a rule is
+    /// needed.
+    pub fn remove(&mut self, group: &str, resource: &str) {
+        self.rules
+            .retain(|(g, r, _), _| !(g == group && r == resource));
+    }
+
+    /// The PolicyRules, one per resource, sorted by group then resource.
+    pub fn policy_rules(&self) -> Vec<Value> {
+        let mut out: Vec<Value> = self
+            .rules
+            .iter()
+            .map(|((group, resource, names), verbs)| {
+                let mut r = json!({
+                    "apiGroups": [group],
+                    "resources": [resource],
+                    "verbs": verbs.iter().collect::<Vec<_>>(),
+                });
+                if !names.is_empty() {
+                    r["resourceNames"] = json!(names);
+                }
+                r
+            })
+            .collect();
+        if !self.urls.is_empty() {
+            out.push(json!({
+                "nonResourceURLs": self.urls.iter().collect::<Vec<_>>(),
+                "verbs": ["get"],
+            }));
+        }
+        out
+    }
+}
+
+/// The derived rules: what must be granted cluster-wide, what in each watched namespace, and
+/// what in khai's own namespace.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Plan {
+    /// Rules of the ClusterRole.
+    pub cluster: Rules,
+    /// Rules of the Role in each watched namespace (empty for a cluster-wide operator).
+    pub namespaced: Rules,
+    /// Watched namespaces; empty means the whole cluster.
+    pub namespaces: Vec<String>,
+    /// Rules of the Role in khai's own namespace (the leader election Lease).
+    pub own: Rules,
+}
+
+/// Derives the RBAC plan for `input`.
+pub fn plan(input: &Input<'_>) -> Plan {
+    let model = input.model;
+    let namespaces = if input.watch_namespaces.is_empty() {
+        model.operator.namespaces.clone()
+    } else {
+        input.watch_namespaces.clone()
+    };
+    let mut p = Plan {
+        namespaces,
+        ..Plan::default()
+    };
+    let scoped = !p.namespaces.is_empty();
+    // A namespaced kind goes to the Roles of a namespaced operator; everything else cluster-wide.
+    let mut grant = |r: &Resource, resource: &str, verbs: &[&str]| {
+        let rules = if scoped && r.namespaced {
+            &mut p.namespaced
+        } else {
+            &mut p.cluster
+        };
+        rules.add(&r.group, resource, verbs);
+    };
+    let mut needs_discovery = false;
+    let is_crd = |written: &str| {
+        let r = resolve(model, written);
+        model
+            .crds
+            .iter()
+            .any(|c| c.group == r.group && c.plural() == r.plural)
+    };
+    for (i, ctl) in model.controllers.iter().enumerate() {
+        let primary = resolve(model, &ctl.for_kind);
+        grant(&primary, &primary.plural, &["get", "list", "watch"]);
+        if primary.status {
+            grant(&primary, &format!("{}/status", primary.plural), &["patch"]);
+        }
+        if input.finalizes.get(i).copied().unwrap_or(false) {
+            grant(&primary, &primary.plural, &["patch"]);
+        }
+        if !ctl.owns.is_empty() {
+            grant(
+                &primary,
+                &format!("{}/finalizers", primary.plural),
+                &["update"],
+            );
+        }
+        for o in &ctl.owns {
+            let r = resolve(model, o);
+            grant(
+                &r,
+                &r.plural,
+                &["get", "list", "watch", "create", "patch", "delete"],
+            );
+        }
+        for w in &ctl.watches {
+            let r = resolve(model, &w.kind);
+            grant(&r, &r.plural, &["get", "list", "watch"]);
+        }
+        let kinds = std::iter::once(&ctl.for_kind)
+            .chain(&ctl.owns)
+            .chain(ctl.watches.iter().map(|w| &w.kind));
+        for k in kinds {
+            needs_discovery |= !is_crd(k);
+        }
+    }
+    if !model.controllers.is_empty() {
+        // Events are recorded in the namespace of the object they are about.
+        let events = Resource {
+            group: "events.k8s.io".into(),
+            plural: "events".into(),
+            namespaced: true,
+            status: false,
+        };
+        grant(&events, "events", &["create", "patch"]);
+        p.own.add(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update"],
+        );
+    }
+    let crds = "apiextensions.k8s.io";
+    let crd_names: Vec<String> = model.crds.iter().map(|c| c.crd_name()).collect();
+    if model.operator.install_crds && !crd_names.is_empty() {
+        p.cluster.add(
+            crds,
+            "customresourcedefinitions",
+            &["create", "list", "watch"],
+        );
+        p.cluster.add_named(
+            crds,
+            "customresourcedefinitions",
+            &crd_names,
+            &["get", "patch"],
+        );
+    }
+    if model.webhook_server.tls == TlsMode::SelfSigned {
+        let name = vec![crate::webhook::manifests::configuration_name(model)];
+        let reg = "admissionregistration.k8s.io";
+        for (resource, used) in [
+            (
+                "validatingwebhookconfigurations",
+                model.webhooks.iter().any(|h| h.validate.is_some()),
+            ),
+            (
+                "mutatingwebhookconfigurations",
+                model.webhooks.iter().any(|h| h.mutate.is_some()),
+            ),
+        ] {
+            if used {
+                p.cluster.add(reg, resource, &["create"]);
+                p.cluster.add_named(reg, resource, &name, &["get", "patch"]);
+            }
+        }
+        let converted: Vec<String> = model
+            .webhooks
+            .iter()
+            .filter(|h| h.convert.is_some())
+            .filter_map(|h| model.crds.iter().find(|c| c.kind == h.for_kind))
+            .map(|c| c.crd_name())
+            .collect();
+        if !converted.is_empty() {
+            p.cluster.add_named(
+                crds,
+                "customresourcedefinitions",
+                &converted,
+                &["get", "patch"],
+            );
+        }
+    }
+    if needs_discovery {
+        for url in ["/api", "/api/*", "/apis", "/apis/*"] {
+            p.cluster.urls.insert(url.into());
+        }
+    }
+    for r in &model.operator.extra_rbac {
+        if scoped && !r.cluster {
+            p.namespaced.add_extra(r);
+        } else {
+            p.cluster.add_extra(r);
+        }
+    }
+    p
+}
+
+fn labels(model: &Model) -> Value {
+    json!({
+        "app.kubernetes.io/name": model.operator.name,
+        "app.kubernetes.io/managed-by": "khai",
+    })
+}
+
+/// Name of the ServiceAccount, roles and bindings: `khai-<operator>`.
+pub fn name(model: &Model) -> String {
+    format!("khai-{}", model.operator.name)
+}
+
+/// The ServiceAccount, ClusterRole, Roles and their bindings, in the order to apply them.
+pub fn manifests(model: &Model, namespace: &str, plan: &Plan) -> Vec<Value> {
+    let name = name(model);
+    let labels = labels(model);
+    let subject = json!([{ "kind": "ServiceAccount", "name": name, "namespace": namespace }]);
+    let mut out = vec![json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": { "name": name, "namespace": namespace, "labels": labels },
+    })];
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let mut role = |kind: &str, role_name: &str, ns: Option<&str>, rules: &Rules| {
+        let mut meta = json!({ "name": role_name, "labels": labels });
+        if let Some(ns) = ns {
+            meta["namespace"] = json!(ns);
+        }
+        out.push(json!({
+            "apiVersion": rbac, "kind": kind, "metadata": meta, "rules": rules.policy_rules(),
+        }));
+        out.push(json!({
+            "apiVersion": rbac,
+            "kind": format!("{kind}Binding"),
+            "metadata": meta,
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role_name },
+            "subjects": subject,
+        }));
+    };
+    if !plan.cluster.is_empty() {
+        role("ClusterRole", &name, None, &plan.cluster);
+    }
+    if !plan.namespaced.is_empty() {
+        for ns in &plan.namespaces {
+            role("Role", &name, Some(ns), &plan.namespaced);
+        }
+    }
+    if !plan.own.is_empty() {
+        role(
+            "Role",
+            &format!("{name}-leader-election"),
+            Some(namespace),
+            &plan.own,
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+    use std::path::Path;
+
+    const HELLO: &str = r#"
+[operator]
+name = "hello"
+
+[[crd]]
+group = "examples.khai.dev"
+kind = "Hello"
+versions = ["v1"]
+status.phase = { type = "string" }
+
+[[controller]]
+for = "Hello"
+owns = ["v1/ConfigMap"]
+watches = [{ kind = "apps/v1/Deployment", label = "hello" }]
+script = "h.rhai"
+"#;
+
+    fn input(model: &Model, finalize: bool, ns: &[&str]) -> Plan {
+        plan(&Input {
+            model,
+            finalizes: vec![finalize],
+            namespace: "ops".into(),
+            watch_namespaces: ns.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    fn rule(rules: &Rules, group: &str, resource: &str) -> Vec<String> {
+        rules
+            .rules
+            .iter()
+            .filter(|((g, r, _), _)| g == group && r == resource)
+            .flat_map(|(_, v)| v.iter().cloned())
+            .collect()
+    }
+
+    #[test]
+    fn cluster_wide_operator_gets_one_cluster_role_with_every_call_it_makes() {
+        let model = parse(Path::new("operator.toml"), HELLO).unwrap();
+        let p = input(&model, false, &[]);
+        let g = "examples.khai.dev";
+        assert_eq!(rule(&p.cluster, g, "hellos"), ["get", "list", "watch"]);
+        assert_eq!(rule(&p.cluster, g, "hellos/status"), ["patch"]);
+        assert_eq!(rule(&p.cluster, g, "hellos/finalizers"), ["update"]);
+        assert_eq!(
+            rule(&p.cluster, "", "configmaps"),
+            ["create", "delete", "get", "list", "patch", "watch"]
+        );
+        assert_eq!(
+            rule(&p.cluster, "apps", "deployments"),
+            ["get", "list", "watch"]
+        );
+        assert_eq!(
+            rule(&p.cluster, "events.k8s.io", "events"),
+            ["create", "patch"]
+        );
+        assert_eq!(
+            rule(&p.own, "coordination.k8s.io", "leases"),
+            ["create", "get", "update"]
+        );
+        assert_eq!(
+            rule(
+                &p.cluster,
+                "apiextensions.k8s.io",
+                "customresourcedefinitions"
+            ),
+            ["create", "list", "watch", "get", "patch"]
+        );
+        assert!(p.namespaced.is_empty());
+        assert!(
+            p.cluster.urls.contains("/apis"),
+            "discovery for built-in kinds"
+        );
+    }
+
+    #[test]
+    fn finalize_in_the_script_grants_patch_on_the_primary() {
+        let model = parse(Path::new("operator.toml"), HELLO).unwrap();
+        let p = input(&model, true, &[]);
+        assert_eq!(
+            rule(&p.cluster, "examples.khai.dev", "hellos"),
+            ["get", "list", "patch", "watch"]
+        );
+    }
+
+    #[test]
+    fn namespaced_operator_keeps_only_crds_in_the_cluster_role() {
+        let src = format!(
+            "{HELLO}\n[[operator.extra_rbac]]\napi_groups = [\"\"]\nresources = [\"secrets\"]\nverbs = [\"get\"]\n"
+        )
+        .replace("name = \"hello\"", "name = \"hello\"\nnamespaces = [\"a\", \"b\"]");
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        assert_eq!(p.namespaces, ["a", "b"]);
+        assert!(rule(&p.cluster, "examples.khai.dev", "hellos").is_empty());
+        assert_eq!(rule(&p.namespaced, "", "secrets"), ["get"]);
+        assert!(
+            !rule(
+                &p.cluster,
+                "apiextensions.k8s.io",
+                "customresourcedefinitions"
+            )
+            .is_empty()
+        );
+        let docs = manifests(&model, "ops", &p);
+        let kinds: Vec<(&str, &str)> = docs
+            .iter()
+            .map(|d| {
+                (
+                    d["kind"].as_str().unwrap(),
+                    d["metadata"]["namespace"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("ServiceAccount", "ops"),
+                ("ClusterRole", ""),
+                ("ClusterRoleBinding", ""),
+                ("Role", "a"),
+                ("RoleBinding", "a"),
+                ("Role", "b"),
+                ("RoleBinding", "b"),
+                ("Role", "ops"),
+                ("RoleBinding", "ops"),
+            ]
+        );
+        assert_eq!(docs[4]["subjects"][0]["namespace"], "ops");
+    }
+
+    #[test]
+    fn self_signed_webhooks_grant_their_configurations_and_crd_conversion_by_name() {
+        let src = format!(
+            "{HELLO}\n[[webhook]]\nfor = \"Hello\"\nscript = \"w.rhai\"\nvalidate = \"v\"\n"
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        let reg = "admissionregistration.k8s.io";
+        assert_eq!(
+            rule(&p.cluster, reg, "validatingwebhookconfigurations"),
+            ["create", "get", "patch"]
+        );
+        assert!(rule(&p.cluster, reg, "mutatingwebhookconfigurations").is_empty());
+        let named = p
+            .cluster
+            .policy_rules()
+            .into_iter()
+            .find(|r| {
+                r["resources"][0] == "validatingwebhookconfigurations" && r["verbs"][0] == "get"
+            })
+            .unwrap();
+        assert_eq!(named["resourceNames"], json!(["khai-hello"]));
+    }
+
+    #[test]
+    fn resolve_reads_every_spelling_offline() {
+        let model = parse(Path::new("operator.toml"), HELLO).unwrap();
+        assert_eq!(resolve(&model, "Hello").plural, "hellos");
+        assert_eq!(
+            resolve(&model, "Hello.examples.khai.dev").group,
+            "examples.khai.dev"
+        );
+        let ns = resolve(&model, "v1/Namespace");
+        assert_eq!((ns.group.as_str(), ns.namespaced), ("", false));
+        let d = resolve(&model, "Deployment.apps");
+        assert_eq!(
+            (d.group.as_str(), d.plural.as_str()),
+            ("apps", "deployments")
+        );
+    }
+}

@@ -1,0 +1,327 @@
+//! End to end against a real kube-apiserver with RBAC: khai runs as a ServiceAccount that holds
+//! only what `khai generate rbac` grants, and the operator works with no 403; take one generated
+//! rule away and the flow fails where that rule was needed.
+//!
+//! The operator is `examples/hello`, copied with a script that also records an Event and defines
+//! `finalize`, so every generated rule is exercised: CRD install, list/watch, server-side apply of
+//! children, the status subresource, the finalizer patch, events.k8s.io and the leader Lease.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use support::{Khai, TestNamespace, wait_for};
+
+/// `examples/hello` in a temporary directory, its script extended with an Event and `finalize`.
+fn hello_with_events() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = support::repo_root().join("examples/hello");
+    std::fs::copy(src.join("operator.toml"), dir.path().join("operator.toml")).unwrap();
+    std::fs::create_dir(dir.path().join("scripts")).unwrap();
+    let script = std::fs::read_to_string(src.join("scripts/hello.rhai")).unwrap();
+    let script = script.replacen(
+        "        status: #{",
+        "        events: [#{ type: \"Normal\", reason: \"Greeted\", message: \"said \" + greeting }],\n        status: #{",
+        1,
+    ) + "\nfn finalize(obj, ctx) { true }\n";
+    assert!(script.contains("Greeted"), "the hello script changed shape");
+    std::fs::write(dir.path().join("scripts/hello.rhai"), script).unwrap();
+    dir
+}
+
+/// `khai generate rbac` for `config`, khai in `ns` watching `ns`.
+fn generate_rbac(config: &Path, ns: &str) -> Vec<Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+        .args(["generate", "rbac"])
+        .arg(config)
+        .args(["--namespace", ns, "--watch-namespace", ns])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "khai generate rbac failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_saphyr::from_multiple(&String::from_utf8(out.stdout).unwrap()).unwrap()
+}
+
+fn resource_of(doc: &Value) -> ApiResource {
+    let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (
+            String::new(),
+            doc["apiVersion"].as_str().unwrap().to_string(),
+        ),
+    };
+    let kind = doc["kind"].as_str().unwrap();
+    let plural = format!("{}s", kind.to_lowercase());
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, &version, kind), &plural)
+}
+
+/// Applies the generated objects as the cluster admin. Cluster-scoped names get the test
+/// namespace appended, so tests running side by side do not share a ClusterRoleBinding.
+async fn apply(client: &kube::Client, ns: &str, docs: &[Value]) {
+    for doc in docs {
+        let mut doc = doc.clone();
+        if doc["metadata"]["namespace"].is_null() {
+            let name = format!("{}-{ns}", doc["metadata"]["name"].as_str().unwrap());
+            doc["metadata"]["name"] = json!(name);
+            if doc["roleRef"]["kind"] == "ClusterRole" {
+                doc["roleRef"]["name"] = json!(name);
+            }
+        }
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        let ar = resource_of(&doc);
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(n) => Api::namespaced_with(client.clone(), n, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        api.patch(
+            name,
+            &PatchParams::apply("rbac-test").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {} {name}: {e}", doc["kind"]));
+    }
+}
+
+/// A kubeconfig that authenticates as the ServiceAccount `sa` with a TokenRequest token.
+async fn service_account_kubeconfig(client: &kube::Client, ns: &str, sa: &str) -> PathBuf {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let request: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": { "expirationSeconds": 3600 },
+    }))
+    .unwrap();
+    let token = sas
+        .create_subresource::<TokenRequest, TokenRequest>(
+            "token",
+            sa,
+            &PostParams::default(),
+            &request,
+        )
+        .await
+        .expect("TokenRequest for the ServiceAccount")
+        .status
+        .expect("TokenRequest status")
+        .token;
+    let admin = kube::config::Kubeconfig::read_from(support::kubeconfig()).unwrap();
+    let cluster = admin.clusters[0].cluster.clone().unwrap();
+    let server = cluster.server.unwrap();
+    let ca = cluster.certificate_authority.unwrap();
+    let path = std::env::temp_dir().join(format!("khai-rbac-{ns}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {sa}\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: {sa}, namespace: {ns}}}\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn hellos(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("examples.khai.dev", "v1", "Hello"),
+        "hellos",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn config_maps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Starts khai as the ServiceAccount with `docs` applied, and creates the sample Hello.
+async fn start(client: &kube::Client, ns: &str, config: &Path, docs: &[Value]) -> Khai {
+    apply(client, ns, docs).await;
+    let kubeconfig = service_account_kubeconfig(client, ns, "khai-hello").await;
+    let khai = Khai::start_with_kubeconfig(
+        config,
+        ns,
+        &[
+            "--leader-elect",
+            "--leader-elect-namespace",
+            ns,
+            "--log-level",
+            "info,khai=debug",
+        ],
+        &kubeconfig,
+    );
+    support::wait_for_crd(client, "hellos.examples.khai.dev").await;
+    let sample =
+        std::fs::read_to_string(support::repo_root().join("examples/hello/hello.yaml")).unwrap();
+    let sample: DynamicObject = serde_saphyr::from_str(&sample).unwrap();
+    hellos(client, ns)
+        .create(&PostParams::default(), &sample)
+        .await
+        .unwrap();
+    khai
+}
+
+/// A refusal by the API server. Not any "403": uids and timestamps contain those digits.
+fn denied(line: &str) -> bool {
+    line.contains("code: 403") || line.to_lowercase().contains("forbidden")
+}
+
+#[tokio::test]
+async fn operator_runs_with_only_the_generated_rbac_and_no_403() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-ok").await;
+    let config = hello_with_events();
+    let docs = generate_rbac(config.path(), &ns.name);
+    let khai = start(&client, &ns.name, config.path(), &docs).await;
+
+    wait_for(
+        &config_maps(&client, &ns.name),
+        "world-hello",
+        "the child ConfigMap",
+        |o: Option<&DynamicObject>| o.is_some(),
+    )
+    .await;
+    let hello = wait_for(
+        &hellos(&client, &ns.name),
+        "world",
+        "status written and the finalizer added",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.data["status"]["configMap"] == "world-hello"
+                    && o.metadata
+                        .finalizers
+                        .as_ref()
+                        .is_some_and(|f| f.iter().any(|f| f == "khai.dev/hello"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(hello.data["status"]["phase"], "Ready");
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    support::wait_for_any(events, "the Greeted event", |e| {
+        e.reason.as_deref() == Some("Greeted")
+    })
+    .await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &ns.name);
+    leases
+        .get("khai-hello")
+        .await
+        .expect("the leader Lease, created as the ServiceAccount");
+
+    let (_, logs) = khai.terminate().await;
+    let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
+    assert!(refused.is_empty(), "khai was refused: {refused:#?}");
+}
+
+#[tokio::test]
+async fn removing_the_generated_status_rule_makes_the_status_write_fail() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-min").await;
+    let config = hello_with_events();
+    let mut docs = generate_rbac(config.path(), &ns.name);
+    let mut removed = 0;
+    for doc in &mut docs {
+        if let Some(rules) = doc.get_mut("rules").and_then(Value::as_array_mut) {
+            let before = rules.len();
+            rules.retain(|r| r["resources"] != json!(["hellos/status"]));
+            removed += before - rules.len();
+        }
+    }
+    assert_eq!(removed, 1, "the generated RBAC has one hellos/status rule");
+    let khai = start(&client, &ns.name, config.path(), &docs).await;
+
+    // Everything before the status write still works.
+    wait_for(
+        &config_maps(&client, &ns.name),
+        "world-hello",
+        "the child ConfigMap",
+        |o: Option<&DynamicObject>| o.is_some(),
+    )
+    .await;
+    khai.wait_for_log(0, "a 403 on the status write", |l| {
+        denied(l) && l.contains("cannot patch resource \"hellos/status\"")
+    })
+    .await;
+    let hello = hellos(&client, &ns.name).get("world").await.unwrap();
+    assert!(
+        hello.data["status"]["configMap"].is_null(),
+        "status written without the rule: {:?}",
+        hello.data["status"]
+    );
+    khai.terminate().await;
+}
+
+/// A free local port for the webhook server.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rbac() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-cache").await;
+    let config = support::repo_root().join("examples/cache");
+    let docs = generate_rbac(&config, &ns.name);
+    apply(&client, &ns.name, &docs).await;
+    let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-cache").await;
+    let port = free_port();
+    let bind = format!("127.0.0.1:{port}");
+    let url = format!("https://127.0.0.1:{port}");
+    let khai = Khai::start_with_kubeconfig(
+        &config,
+        &ns.name,
+        &["--webhook-bind", &bind, "--webhook-url", &url],
+        &kubeconfig,
+    );
+    // Installed as the ServiceAccount: both configurations and the CRD's conversion.
+    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    support::wait_for_crd(&client, "caches.examples.khai.dev").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("examples.khai.dev", "v1", "Cache"),
+        "caches",
+    );
+    let caches: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    let text = std::fs::read_to_string(config.join("cache.yaml")).unwrap();
+    let sample: DynamicObject = serde_saphyr::from_str(&text).unwrap();
+    let created = caches
+        .create(&PostParams::default(), &sample)
+        .await
+        .unwrap();
+    assert_eq!(
+        created.metadata.annotations.unwrap_or_default()["examples.khai.dev/owner"],
+        "admin",
+        "the mutating webhook ran"
+    );
+    for (group, kind) in [("apps", "Deployment"), ("", "Service")] {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+        support::wait_exists(&api, "sessions", kind).await;
+    }
+    wait_for(
+        &caches,
+        "sessions",
+        "status written",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"].is_string()),
+    )
+    .await;
+
+    let (_, logs) = khai.terminate().await;
+    let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
+    assert!(refused.is_empty(), "khai was refused: {refused:#?}");
+}

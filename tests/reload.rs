@@ -1,0 +1,326 @@
+//! End to end against a real kube-apiserver: hot reload of the config directory (issue 5). Each
+//! test runs the real `khai run --watch` on an operator of its own, in its own namespace and CRD
+//! group, edits the directory and waits, through watches with a deadline, for the new behaviour.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::{Khai, TestNamespace, wait_for};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How soon after an edit the children of existing objects must show the new script's work.
+const RELOAD_WITHIN: Duration = Duration::from_secs(2);
+
+fn config(group: &str) -> String {
+    format!(
+        r#"
+[operator]
+name = "reloads"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.size = {{ type = "integer", default = 1 }}
+
+[[controller]]
+for = "Widget"
+owns = ["v1/ConfigMap"]
+script = "widget.rhai"
+"#
+    )
+}
+
+/// A script whose one child ConfigMap `<name>-cfg` carries `version`.
+fn script(version: &str) -> String {
+    format!(
+        r#"
+fn reconcile(obj, ctx) {{
+    #{{ children: [#{{ apiVersion: "v1", kind: "ConfigMap",
+                      metadata: #{{ name: `${{obj.metadata.name}}-cfg` }},
+                      data: #{{ version: "{version}" }} }}] }}
+}}
+"#
+    )
+}
+
+/// A script that does not compile: line 3 has an unfinished `let`.
+const BROKEN: &str = "fn reconcile(obj, ctx) {\n    let x = 1;\n    let y = ;\n}\n";
+
+/// Writes `text` to `path` the way an editor saving in place would not: to a temporary file
+/// first, then renamed over, so khai never sees half a file.
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp-save");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Widget"), "widgets");
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+        "configmaps",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str) {
+    support::wait_for_crd(&api.clone().into_client(), &format!("widgets.{group}")).await;
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": name }, "spec": {},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create widget {name}: {e}"));
+}
+
+/// Waits until the child `<widget>-cfg` carries `version`; returns how long that took.
+async fn child_version(cms: &Api<DynamicObject>, widget: &str, version: &str) -> Duration {
+    let started = Instant::now();
+    let want = version.to_string();
+    wait_for(
+        cms,
+        &format!("{widget}-cfg"),
+        &format!("the child of {widget} made by script {version}"),
+        move |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["data"]["version"] == *want),
+    )
+    .await;
+    started.elapsed()
+}
+
+async fn metrics(addr: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).await.unwrap();
+    raw.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+/// The value of `khai_config_reloads_total{result="<result>"}`.
+fn reloads(body: &str, result: &str) -> f64 {
+    let prefix = format!("khai_config_reloads_total{{result=\"{result}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or_else(|| panic!("/metrics lacks {prefix}:\n{body}"))
+}
+
+fn khai_starts(log: &[String]) -> usize {
+    log.iter().filter(|l| l.contains("khai starting")).count()
+}
+
+#[tokio::test]
+async fn editing_a_script_changes_the_children_of_existing_objects_without_a_restart() {
+    let group = "edit.reload.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "reload-edit").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operator.toml"), config(group)).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script("v1")).unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    let pid = khai.pid();
+    let addr = khai.metrics_addr().await;
+    let api = widgets(&client, group, &ns.name);
+    let cms = configmaps(&client, &ns.name);
+    create_widget(&api, group, "a").await;
+    create_widget(&api, group, "b").await;
+    child_version(&cms, "a", "v1").await;
+    child_version(&cms, "b", "v1").await;
+
+    let skip = khai.log_len();
+    replace(&dir.path().join("widget.rhai"), &script("v2"));
+    let took = child_version(&cms, "a", "v2").await;
+    child_version(&cms, "b", "v2").await;
+    eprintln!("reload latency (edit to child updated): {took:?}");
+    assert!(
+        took < RELOAD_WITHIN,
+        "the edited script took {took:?} to reach existing objects (want < {RELOAD_WITHIN:?})"
+    );
+    khai.wait_for_log(skip, "the reload", |l| l.contains("config reloaded"))
+        .await;
+    assert_eq!(reloads(&metrics(&addr).await, "success"), 1.0);
+    assert_eq!(khai.pid(), pid);
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai did not exit cleanly");
+    assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
+}
+
+#[tokio::test]
+async fn a_script_with_a_syntax_error_keeps_the_old_behaviour_and_is_reported() {
+    let group = "broken.reload.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "reload-broken").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operator.toml"), config(group)).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script("v1")).unwrap();
+    // No Pod runs khai here, but an Event may regard one that does not exist.
+    let pod_env = [
+        ("POD_NAME", "khai-test-pod"),
+        ("POD_NAMESPACE", ns.name.as_str()),
+    ];
+    let khai = Khai::start_with_env(dir.path(), &ns.name, &["--watch"], &pod_env);
+    let addr = khai.metrics_addr().await;
+    let api = widgets(&client, group, &ns.name);
+    let cms = configmaps(&client, &ns.name);
+    create_widget(&api, group, "a").await;
+    child_version(&cms, "a", "v1").await;
+
+    let skip = khai.log_len();
+    replace(&dir.path().join("widget.rhai"), BROKEN);
+    let failed = khai
+        .wait_for_log(skip, "the failed reload", |l| {
+            l.contains("config reload failed")
+        })
+        .await;
+    assert!(
+        failed.contains("widget.rhai:3:13: syntax error"),
+        "the failure does not name the file and line: {failed}"
+    );
+    let body = metrics(&addr).await;
+    assert_eq!(reloads(&body, "failure"), 1.0);
+    assert_eq!(reloads(&body, "success"), 0.0);
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    support::wait_for_any(
+        events,
+        "a ConfigReloadFailed Warning event regarding khai's Pod",
+        |e| {
+            e.reason.as_deref() == Some("ConfigReloadFailed")
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("khai-test-pod")
+                && e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("widget.rhai:3:13"))
+        },
+    )
+    .await;
+
+    // The last good script still runs: a new object gets its child from v1.
+    create_widget(&api, group, "b").await;
+    child_version(&cms, "b", "v1").await;
+    // And fixing the script is picked up.
+    replace(&dir.path().join("widget.rhai"), &script("v2"));
+    child_version(&cms, "a", "v2").await;
+    child_version(&cms, "b", "v2").await;
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai did not exit cleanly");
+    assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
+}
+
+/// Lays out `version` of the operator as kubelet mounts a ConfigMap: the files in a timestamped
+/// hidden directory, `..data` pointing at it, and each key a symlink through `..data`.
+fn configmap_version(dir: &Path, stamp: &str, group: &str, version: &str) {
+    let data = dir.join(stamp);
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("operator.toml"), config(group)).unwrap();
+    std::fs::write(data.join("widget.rhai"), script(version)).unwrap();
+    // Kubelet's atomic writer: a new symlink, renamed over `..data` in one step.
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(stamp, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    for key in ["operator.toml", "widget.rhai"] {
+        let link = dir.join(key);
+        if link.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(format!("..data/{key}"), link).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_configmap_data_symlink_swap_is_reloaded() {
+    let group = "configmap.reload.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "reload-configmap").await;
+    let dir = tempfile::tempdir().unwrap();
+    configmap_version(dir.path(), "..2026_11_22_09_00_00.1", group, "v1");
+    let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    let api = widgets(&client, group, &ns.name);
+    let cms = configmaps(&client, &ns.name);
+    create_widget(&api, group, "a").await;
+    child_version(&cms, "a", "v1").await;
+
+    configmap_version(dir.path(), "..2026_11_22_09_05_00.2", group, "v2");
+    let took = child_version(&cms, "a", "v2").await;
+    eprintln!("reload latency (..data swap to child updated): {took:?}");
+    assert!(
+        took < RELOAD_WITHIN,
+        "the swapped ConfigMap took {took:?} to reach existing objects (want < {RELOAD_WITHIN:?})"
+    );
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai did not exit cleanly");
+    assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
+}
+
+#[tokio::test]
+async fn a_config_that_owns_a_new_kind_restarts_the_controller_watching_it() {
+    let group = "kinds.reload.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "reload-kinds").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operator.toml"), config(group)).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script("v1")).unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    let api = widgets(&client, group, &ns.name);
+    let cms = configmaps(&client, &ns.name);
+    create_widget(&api, group, "a").await;
+    child_version(&cms, "a", "v1").await;
+
+    // v2 also owns a ServiceAccount: a kind no informer watched before the reload.
+    let owns_more = config(group).replace(
+        r#"owns = ["v1/ConfigMap"]"#,
+        r#"owns = ["v1/ConfigMap", "v1/ServiceAccount"]"#,
+    );
+    let v2 = r#"
+fn reconcile(obj, ctx) {
+    let name = obj.metadata.name;
+    #{ children: [
+        #{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: `${name}-cfg` },
+           data: #{ version: "v2" } },
+        #{ apiVersion: "v1", kind: "ServiceAccount", metadata: #{ name: `${name}-sa` } },
+    ] }
+}
+"#;
+    std::fs::write(dir.path().join("widget.rhai.new"), v2).unwrap();
+    replace(&dir.path().join("operator.toml"), &owns_more);
+    std::fs::rename(
+        dir.path().join("widget.rhai.new"),
+        dir.path().join("widget.rhai"),
+    )
+    .unwrap();
+    child_version(&cms, "a", "v2").await;
+    let sa_ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("", "v1", "ServiceAccount"),
+        "serviceaccounts",
+    );
+    let sas: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &sa_ar);
+    let first = support::wait_exists(&sas, "a-sa", "the ServiceAccount child of v2").await;
+    // The restarted controller watches the new kind: deleting the child brings it back.
+    sas.delete("a-sa", &Default::default()).await.unwrap();
+    let uid = first.metadata.uid.clone();
+    wait_for(
+        &sas,
+        "a-sa",
+        "the deleted ServiceAccount child to be re-created",
+        move |o: Option<&DynamicObject>| o.is_some_and(|o| o.metadata.uid != uid),
+    )
+    .await;
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai did not exit cleanly");
+    assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
+}
