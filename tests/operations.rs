@@ -154,11 +154,9 @@ async fn metrics_expose_every_family_and_json_log_lines_carry_the_object() {
     create_widget(&api, group, "plain", "ok").await;
     create_widget(&api, group, "spinner", "spin").await;
     wait_for(&api, "plain", "the widget to be reconciled", ready).await;
-    let body = metrics_until(&addr, "a script limit abort", |b| {
-        sum(b, "khai_script_limit_aborts_total") >= 1.0
-    })
-    .await;
-    for family in [
+    // Families with labels appear with their first sample, and a reconcile's duration is
+    // recorded just after its status write becomes visible: wait until every one is there.
+    const FAMILIES: &[&str] = &[
         "controller_runtime_reconcile_total{controller=\"widget\",result=\"success\"}",
         "controller_runtime_reconcile_total{controller=\"widget\",result=\"error\"}",
         "controller_runtime_reconcile_errors_total",
@@ -179,9 +177,17 @@ async fn metrics_expose_every_family_and_json_log_lines_carry_the_object() {
         "khai_config_reloads_total{result=\"success\"} 0",
         "khai_config_hash ",
         "khai_build_info{version=",
-    ] {
-        assert!(body.contains(family), "/metrics lacks {family}:\n{body}");
-    }
+    ];
+    let body = metrics_until(
+        &addr,
+        "every metric family, including a script limit abort",
+        |b| {
+            sum(b, "khai_script_limit_aborts_total") >= 1.0
+                && FAMILIES.iter().all(|f| b.contains(f))
+        },
+    )
+    .await;
+
     assert!(sum(&body, "khai_children_applied_total") >= 1.0);
     assert!(sum(&body, "khai_status_writes_total") >= 1.0);
     assert!(sum(&body, "workqueue_adds_total") >= 2.0);
