@@ -12,6 +12,7 @@ pub mod model;
 mod schema_file;
 mod validate;
 pub mod webhook;
+mod yaml_locate;
 
 pub use diag::Diagnostic;
 pub use model::Model;

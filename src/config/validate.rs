@@ -121,13 +121,14 @@ fn render(path: &[Seg]) -> String {
 }
 
 /// Finds the line and column of the value at `path`, walking up to the nearest ancestor that
-/// exists. Only TOML keeps spans through parsing; YAML problems are reported without a line.
+/// exists. TOML keeps spans through parsing; YAML is walked by indentation
+/// ([`super::yaml_locate`]).
 fn locate(file: &Path, src: &str, path: &[Seg]) -> Option<(usize, usize)> {
     if matches!(
         file.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
     ) {
-        return None;
+        return super::yaml_locate::locate(src, path);
     }
     let root = toml::de::DeTable::parse(src).ok()?;
     let mut span = root.span();
@@ -157,6 +158,18 @@ mod tests {
         let file = Path::new("operator.toml");
         let model = parse(file, src).unwrap();
         super::validate(&model, file, src).map_or_else(|e| e.to_string(), |()| String::new())
+    }
+
+    #[test]
+    fn yaml_problems_are_placed_on_their_line_too() {
+        let src = "crd:\n  - group: a.b\n    kind: Cache\n    versions: [v1]\ncontroller:\n  - for: Cahce\n    script: c.rhai\n";
+        let file = Path::new("operator.yaml");
+        let model = parse(file, src).unwrap();
+        let err = super::validate(&model, file, src).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "operator.yaml:6:5: controller[0].for: unknown kind \"Cahce\" (did you mean \"Cache\"?)"
+        );
     }
 
     #[test]
