@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use support::{Khai, TestNamespace, wait_for};
 
 /// `examples/hello` in a temporary directory, its script extended with an Event and `finalize`.
@@ -92,8 +92,13 @@ async fn apply(client: &kube::Client, ns: &str, docs: &[Value]) {
     }
 }
 
-/// A kubeconfig that authenticates as the ServiceAccount `sa` with a TokenRequest token.
-async fn service_account_kubeconfig(client: &kube::Client, ns: &str, sa: &str) -> PathBuf {
+/// A kubeconfig that authenticates as the ServiceAccount `sa` with a TokenRequest token; the
+/// file is removed when the returned path is dropped.
+async fn service_account_kubeconfig(
+    client: &kube::Client,
+    ns: &str,
+    sa: &str,
+) -> tempfile::TempPath {
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let request: TokenRequest = serde_json::from_value(json!({
         "apiVersion": "authentication.k8s.io/v1",
@@ -117,7 +122,12 @@ async fn service_account_kubeconfig(client: &kube::Client, ns: &str, sa: &str) -
     let cluster = admin.clusters[0].cluster.clone().unwrap();
     let server = cluster.server.unwrap();
     let ca = cluster.certificate_authority.unwrap();
-    let path = std::env::temp_dir().join(format!("khai-rbac-{ns}.kubeconfig"));
+    let path = tempfile::Builder::new()
+        .prefix("khai-rbac-")
+        .suffix(".kubeconfig")
+        .tempfile()
+        .unwrap()
+        .into_temp_path();
     std::fs::write(
         &path,
         format!(
@@ -141,8 +151,14 @@ fn config_maps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 
-/// Starts khai as the ServiceAccount with `docs` applied, and creates the sample Hello.
-async fn start(client: &kube::Client, ns: &str, config: &Path, docs: &[Value]) -> Khai {
+/// Starts khai as the ServiceAccount with `docs` applied, and creates the sample Hello. The
+/// kubeconfig is returned so it outlives khai's start-up.
+async fn start(
+    client: &kube::Client,
+    ns: &str,
+    config: &Path,
+    docs: &[Value],
+) -> (Khai, tempfile::TempPath) {
     apply(client, ns, docs).await;
     let kubeconfig = service_account_kubeconfig(client, ns, "khai-hello").await;
     let khai = Khai::start_with_kubeconfig(
@@ -165,7 +181,7 @@ async fn start(client: &kube::Client, ns: &str, config: &Path, docs: &[Value]) -
         .create(&PostParams::default(), &sample)
         .await
         .unwrap();
-    khai
+    (khai, kubeconfig)
 }
 
 /// A refusal by the API server. Not any "403": uids and timestamps contain those digits.
@@ -179,7 +195,7 @@ async fn operator_runs_with_only_the_generated_rbac_and_no_403() {
     let ns = TestNamespace::new(&client, "rbac-ok").await;
     let config = hello_with_events();
     let docs = generate_rbac(config.path(), &ns.name);
-    let khai = start(&client, &ns.name, config.path(), &docs).await;
+    let (khai, _kubeconfig) = start(&client, &ns.name, config.path(), &docs).await;
 
     wait_for(
         &config_maps(&client, &ns.name),
@@ -237,7 +253,7 @@ async fn removing_the_generated_status_rule_makes_the_status_write_fail() {
         }
     }
     assert_eq!(removed, 1, "the generated RBAC has one hellos/status rule");
-    let khai = start(&client, &ns.name, config.path(), &docs).await;
+    let (khai, _kubeconfig) = start(&client, &ns.name, config.path(), &docs).await;
 
     // Everything before the status write still works.
     wait_for(
