@@ -9,6 +9,7 @@
 pub mod conditions;
 pub mod lookup;
 
+use crate::script::type_name;
 use crate::script::{Script, ScriptCtx, ScriptError};
 use serde_json::{Map, Value};
 use std::time::Duration;
@@ -192,17 +193,6 @@ pub fn parse_duration(v: &Value) -> Result<Duration, String> {
         .as_str()
         .ok_or_else(|| format!("expected a duration like \"30s\", got {}", type_name(v)))?;
     crate::config::duration::parse(s)
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "a map",
-    }
 }
 
 #[cfg(test)]

@@ -131,6 +131,19 @@ pub fn object_view(obj: &kube::api::DynamicObject) -> Result<serde_json::Value, 
     Ok(v)
 }
 
+/// How a script's value is named in messages to its author: "a map", "an array", "nothing".
+pub fn type_name(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "a map",
+    }
+}
+
 thread_local! {
     /// Deadline of the call running on this thread; read by the engine's progress hook.
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };

@@ -8,6 +8,7 @@
 
 use super::script_api::{Handler, VERDICT_KEY};
 use crate::script::ScriptError;
+use crate::script::type_name;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
@@ -177,17 +178,6 @@ fn warnings(value: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "nothing",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "a map",
-    }
 }
 
 /// Scripts see objects without `metadata.managedFields`, as reconcile scripts do; the patch is
