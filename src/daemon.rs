@@ -131,6 +131,8 @@ struct Ctx {
     client: kube::Client,
     recorder: Recorder,
     backoff: queue::Backoff,
+    /// Requests waiting for a reconcile, for the workqueue metrics.
+    pending: queue::Pending,
 }
 
 /// One controller in one namespace with its informers started, waiting to be run.
@@ -362,6 +364,7 @@ async fn prepare(
                     duration(&ctl.backoff.base),
                     duration(&ctl.backoff.cap),
                 ),
+                pending: queue::Pending::new(&name),
             });
             prepared.push(Prepared {
                 ctx,
@@ -388,10 +391,13 @@ async fn run_all(prepared: Vec<Prepared>, shutdown: &CancellationToken) {
     futures::future::join_all(loops).await;
 }
 
-/// Counts each reconcile request a trigger stream yields for `controller`.
-fn counted<T>(controller: &str) -> impl FnMut(&T) + Send + use<T> {
-    let n = controller.to_string();
-    move |_| crate::metrics::queue_add(&n, 1)
+/// Records each reconcile request a trigger stream yields.
+fn requested<T: queue::Request>(pending: &queue::Pending) -> impl FnMut(&T) + Send + use<T> {
+    let pending = pending.clone();
+    move |r| {
+        let (namespace, name) = r.key();
+        pending.added(namespace, name);
+    }
 }
 
 /// Builds the kube-runtime `Controller` of one prepared controller and drives it.
@@ -399,38 +405,53 @@ fn start(p: Prepared, shutdown: CancellationToken) -> impl std::future::Future<O
     let ctx = p.ctx;
     let name = ctx.controller.clone();
     let parent = ctx.kind.resource.clone();
+    let pending = ctx.pending.clone();
     crate::metrics::controller_started(&name, p.concurrency);
     let trigger =
-        queue::primary(p.primary.subscribe(), p.reconcile_on_status).inspect(counted(&name));
+        queue::primary(p.primary.subscribe(), p.reconcile_on_status).inspect(requested(&pending));
     let mut c = Controller::for_shared_stream_with(trigger, p.primary.store(), parent.clone())
         .with_config(ControllerConfig::default().concurrency(p.concurrency));
     for inf in &ctx.owned {
-        c = c.reconcile_on(queue::owners(inf.subscribe(), parent.clone()).inspect(counted(&name)));
+        c = c.reconcile_on(
+            queue::owners(inf.subscribe(), parent.clone()).inspect(requested(&pending)),
+        );
     }
     for (inf, w) in &p.related {
         let (rx, parent) = (inf.subscribe(), parent.clone());
         c = match (&w.label, &w.map) {
-            (Some(label), _) => {
-                c.reconcile_on(queue::by_label(rx, label.clone(), parent).inspect(counted(&name)))
-            }
+            (Some(label), _) => c.reconcile_on(
+                queue::by_label(rx, label.clone(), parent).inspect(requested(&pending)),
+            ),
             (None, Some(f)) => c.reconcile_on(
-                queue::by_script(rx, ctx.script.clone(), f.clone(), parent).inspect(counted(&name)),
+                queue::by_script(rx, ctx.script.clone(), f.clone(), parent)
+                    .inspect(requested(&pending)),
             ),
             (None, None) => c,
         };
     }
     if let Some(period) = p.resync {
-        let (store, n) = (p.primary.store(), name.clone());
-        let all =
-            queue::resync(period).inspect(move |_| crate::metrics::queue_add(&n, store.len()));
+        let (store, pending) = (p.primary.store(), pending.clone());
+        let all = queue::resync(period).inspect(move |_| {
+            for o in store.state() {
+                let (namespace, name) = queue::Request::key(&o);
+                pending.added(namespace, name);
+            }
+        });
         c = c.reconcile_all_on(all);
     }
     tracing::info!(controller = %name, kind = %parent.kind, namespace = p.primary.namespace.as_deref().unwrap_or("*"), "starting controller");
     c.graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile_one, error_policy, ctx)
         .for_each(move |res| {
-            if let Err(e) = res {
-                tracing::debug!(controller = %name, error = %e, "reconcile did not complete");
+            match res {
+                // The object went away while its request waited.
+                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+                    pending.dropped(r.namespace.as_deref(), &r.name);
+                }
+                Err(e) => {
+                    tracing::debug!(controller = %name, error = %e, "reconcile did not complete")
+                }
+                Ok(_) => {}
             }
             futures::future::ready(())
         })
@@ -456,6 +477,8 @@ fn script_ctx(ctx: &Ctx, obj: &DynamicObject) -> ScriptCtx {
 async fn reconcile_one(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
     let span = object_span(&obj, &ctx);
     let controller = ctx.controller.clone();
+    ctx.pending
+        .started(obj.metadata.namespace.as_deref(), &obj.name_any());
     let _worker = crate::metrics::reconcile_started(&controller);
     let started = std::time::Instant::now();
     let result = async move {

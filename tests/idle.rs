@@ -185,6 +185,18 @@ fn reconcile(obj, ctx) {
         "{total:?}"
     );
     assert_eq!(khai_writes, 2 * OBJECTS as u64, "khai's writes: {total:?}");
+    // Every request was taken up: nothing is left waiting in the work queue, and each Item's
+    // first reconcile and its resync were measured on their way through it.
+    let addr = khai.metrics_addr().await;
+    let body = support::metrics::metrics_until(&addr, "an empty work queue", |b| {
+        support::metrics::sum(b, "workqueue_depth") == 0.0
+    })
+    .await;
+    let waited = support::metrics::sum(&body, "workqueue_queue_duration_seconds_count");
+    assert!(
+        waited >= 2.0 * OBJECTS as f64,
+        "queue duration samples: {waited}"
+    );
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0));
 }

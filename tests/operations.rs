@@ -9,9 +9,9 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use std::time::{Duration, Instant};
+use support::metrics::{http_get, metrics_until, sum};
 use support::{DEADLINE, Khai, TestNamespace, wait_for};
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// One namespaced `Widget` in `group`, reconciled into a ConfigMap; `spec.message = "spin"`
 /// loops forever, so its reconcile is stopped by a script limit.
@@ -73,49 +73,6 @@ fn ready(o: Option<&DynamicObject>) -> bool {
     o.is_some_and(|o| o.data["status"]["phase"] == "Ready")
 }
 
-/// GET `path` from `addr` over plain HTTP/1.1; returns status code and body.
-async fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    let status = raw
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    (status, body.to_string())
-}
-
-/// Polls `addr` (at most every 100 ms, until the deadline) until `pred` holds for the body of
-/// `/metrics`; returns that body.
-async fn metrics_until(addr: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let (_, body) = http_get(addr, "/metrics").await;
-        if pred(&body) {
-            return body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what} on {addr}; last /metrics:\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Sum of every sample of `family` in a Prometheus text body.
-fn sum(body: &str, family: &str) -> f64 {
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{family}{{")) || l.starts_with(&format!("{family} ")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The value of `leader_election_master_status` (-1 while it is not exported yet).
 fn leading(body: &str) -> f64 {
     if body.contains("leader_election_master_status{") {
@@ -165,6 +122,9 @@ async fn metrics_expose_every_family_and_json_log_lines_carry_the_object() {
         "controller_runtime_max_concurrent_reconciles",
         "workqueue_adds_total",
         "workqueue_retries_total",
+        "workqueue_depth{controller=\"widget\",name=\"widget\"}",
+        "workqueue_queue_duration_seconds_bucket{controller=\"widget\",name=\"widget\",le=\"10\"}",
+        "workqueue_work_duration_seconds_bucket",
         "khai_script_duration_seconds_bucket",
         "khai_script_errors_total",
         "khai_script_limit_aborts_total{function=\"reconcile\",limit=\"operations\",script=\"widget.rhai\"}",
@@ -191,6 +151,10 @@ async fn metrics_expose_every_family_and_json_log_lines_carry_the_object() {
     assert!(sum(&body, "khai_children_applied_total") >= 1.0);
     assert!(sum(&body, "khai_status_writes_total") >= 1.0);
     assert!(sum(&body, "workqueue_adds_total") >= 2.0);
+    // Both widgets waited in the queue before their first reconcile; whatever waits now is at
+    // most the spinner's next request.
+    assert!(sum(&body, "workqueue_queue_duration_seconds_count") >= 2.0);
+    assert!(sum(&body, "workqueue_depth") <= 1.0, "{body}");
     assert_eq!(http_get(&addr, "/healthz").await.0, 200);
     assert_eq!(http_get(&addr, "/readyz").await.0, 200);
     assert_eq!(http_get(&addr, "/nope").await.0, 404);

@@ -31,6 +31,9 @@ struct Metrics {
     max_concurrent: IntGaugeVec,
     queue_adds: IntCounterVec,
     queue_retries: IntCounterVec,
+    queue_depth: IntGaugeVec,
+    queue_duration: HistogramVec,
+    work_duration: HistogramVec,
     script_duration: HistogramVec,
     script_errors: IntCounterVec,
     script_limit_aborts: IntCounterVec,
@@ -68,16 +71,30 @@ fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     register(r, g)
 }
 
-#[allow(clippy::expect_used)]
+/// controller-runtime's reconcile_time_seconds buckets: 5 ms up to 60 s.
+const RECONCILE_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
+];
+
+/// controller-runtime's workqueue buckets: `ExponentialBuckets(10e-9, 10, 10)`, 10 ns to 10 s.
+const WORKQUEUE_BUCKETS: &[f64] = &[1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0];
+
 fn histogram(r: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
-    // controller-runtime's reconcile_time_seconds buckets: 5 ms up to 60 s.
-    let buckets = vec![
-        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
-        0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
-        15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
-    ];
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels)
-        .expect("valid metric");
+    histogram_with(r, name, help, labels, RECONCILE_BUCKETS)
+}
+
+#[allow(clippy::expect_used)]
+fn histogram_with(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+    buckets: &[f64],
+) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+    let h = HistogramVec::new(opts, labels).expect("valid metric");
     register(r, h)
 }
 
@@ -149,6 +166,26 @@ impl Metrics {
                 "workqueue_retries_total",
                 "Total number of retries handled by the workqueue",
                 queue,
+            ),
+            queue_depth: gauge(
+                &r,
+                "workqueue_depth",
+                "Current depth of workqueue: objects with a reconcile request that has not started",
+                queue,
+            ),
+            queue_duration: histogram_with(
+                &r,
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                queue,
+                WORKQUEUE_BUCKETS,
+            ),
+            work_duration: histogram_with(
+                &r,
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+                queue,
+                WORKQUEUE_BUCKETS,
             ),
             script_duration: histogram(
                 &r,
@@ -253,6 +290,10 @@ pub fn controller_started(controller: &str, concurrency: u16) {
     }
     m.queue_adds.with_label_values(&[controller, controller]);
     m.queue_retries.with_label_values(&[controller, controller]);
+    m.queue_depth.with_label_values(&[controller, controller]);
+    m.queue_duration
+        .with_label_values(&[controller, controller]);
+    m.work_duration.with_label_values(&[controller, controller]);
     m.active_workers.with_label_values(&[controller]);
     m.max_concurrent
         .with_label_values(&[controller])
@@ -284,6 +325,9 @@ pub fn reconcile_finished(controller: &str, result: &str, took: Duration) {
     m.reconcile_time
         .with_label_values(&[controller])
         .observe(took.as_secs_f64());
+    m.work_duration
+        .with_label_values(&[controller, controller])
+        .observe(took.as_secs_f64());
     if result == "error" {
         m.reconcile_errors.with_label_values(&[controller]).inc();
     }
@@ -295,6 +339,20 @@ pub fn queue_add(controller: &str, n: usize) {
         .queue_adds
         .with_label_values(&[controller, controller])
         .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+}
+
+/// `depth` objects of `controller` wait for a reconcile; the one that just started (if any)
+/// waited `waited`.
+pub fn queue_state(controller: &str, depth: usize, waited: Option<Duration>) {
+    let m = &*METRICS;
+    m.queue_depth
+        .with_label_values(&[controller, controller])
+        .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    if let Some(w) = waited {
+        m.queue_duration
+            .with_label_values(&[controller, controller])
+            .observe(w.as_secs_f64());
+    }
 }
 
 /// A failed reconcile of `controller` was scheduled again.
@@ -422,6 +480,9 @@ mod tests {
             "controller_runtime_reconcile_time_seconds_bucket{controller=\"unit\",le=\"0.005\"}",
             "controller_runtime_max_concurrent_reconciles{controller=\"unit\"} 2",
             "workqueue_adds_total{controller=\"unit\",name=\"unit\"} 0",
+            "workqueue_depth{controller=\"unit\",name=\"unit\"} 0",
+            "workqueue_queue_duration_seconds_count{controller=\"unit\",name=\"unit\"} 0",
+            "workqueue_work_duration_seconds_count{controller=\"unit\",name=\"unit\"} 1",
             "leader_election_master_status{name=\"unit-lease\"} 1",
             "khai_config_reloads_total{result=\"success\"} 0",
             "khai_watch_restarts_total{kind=\"Unit\"} 0",

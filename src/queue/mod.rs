@@ -15,7 +15,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 type Ref = ObjectRef<DynamicObject>;
@@ -140,6 +140,92 @@ pub fn resync(period: Duration) -> impl Stream<Item = ()> + Send {
     )
 }
 
+/// The objects of one controller whose reconcile was requested but has not started, for
+/// `workqueue_depth` and `workqueue_queue_duration_seconds`.
+///
+/// kube-runtime's scheduler does not expose its queue, so this watches both of its ends: every
+/// request a trigger stream yields is [`added`](Self::added), every reconcile that starts is
+/// [`started`](Self::started), and a request for an object that vanished meanwhile is
+/// [`dropped`](Self::dropped). Like the scheduler, it merges requests for the same object: the
+/// first one starts the clock. Retries and `requeue_after` run without a request and are not
+/// counted here (controller-runtime counts them only once their delay is over, too).
+#[derive(Clone)]
+pub struct Pending {
+    controller: Arc<str>,
+    waiting: Arc<Mutex<HashMap<(Option<String>, String), Instant>>>,
+}
+
+impl Pending {
+    pub fn new(controller: &str) -> Self {
+        Self {
+            controller: controller.into(),
+            waiting: Arc::default(),
+        }
+    }
+
+    /// A reconcile of `namespace/name` was requested.
+    pub fn added(&self, namespace: Option<&str>, name: &str) {
+        crate::metrics::queue_add(&self.controller, 1);
+        self.update(|w| {
+            w.entry((namespace.map(str::to_string), name.to_string()))
+                .or_insert_with(Instant::now);
+            None
+        });
+    }
+
+    /// The reconcile of `namespace/name` started.
+    pub fn started(&self, namespace: Option<&str>, name: &str) {
+        let key = (namespace.map(str::to_string), name.to_string());
+        self.update(|w| w.remove(&key).map(|since| since.elapsed()));
+    }
+
+    /// The request for `namespace/name` was dropped: the object is gone.
+    pub fn dropped(&self, namespace: Option<&str>, name: &str) {
+        let key = (namespace.map(str::to_string), name.to_string());
+        self.update(|w| {
+            w.remove(&key);
+            None
+        });
+    }
+
+    /// How many objects wait.
+    pub fn depth(&self) -> usize {
+        self.waiting.lock().map_or(0, |w| w.len())
+    }
+
+    fn update(
+        &self,
+        f: impl FnOnce(&mut HashMap<(Option<String>, String), Instant>) -> Option<Duration>,
+    ) {
+        let Ok(mut w) = self.waiting.lock() else {
+            return;
+        };
+        let waited = f(&mut w);
+        crate::metrics::queue_state(&self.controller, w.len(), waited);
+    }
+}
+
+/// What a trigger stream yields names one object to reconcile.
+pub trait Request {
+    fn key(&self) -> (Option<&str>, &str);
+}
+
+impl Request for Arc<DynamicObject> {
+    fn key(&self) -> (Option<&str>, &str) {
+        let m = &self.metadata;
+        (
+            m.namespace.as_deref(),
+            m.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+impl Request for Ref {
+    fn key(&self) -> (Option<&str>, &str) {
+        (self.namespace.as_deref(), &self.name)
+    }
+}
+
 /// Per-object exponential backoff: `base`, doubling per failure, capped, reset on success.
 #[derive(Debug)]
 pub struct Backoff {
@@ -205,6 +291,30 @@ mod tests {
         assert_eq!(b.fail("a"), Duration::from_secs(300));
         b.succeed("a");
         assert_eq!(b.fail("a"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn pending_merges_requests_per_object_until_it_starts_or_vanishes() {
+        let p = Pending::new("pending-unit");
+        p.added(Some("ns"), "a");
+        p.added(Some("ns"), "a");
+        p.added(Some("ns"), "b");
+        p.added(None, "a");
+        assert_eq!(p.depth(), 3, "two requests for ns/a are one queued object");
+        p.started(Some("ns"), "a");
+        assert_eq!(p.depth(), 2);
+        p.dropped(Some("ns"), "b");
+        p.started(Some("other"), "never-requested");
+        assert_eq!(p.depth(), 1);
+        let text = crate::metrics::encode();
+        assert!(
+            text.contains("workqueue_depth{controller=\"pending-unit\",name=\"pending-unit\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("workqueue_queue_duration_seconds_count{controller=\"pending-unit\",name=\"pending-unit\"} 1"),
+            "only the started request is observed: {text}"
+        );
     }
 
     #[test]
