@@ -251,13 +251,19 @@ async fn supervise(
 
 /// Waits for the next version from `updates` that can be prepared; reports those that cannot.
 /// Pends forever without updates.
-async fn next_version(updates: &mut Option<Updates>, env: &Env<'_>) -> (Operator, Vec<Prepared>) {
+async fn next_version(
+    updates: &mut Option<Updates>,
+    env: &Env<'_>,
+) -> (Arc<Operator>, Vec<Prepared>) {
     let Some(u) = updates else {
         return futures::future::pending().await;
     };
     loop {
-        let Some(op) = u.versions.recv().await else {
+        if u.versions.changed().await.is_err() {
             return futures::future::pending().await;
+        }
+        let Some(op) = u.versions.borrow_and_update().clone() else {
+            continue;
         };
         let ready = async {
             install_crds(&op, env.client).await?;

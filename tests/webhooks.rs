@@ -9,6 +9,7 @@ mod support;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -346,5 +347,90 @@ fn generate_webhooks_points_configurations_at_the_url_or_asks_for_a_target() {
             "error: {}: no [webhook_server] service to point at; set one or pass --url\n",
             example.join("operator.toml").display()
         )
+    );
+}
+
+/// The config of `widget_operator` with a mutate function registered as well.
+fn register_mutate(config: &Path) {
+    let toml = config.join("operator.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, format!("{text}mutate = \"mutate\"\n")).unwrap();
+}
+
+#[tokio::test]
+async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_the_last_good_one()
+{
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "wh-hot").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "hot.webhooks.khai.dev";
+    let limit = |n: u32| {
+        format!(
+            "fn validate(req) {{ if req.object.spec.count > {n} {{ deny(\"count above {n}\") }} }}\n\
+             fn mutate(req) {{ let o = req.object; o.metadata.labels = #{{ mutated: \"yes\" }}; o }}\n"
+        )
+    };
+    let config = widget_operator(dir.path(), group, &limit(5));
+    let port = free_port();
+    let (bind, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}"),
+    );
+    let khai = Khai::start(
+        &config,
+        &ns.name,
+        &["--watch", "--webhook-bind", &bind, "--webhook-url", &url],
+    );
+    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let gvk = GroupVersionKind::gvk(group, "v1", "Widget");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk(&gvk));
+    let widget = |name: &str, count: u32| {
+        json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": { "name": name }, "spec": { "count": count } })
+    };
+    assert!(
+        rejection(&api, widget("a", 10))
+            .await
+            .ends_with("count above 5")
+    );
+
+    // A new script and a newly registered mutate function: both in force without a restart.
+    let seen = khai.log_len();
+    std::fs::write(config.join("scripts/w.rhai"), limit(50)).unwrap();
+    register_mutate(&config);
+    khai.wait_for_log(seen, "the new webhook configurations", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    let stored = api
+        .create(&PostParams::default(), &object(widget("b", 10)))
+        .await
+        .expect("the reloaded validate allows count 10");
+    assert_eq!(
+        stored.labels().get("mutated").map(String::as_str),
+        Some("yes")
+    );
+    assert!(
+        rejection(&api, widget("c", 60))
+            .await
+            .ends_with("count above 50")
+    );
+
+    // A script that does not compile leaves the last good one serving.
+    let seen = khai.log_len();
+    std::fs::write(config.join("scripts/w.rhai"), "fn validate(req) {").unwrap();
+    khai.wait_for_log(seen, "the reload to fail", |l| {
+        l.contains("config reload failed")
+    })
+    .await;
+    assert!(
+        rejection(&api, widget("d", 60))
+            .await
+            .ends_with("count above 50")
     );
 }

@@ -56,14 +56,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             leader,
             shutdown_grace: args.ops.shutdown_grace,
         };
-        let webhooks = args.webhooks.start(&op, &client, &shutdown).await?;
         let updates = args.watch.unwrap_or_else(in_cluster).then(|| {
             let failures = reload::Failures::from_env(&client, &op.config.model.operator.name);
-            let (tx, versions) = tokio::sync::mpsc::channel(1);
+            let (tx, versions) = reload::versions();
             let watch = reload::watch(args.config.clone(), current, tx, failures.clone(), shutdown.clone());
             tokio::spawn(watch);
             reload::Updates { versions, failures }
         });
+        let reloads = updates.as_ref().map(|u| u.versions.clone());
+        let webhooks = args.webhooks.start(&op, &client, reloads, &shutdown).await?;
         daemon::run(op, client, opts, updates, shutdown).await?;
         if let Some(server) = webhooks {
             let _ = server.await;

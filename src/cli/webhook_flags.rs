@@ -2,6 +2,7 @@
 //! reaches it at, and starting the server when the config declares webhooks.
 
 use crate::operator::Operator;
+use crate::reload::Versions;
 use crate::webhook::{self, Settings};
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -28,11 +29,13 @@ pub struct WebhookFlags {
 }
 
 impl WebhookFlags {
-    /// Starts the webhook server if the operator has webhooks; `None` otherwise.
+    /// Starts the webhook server if the operator has webhooks; `None` otherwise. With
+    /// `reloads`, the server follows each new version of the config.
     pub async fn start(
         &self,
         op: &Operator,
         client: &kube::Client,
+        reloads: Option<Versions>,
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Option<JoinHandle<()>>> {
         if op.webhooks.is_empty() {
@@ -42,7 +45,7 @@ impl WebhookFlags {
             bind: self.webhook_bind,
             url: self.webhook_url.clone(),
         };
-        let task = webhook::start(op, client.clone(), settings, shutdown.clone())
+        let task = webhook::start(op, client.clone(), settings, reloads, shutdown.clone())
             .await
             .context("failed to start the webhook server")?;
         Ok(Some(task))

@@ -19,8 +19,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::watch as latest;
 use tokio_util::sync::CancellationToken;
 
 /// How often the config directory is hashed.
@@ -141,20 +142,30 @@ impl Failures {
     }
 }
 
+/// The newest version that loaded, as published by [`watch`]. Only the newest counts: a
+/// follower that was busy (a standby replica, a controller draining) skips straight to it.
+pub type Versions = latest::Receiver<Option<Arc<Operator>>>;
+
+/// Where [`watch`] publishes each version that loads.
+pub fn versions() -> (latest::Sender<Option<Arc<Operator>>>, Versions) {
+    latest::channel(None)
+}
+
 /// What the daemon receives from a running [`watch`]: each new version that loaded, and where to
 /// report a version that loaded but could not be started (an unknown kind, a CRD the API server
 /// rejected).
 pub struct Updates {
-    pub versions: mpsc::Receiver<Operator>,
+    pub versions: Versions,
     pub failures: Failures,
 }
 
-/// Polls the config at `path` until `shutdown`, sending every new version that loads to `tx`.
-/// `current` is the fingerprint of the version already running.
+/// Polls the config at `path` until `shutdown`, publishing every new version that loads to
+/// `tx` (the daemon's controllers and the webhook server follow it). `current` is the
+/// fingerprint of the version already running.
 pub async fn watch(
     path: PathBuf,
     current: u64,
-    tx: mpsc::Sender<Operator>,
+    tx: latest::Sender<Option<Arc<Operator>>>,
     failures: Failures,
     shutdown: CancellationToken,
 ) {
@@ -185,9 +196,7 @@ pub async fn watch(
         let loaded = tokio::task::spawn_blocking(move || Operator::load(&p)).await;
         match loaded {
             Ok(Ok(op)) => {
-                if tx.send(op).await.is_err() {
-                    return;
-                }
+                tx.send_replace(Some(Arc::new(op)));
             }
             Ok(Err(e)) => failures.report(&e.to_string()).await,
             Err(e) => {

@@ -20,8 +20,10 @@ pub mod tls;
 
 pub use script_api::Handler;
 
+use crate::config::model::Model;
 use crate::config::webhook::TlsMode;
 use crate::operator::Operator;
+use crate::reload::Versions;
 use manifests::Target;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,6 +60,7 @@ pub async fn start(
     op: &Operator,
     client: kube::Client,
     settings: Settings,
+    reloads: Option<Versions>,
     shutdown: CancellationToken,
 ) -> Result<JoinHandle<()>, Error> {
     let model = &op.config.model;
@@ -107,23 +110,108 @@ pub async fn start(
         .map(|a| a.to_string())
         .unwrap_or_default();
     tracing::info!(%addr, webhooks = op.webhooks.len(), "serving webhooks over HTTPS");
-    match (ca, target) {
-        (Some(ca), Some(target)) => {
-            let install = install::run(client, model.clone(), target, ca, shutdown.clone());
-            tokio::spawn(install);
+    let installer = match (ca, target) {
+        (Some(ca), Some(target)) => Some(Installer { client, target, ca }),
+        (Some(_), None) => {
+            tracing::warn!(
+                "not installing webhook configurations: pass --webhook-url or set [webhook_server] service"
+            );
+            None
         }
-        (Some(_), None) => tracing::warn!(
-            "not installing webhook configurations: pass --webhook-url or set [webhook_server] service"
-        ),
-        (None, _) => {}
+        (None, _) => None,
+    };
+    if let Some(i) = &installer {
+        tokio::spawn(i.install(model.clone(), shutdown.clone()));
     }
     let routes = Arc::new(routes::Routes::new(
         op.webhooks.clone(),
         server.max_body_bytes,
     ));
+    if let Some(versions) = reloads {
+        let follow = follow(
+            routes.clone(),
+            versions,
+            installer,
+            model.clone(),
+            shutdown.clone(),
+        );
+        tokio::spawn(shutdown.clone().run_until_cancelled_owned(follow));
+    }
     Ok(tokio::spawn(server::serve(
         listener, acceptor, routes, timeout, shutdown,
     )))
+}
+
+/// What khai needs to keep its own webhook configurations applied (self-signed mode).
+struct Installer {
+    client: kube::Client,
+    target: Target,
+    ca: String,
+}
+
+impl Installer {
+    fn install(
+        &self,
+        model: Model,
+        shutdown: CancellationToken,
+    ) -> impl std::future::Future<Output = ()> + use<> {
+        install::run(
+            self.client.clone(),
+            model,
+            self.target.clone(),
+            self.ca.clone(),
+            shutdown,
+        )
+    }
+}
+
+/// Hot reload: serves each new version's webhook scripts from the next request on (requests in
+/// flight finish on the old ones) and, when khai installs its own configurations, re-applies
+/// them if the new version registers different ones. The listener, the certificate and
+/// `[webhook_server]` stay as started: changing those takes a restart, which is logged.
+async fn follow(
+    routes: Arc<routes::Routes>,
+    mut versions: Versions,
+    installer: Option<Installer>,
+    mut model: Model,
+    shutdown: CancellationToken,
+) {
+    let mut installing: Option<CancellationToken> = None;
+    while versions.changed().await.is_ok() {
+        let Some(op) = versions.borrow_and_update().clone() else {
+            continue;
+        };
+        routes.replace(op.webhooks.clone());
+        let next = &op.config.model;
+        tracing::info!(webhooks = op.webhooks.len(), "webhook scripts reloaded");
+        if next.webhook_server != model.webhook_server {
+            tracing::warn!(
+                "[webhook_server] changed; the webhook server keeps its listener and certificate until khai restarts"
+            );
+        }
+        if let Some(i) = &installer {
+            if registrations(next, &i.target) != registrations(&model, &i.target) {
+                let token = shutdown.child_token();
+                if let Some(previous) = installing.replace(token.clone()) {
+                    previous.cancel();
+                }
+                tokio::spawn(i.install(next.clone(), token));
+            }
+        }
+        model = next.clone();
+    }
+}
+
+/// The configurations and CRD conversion settings `model` registers, for comparing versions.
+fn registrations(model: &Model, target: &Target) -> Vec<serde_json::Value> {
+    let mut all = manifests::configurations(model, target, None);
+    all.extend(
+        model
+            .webhooks
+            .iter()
+            .filter_map(|h| manifests::crd_conversion(model, h, target, None)),
+    );
+    all
 }
 
 fn target(op: &Operator, settings: &Settings) -> Option<Target> {

@@ -13,11 +13,15 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
-/// Every webhook by name, and the body size limit.
+type Handlers = Arc<HashMap<String, Handler>>;
+
+/// Every webhook by name, and the body size limit. The handlers can be replaced while the
+/// server runs (hot reload); a request keeps the set it started with.
 #[derive(Debug)]
 pub struct Routes {
-    handlers: HashMap<String, Handler>,
+    handlers: RwLock<Handlers>,
     max_body: usize,
 }
 
@@ -30,14 +34,37 @@ enum Call {
 
 impl Routes {
     pub fn new(handlers: Vec<Handler>, max_body: usize) -> Self {
-        let handlers = handlers.into_iter().map(|h| (h.name.clone(), h)).collect();
-        Self { handlers, max_body }
+        Self {
+            handlers: RwLock::new(by_name(handlers)),
+            max_body,
+        }
+    }
+
+    /// Serves `handlers` from the next request on.
+    pub fn replace(&self, handlers: Vec<Handler>) {
+        let next = by_name(handlers);
+        match self.handlers.write() {
+            Ok(mut h) => *h = next,
+            // A writer never panics while holding the lock; recover the guard regardless.
+            Err(poisoned) => *poisoned.into_inner() = next,
+        }
+    }
+
+    /// The handlers in force now.
+    fn current(&self) -> Handlers {
+        match self.handlers.read() {
+            Ok(h) => h.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
     }
 
     /// The handler and call for `path`, if the webhook exists and defines that function.
-    fn route(&self, path: &str) -> Option<(&Handler, Call)> {
+    fn route<'h>(
+        handlers: &'h HashMap<String, Handler>,
+        path: &str,
+    ) -> Option<(&'h Handler, Call)> {
         let (prefix, name) = path.strip_prefix('/')?.split_once('/')?;
-        let handler = self.handlers.get(name)?;
+        let handler = handlers.get(name)?;
         let hook = &handler.hook;
         let call = match prefix {
             "validate" if hook.validate.is_some() => Call::Admit(Kind::Validate),
@@ -51,7 +78,8 @@ impl Routes {
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path().to_string();
-        let Some((handler, call)) = self.route(&path) else {
+        let handlers = self.current();
+        let Some((handler, call)) = Self::route(&handlers, &path) else {
             return error(StatusCode::NOT_FOUND, format!("no webhook at {path}"));
         };
         if req.method() != Method::POST {
@@ -77,6 +105,10 @@ impl Routes {
         };
         reply(StatusCode::OK, &answer)
     }
+}
+
+fn by_name(handlers: Vec<Handler>) -> Handlers {
+    Arc::new(handlers.into_iter().map(|h| (h.name.clone(), h)).collect())
 }
 
 /// A JSON error body `{"error": message}` with `status`.
