@@ -29,6 +29,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 mod lifecycle;
+mod running;
+
+use running::{Fingerprint, Running};
 
 /// How long `khai run` waits for its CRDs to become Established.
 const CRD_ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -143,6 +146,8 @@ struct Prepared {
     reconcile_on_status: bool,
     concurrency: u16,
     resync: Option<Duration>,
+    /// Equal across versions of the config exactly when this controller is unchanged.
+    fingerprint: Fingerprint,
 }
 
 /// Runs the operator until `shutdown` is cancelled; in-flight reconciles finish first (within
@@ -214,37 +219,36 @@ struct Env<'a> {
     informers: &'a Informers,
 }
 
-/// Runs `prepared` until `shutdown`, replacing it with each new version from `updates`.
+/// Runs `prepared` until `shutdown`, replacing it with each new version from `updates`: the
+/// controllers that changed are restarted (reconciling all their objects with the new version),
+/// the others keep running.
 async fn supervise(
-    mut prepared: Vec<Prepared>,
+    prepared: Vec<Prepared>,
     mut updates: Option<Updates>,
     env: &Env<'_>,
     shutdown: &CancellationToken,
 ) {
+    let mut running = Running::new(prepared, shutdown);
     loop {
-        let generation = shutdown.child_token();
-        let running = run_all(prepared, &generation);
-        futures::pin_mut!(running);
-        let next = tokio::select! {
-            () = &mut running => return,
+        let (op, next) = tokio::select! {
+            () = running.run() => return,
             next = next_version(&mut updates, env) => next,
         };
         let started = std::time::Instant::now();
-        // The old controllers take no more work and finish what they started.
-        generation.cancel();
-        running.await;
+        let swap = running.replace(next).await;
         if shutdown.is_cancelled() {
+            running.run().await;
             return;
         }
-        let (op, next) = next;
-        prepared = next;
         crate::metrics::config_loaded(config_hash(&op));
         crate::metrics::config_reloaded(true);
         tracing::info!(
             config = %op.config.file.display(),
-            controllers = prepared.len(),
-            drained_ms = started.elapsed().as_millis(),
-            "config reloaded; reconciling every object with the new version"
+            restarted = swap.restarted,
+            kept = swap.kept,
+            stopped = swap.stopped,
+            swapped_ms = started.elapsed().as_millis(),
+            "config reloaded; changed controllers reconcile every object with the new version"
         );
     }
 }
@@ -379,6 +383,7 @@ async fn prepare(
                 reconcile_on_status: ctl.reconcile_on_status,
                 concurrency: ctl.concurrency,
                 resync: ctl.resync.as_deref().map(duration),
+                fingerprint: fingerprint(model, ctl, script, ns),
             });
         }
     }
@@ -388,13 +393,26 @@ async fn prepare(
     Ok(prepared)
 }
 
-/// Runs every prepared controller until `shutdown`; returns when all have stopped.
-async fn run_all(prepared: Vec<Prepared>, shutdown: &CancellationToken) {
-    let loops: Vec<_> = prepared
-        .into_iter()
-        .map(|p| start(p, shutdown.clone()))
-        .collect();
-    futures::future::join_all(loops).await;
+/// What identifies one controller in one namespace across versions of the config. `[operator]`
+/// and the CRDs are included because they change what every controller writes; the script is
+/// hashed by its text (scripts cannot import other files).
+fn fingerprint(
+    model: &crate::config::model::Model,
+    ctl: &crate::config::model::Controller,
+    script: &Script,
+    namespace: Option<&str>,
+) -> Fingerprint {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let shape = (ctl, &model.operator, &model.crds, &model.params);
+    serde_json::to_string(&shape)
+        .unwrap_or_default()
+        .hash(&mut h);
+    std::fs::read(script.file())
+        .unwrap_or_default()
+        .hash(&mut h);
+    namespace.hash(&mut h);
+    h.finish()
 }
 
 /// Records each reconcile request a trigger stream yields.

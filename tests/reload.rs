@@ -11,7 +11,6 @@ use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::{Khai, TestNamespace, wait_for};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How soon after an edit the children of existing objects must show the new script's work.
 const RELOAD_WITHIN: Duration = Duration::from_secs(2);
@@ -101,16 +100,7 @@ async fn child_version(cms: &Api<DynamicObject>, widget: &str, version: &str) ->
 }
 
 async fn metrics(addr: &str) -> String {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw).await.unwrap();
-    raw.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default()
+    support::metrics::http_get(addr, "/metrics").await.1
 }
 
 /// The value of `khai_config_reloads_total{result="<result>"}`.
@@ -323,4 +313,83 @@ fn reconcile(obj, ctx) {
     let (code, log) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai did not exit cleanly");
     assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
+}
+
+/// Log lines of `controller` that contain `what`.
+fn controller_lines(log: &[String], controller: &str, what: &str) -> usize {
+    let field = format!("controller={controller}");
+    log.iter()
+        .filter(|l| l.contains(what) && l.contains(&field))
+        .count()
+}
+
+#[tokio::test]
+async fn a_reload_restarts_only_the_controller_that_changed() {
+    let group = "only.reload.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "reload-only").await;
+    let dir = tempfile::tempdir().unwrap();
+    // Two controllers: Widget (widget.rhai) and Gadget (gadget.rhai), each making one ConfigMap.
+    let two = format!(
+        "{}\n[[crd]]\ngroup = \"{group}\"\nkind = \"Gadget\"\nversions = [\"v1\"]\n\n\
+         [[controller]]\nfor = \"Gadget\"\nowns = [\"v1/ConfigMap\"]\nscript = \"gadget.rhai\"\n",
+        config(group)
+    );
+    std::fs::write(dir.path().join("operator.toml"), two).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script("w1")).unwrap();
+    std::fs::write(
+        dir.path().join("gadget.rhai"),
+        script("g1").replace("-cfg", "-gadget-cfg"),
+    )
+    .unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    let cms = configmaps(&client, &ns.name);
+    create_widget(&widgets(&client, group, &ns.name), group, "a").await;
+    let gadgets = {
+        let gvk = GroupVersionKind::gvk(group, "v1", "Gadget");
+        Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &ns.name,
+            &ApiResource::from_gvk_with_plural(&gvk, "gadgets"),
+        )
+    };
+    support::wait_for_crd(&client, &format!("gadgets.{group}")).await;
+    let gadget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Gadget", "metadata": { "name": "b" }, "spec": {},
+    }))
+    .unwrap();
+    gadgets
+        .create(&PostParams::default(), &gadget)
+        .await
+        .unwrap();
+    child_version(&cms, "a", "w1").await;
+    child_version(&cms, "b-gadget", "g1").await;
+
+    let seen = khai.log_len();
+    replace(
+        &dir.path().join("gadget.rhai"),
+        &script("g2").replace("-cfg", "-gadget-cfg"),
+    );
+    child_version(&cms, "b-gadget", "g2").await;
+    khai.wait_for_log(seen, "the reload summary", |l| {
+        l.contains("config reloaded")
+    })
+    .await;
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai did not exit cleanly");
+    let summary = log.iter().find(|l| l.contains("config reloaded")).unwrap();
+    assert!(
+        summary.contains("restarted=1")
+            && summary.contains("kept=1")
+            && summary.contains("stopped=1"),
+        "{summary}"
+    );
+    assert_eq!(
+        controller_lines(&log, "widget", "starting controller"),
+        1,
+        "{log:#?}"
+    );
+    assert_eq!(controller_lines(&log, "widget", "controller unchanged"), 1);
+    assert_eq!(controller_lines(&log, "gadget", "starting controller"), 2);
+    assert_eq!(controller_lines(&log, "gadget", "stopping controller"), 1);
 }

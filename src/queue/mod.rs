@@ -152,8 +152,11 @@ pub fn resync(period: Duration) -> impl Stream<Item = ()> + Send {
 #[derive(Clone)]
 pub struct Pending {
     controller: Arc<str>,
-    waiting: Arc<Mutex<HashMap<(Option<String>, String), Instant>>>,
+    waiting: Arc<Mutex<Waiting>>,
 }
+
+/// Since when each object (namespace, name) has waited.
+type Waiting = HashMap<(Option<String>, String), Instant>;
 
 impl Pending {
     pub fn new(controller: &str) -> Self {
@@ -193,10 +196,7 @@ impl Pending {
         self.waiting.lock().map_or(0, |w| w.len())
     }
 
-    fn update(
-        &self,
-        f: impl FnOnce(&mut HashMap<(Option<String>, String), Instant>) -> Option<Duration>,
-    ) {
+    fn update(&self, f: impl FnOnce(&mut Waiting) -> Option<Duration>) {
         let Ok(mut w) = self.waiting.lock() else {
             return;
         };

@@ -189,14 +189,14 @@ async fn follow(
                 "[webhook_server] changed; the webhook server keeps its listener and certificate until khai restarts"
             );
         }
-        if let Some(i) = &installer {
-            if registrations(next, &i.target) != registrations(&model, &i.target) {
-                let token = shutdown.child_token();
-                if let Some(previous) = installing.replace(token.clone()) {
-                    previous.cancel();
-                }
-                tokio::spawn(i.install(next.clone(), token));
+        if let Some(i) = &installer
+            && registrations(next, &i.target) != registrations(&model, &i.target)
+        {
+            let token = shutdown.child_token();
+            if let Some(previous) = installing.replace(token.clone()) {
+                previous.cancel();
             }
+            tokio::spawn(i.install(next.clone(), token));
         }
         model = next.clone();
     }
