@@ -10,6 +10,7 @@ use super::Kind;
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{Store, store::Writer};
+use kube::ResourceExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -166,7 +167,13 @@ async fn run(
     subs: Subscribers,
     key: Key,
 ) {
-    let mut events = watcher(api, config).default_backoff().boxed();
+    // `metadata.managedFields` is often the larger half of an object and nothing in khai reads
+    // it (scripts never see it, change detection compares fields): not caching it is the
+    // biggest memory saving a cache of many objects can have.
+    let mut events = watcher(api, config)
+        .default_backoff()
+        .modify(|o| o.managed_fields_mut().clear())
+        .boxed();
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(ev) => ev,
