@@ -167,7 +167,7 @@ impl Applier {
         };
         let mut pruned = 0;
         for inf in owned {
-            for child in inf.store().state() {
+            for child in inf.controlled_by(&uid) {
                 if !applied_by(&child, &uid) || desired.contains(&key_of(&inf.kind, &child)) {
                     continue;
                 }

@@ -80,12 +80,7 @@ impl Lookup for CacheLookup {
 
     fn owned(&self, kind: &str) -> Result<Vec<Value>, String> {
         let inf = self.informer(kind)?;
-        let state = inf.store().state();
-        Ok(sorted_views(state.iter().filter(|o| {
-            o.owner_references()
-                .iter()
-                .any(|r| r.controller == Some(true) && r.uid == self.uid)
-        })))
+        Ok(sorted_views(inf.controlled_by(&self.uid).iter()))
     }
 }
 

@@ -8,12 +8,12 @@
 
 use super::Kind;
 use futures::StreamExt;
-use kube::api::DynamicObject;
-use kube::runtime::reflector::{Store, store::Writer};
 use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 
@@ -25,6 +25,57 @@ pub struct Informer {
     pub namespace: Option<String>,
     store: Store<DynamicObject>,
     subscribers: Subscribers,
+    controlled: Arc<RwLock<Controlled>>,
+}
+
+/// Namespace and name of a cached object.
+type Name = (Option<String>, String);
+
+/// The cached objects by the uid of their controller owner, so that "the children of X"
+/// (pruning, `ctx.owned`) is a lookup rather than a scan of the whole cache, which would make
+/// each reconcile cost O(objects) and a full pass O(objects²).
+#[derive(Default)]
+struct Controlled {
+    children: HashMap<String, HashSet<Name>>,
+    owner: HashMap<Name, String>,
+}
+
+impl Controlled {
+    /// Records that `obj` is (now) controlled by the owner its ownerReferences name, if any.
+    fn update(&mut self, obj: &DynamicObject, deleted: bool) {
+        let name = (obj.metadata.namespace.clone(), obj.name_any());
+        let owner = obj
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone())
+            .filter(|_| !deleted);
+        if self.owner.get(&name) == owner.as_ref() {
+            return;
+        }
+        if let Some(old) = self.owner.remove(&name)
+            && let Some(set) = self.children.get_mut(&old)
+        {
+            set.remove(&name);
+            if set.is_empty() {
+                self.children.remove(&old);
+            }
+        }
+        if let Some(uid) = owner {
+            self.children
+                .entry(uid.clone())
+                .or_default()
+                .insert(name.clone());
+            self.owner.insert(name, uid);
+        }
+    }
+
+    fn rebuild(&mut self, objects: &[Arc<DynamicObject>]) {
+        *self = Self::default();
+        for o in objects {
+            self.update(o, false);
+        }
+    }
 }
 
 impl Informer {
@@ -46,6 +97,24 @@ impl Informer {
             subs.push(tx);
         }
         rx
+    }
+
+    /// The cached objects whose controller owner has `uid`.
+    pub fn controlled_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
+        let names: Vec<Name> = match self.controlled.read() {
+            Ok(c) => c.children.get(uid).into_iter().flatten().cloned().collect(),
+            Err(_) => return Vec::new(),
+        };
+        names
+            .into_iter()
+            .filter_map(|(ns, name)| {
+                let r = ObjectRef::new_with(&name, self.kind.resource.clone());
+                self.store.get(&match ns {
+                    Some(ns) => r.within(&ns),
+                    None => r,
+                })
+            })
+            .collect()
     }
 }
 
@@ -111,6 +180,7 @@ impl Informers {
             namespace: namespace.clone(),
             store: writer.as_reader(),
             subscribers: Arc::default(),
+            controlled: Arc::default(),
         });
         let api = super::api(&self.client, kind, namespace.as_deref());
         let mut config = watcher::Config::default();
@@ -124,7 +194,7 @@ impl Informers {
             api,
             config,
             writer,
-            informer.subscribers.clone(),
+            (informer.subscribers.clone(), informer.controlled.clone()),
             key.clone(),
         ));
         self.tasks
@@ -164,7 +234,7 @@ async fn run(
     api: kube::Api<DynamicObject>,
     config: watcher::Config,
     mut writer: Writer<DynamicObject>,
-    subs: Subscribers,
+    (subs, controlled): (Subscribers, Arc<RwLock<Controlled>>),
     key: Key,
 ) {
     // `metadata.managedFields` is often the larger half of an object and nothing in khai reads
@@ -184,13 +254,86 @@ async fn run(
             }
         };
         writer.apply_watcher_event(&event);
+        // The index follows the store before anyone hears of the change.
+        let index = |f: &dyn Fn(&mut Controlled)| {
+            if let Ok(mut c) = controlled.write() {
+                f(&mut c);
+            }
+        };
         let changed: Vec<Arc<DynamicObject>> = match event {
-            watcher::Event::Apply(o) | watcher::Event::Delete(o) => vec![Arc::new(o)],
-            watcher::Event::InitDone => writer.as_reader().state(),
+            watcher::Event::Apply(o) => {
+                index(&|c| c.update(&o, false));
+                vec![Arc::new(o)]
+            }
+            watcher::Event::Delete(o) => {
+                index(&|c| c.update(&o, true));
+                vec![Arc::new(o)]
+            }
+            watcher::Event::InitDone => {
+                let all = writer.as_reader().state();
+                index(&|c| c.rebuild(&all));
+                all
+            }
             watcher::Event::Init | watcher::Event::InitApply(_) => continue,
         };
         if let Ok(mut subs) = subs.lock() {
             subs.retain(|tx| changed.iter().all(|o| tx.send(o.clone()).is_ok()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn child(name: &str, owner: Option<&str>) -> Arc<DynamicObject> {
+        let refs: Vec<_> = owner
+            .map(|uid| json!({ "apiVersion": "x.dev/v1", "kind": "App", "name": "p", "uid": uid, "controller": true }))
+            .into_iter()
+            .collect();
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": name, "namespace": "ns", "ownerReferences": refs },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn children(c: &Controlled, uid: &str) -> Vec<String> {
+        let mut v: Vec<_> = c
+            .children
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .map(|(_, n)| n.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_owner_index_follows_adoption_release_deletion_and_relists() {
+        let mut c = Controlled::default();
+        c.update(&child("a", Some("u1")), false);
+        c.update(&child("b", Some("u1")), false);
+        c.update(&child("free", None), false);
+        assert_eq!(children(&c, "u1"), ["a", "b"]);
+        // Adopted by another owner, released, deleted.
+        c.update(&child("a", Some("u2")), false);
+        assert_eq!(children(&c, "u1"), ["b"]);
+        assert_eq!(children(&c, "u2"), ["a"]);
+        c.update(&child("a", None), false);
+        c.update(&child("b", Some("u1")), true);
+        assert!(
+            c.children.is_empty() && c.owner.is_empty(),
+            "nothing left behind"
+        );
+        // A relist replaces everything.
+        c.update(&child("stale", Some("u3")), false);
+        c.rebuild(&[child("x", Some("u1"))]);
+        assert_eq!(children(&c, "u1"), ["x"]);
+        assert!(children(&c, "u3").is_empty());
     }
 }
