@@ -341,3 +341,64 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
     let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
     assert!(refused.is_empty(), "khai was refused: {refused:#?}");
 }
+
+/// Runs `khai rbac verify` as the ServiceAccount until its exit status is `ok` (the RBAC
+/// authorizer sees role changes shortly after they are stored), within the deadline; returns
+/// its output.
+async fn verify_until(config: &Path, ns: &str, kubeconfig: &Path, ok: bool) -> String {
+    let deadline = std::time::Instant::now() + support::DEADLINE;
+    loop {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+            .args(["rbac", "verify"])
+            .arg(config)
+            .args(["--namespace", ns, "--watch-namespace", ns])
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .await
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() == ok {
+            assert_eq!(out.status.code(), Some(if ok { 0 } else { 1 }), "{text}");
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "khai rbac verify did not {} within {:?}:\n{text}",
+            if ok { "pass" } else { "fail" },
+            support::DEADLINE
+        );
+    }
+}
+
+#[tokio::test]
+async fn rbac_verify_passes_with_the_generated_rules_and_names_a_missing_one() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-verify").await;
+    let config = hello_with_events();
+    let mut docs = generate_rbac(config.path(), &ns.name);
+    apply(&client, &ns.name, &docs).await;
+    let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-hello").await;
+    let out = verify_until(config.path(), &ns.name, &kubeconfig, true).await;
+    assert!(out.starts_with("ok: all "), "{out}");
+
+    for doc in &mut docs {
+        if let Some(rules) = doc.get_mut("rules").and_then(Value::as_array_mut) {
+            rules.retain(|r| r["resources"] != json!(["hellos/status"]));
+        }
+    }
+    apply(&client, &ns.name, &docs).await;
+    let out = verify_until(config.path(), &ns.name, &kubeconfig, false).await;
+    let missing: Vec<&str> = out.lines().filter(|l| l.starts_with("missing:")).collect();
+    assert_eq!(
+        missing,
+        [format!(
+            "missing: patch hellos/status.examples.khai.dev in namespace {}",
+            ns.name
+        )],
+        "{out}"
+    );
+}

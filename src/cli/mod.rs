@@ -5,6 +5,7 @@ mod generate;
 mod json_log;
 mod new;
 mod operations;
+mod rbac_verify;
 mod run;
 mod test;
 mod webhook_flags;
@@ -40,6 +41,8 @@ pub enum Command {
     Check(check::Args),
     /// Generate manifests from a config without touching a cluster.
     Generate(generate::Args),
+    /// Check the current credentials against the RBAC the config needs.
+    Rbac(rbac_verify::Args),
     /// Run an operator's offline test cases (tests/*.yaml) without a cluster.
     Test(test::Args),
     /// Scaffold a new operator folder, or add a controller to one.
@@ -56,6 +59,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Check(args) => check::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Rbac(args) => rbac_verify::run(args),
         Command::Test(args) => test::run(args),
         Command::New(args) => new::run(args),
         Command::Version => {

@@ -136,6 +136,10 @@ fn deployment(
     if settings.replicas > 1 {
         args.push("--leader-elect");
     }
+    // The generated Roles cover exactly these namespaces, so khai must watch only them.
+    for ns in &settings.watch_namespaces {
+        args.extend(["--namespace", ns.as_str()]);
+    }
     let field = |name: &str, path: &str| json!({ "name": name, "valueFrom": { "fieldRef": { "fieldPath": path } } });
     let mut env = vec![
         field("POD_NAME", "metadata.name"),
@@ -295,6 +299,34 @@ validate = "validate"
             !docs
                 .iter()
                 .any(|d| d["kind"] == "ValidatingWebhookConfiguration")
+        );
+    }
+
+    #[test]
+    fn watch_namespaces_are_passed_to_khai_run() {
+        let model = parse(Path::new("operator.toml"), SRC).unwrap();
+        let settings = Settings {
+            namespace: "shop-system".into(),
+            image: "khai:test".into(),
+            replicas: 1,
+            finalizes: vec![false],
+            watch_namespaces: vec!["a".into(), "b".into()],
+        };
+        let docs = manifests(&model, &settings, &[], Vec::new());
+        let c = &find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            c["args"],
+            json!([
+                "run",
+                "--config",
+                "/config",
+                "--log-format",
+                "json",
+                "--namespace",
+                "a",
+                "--namespace",
+                "b"
+            ])
         );
     }
 
