@@ -503,3 +503,68 @@ fn reconcile(obj, ctx) {
     assert_eq!(greeted.note.as_deref(), Some("hello fine"));
     assert_eq!(greeted.type_.as_deref(), Some("Normal"));
 }
+
+#[tokio::test]
+async fn a_secret_child_written_with_string_data_is_not_rewritten_when_unchanged() {
+    let group = "secrets.khai.dev";
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "secret-steady").await;
+    let script = r#"
+fn reconcile(obj, ctx) {
+    #{ children: [#{ apiVersion: "v1", kind: "Secret", metadata: #{ name: `${obj.metadata.name}-creds` },
+                     stringData: #{ password: `pw-${obj.spec.count}` } }],
+       status: #{ phase: "Ready" } }
+}
+"#;
+    let op = operator(group, script);
+    let toml = op.path().join("operator.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(
+        &toml,
+        text.replace(r#"owns = ["v1/ConfigMap"]"#, r#"owns = ["v1/Secret"]"#),
+    )
+    .unwrap();
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({ "count": 7 })).await;
+    wait_for(&api, "w", "the Widget to be Ready", ready).await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Secret"), "secrets");
+    let secrets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    let stored = support::wait_exists(&secrets, "w-creds", "the Secret child").await;
+    assert_eq!(
+        stored.data["data"]["password"], "cHctNw==",
+        "base64 of pw-7"
+    );
+    let seen = khai.log_len();
+    api.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "poke": "1" } } })),
+    )
+    .await
+    .unwrap();
+    let line = khai
+        .wait_for_log(seen, "the reconcile after the label change", |l| {
+            l.contains("reconciled") && l.contains("object updated")
+        })
+        .await;
+    assert!(line.contains("applied=0 unchanged=1"), "{line}");
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+    // One write over the Secret's life: the reconcile its own creation event triggered saw it
+    // as already stored.
+    let applied: usize = log
+        .iter()
+        .filter(|l| l.contains("reconciled"))
+        .filter_map(|l| {
+            l.split("applied=")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .sum();
+    assert_eq!(applied, 1, "the Secret was applied {applied} times");
+}

@@ -280,7 +280,7 @@ impl Applier {
             return Ok((key, false));
         }
         if let Some(current) = cached
-            && serde_json::to_value(&*current).is_ok_and(|cur| is_subset(&child, &cur))
+            && serde_json::to_value(&*current).is_ok_and(|cur| is_subset(&as_stored(&child), &cur))
         {
             return Ok((key, false));
         }
@@ -419,6 +419,37 @@ fn key_of(kind: &Kind, obj: &DynamicObject) -> ChildKey {
     )
 }
 
+/// `child` as the API server stores it, for comparing with the cache. A Secret's `stringData`
+/// is write-only: the server merges it into `data`, base64-encoded, and never returns it, so a
+/// Secret written with `stringData` would otherwise look changed on every reconcile.
+fn as_stored(child: &Value) -> std::borrow::Cow<'_, Value> {
+    use base64::Engine as _;
+    use std::borrow::Cow;
+    let is_secret = child["apiVersion"] == "v1" && child["kind"] == "Secret";
+    if !is_secret || !child.get("stringData").is_some_and(Value::is_object) {
+        return Cow::Borrowed(child);
+    }
+    let mut stored = child.clone();
+    let Some(obj) = stored.as_object_mut() else {
+        return Cow::Borrowed(child);
+    };
+    let strings = obj.remove("stringData");
+    let data = obj
+        .entry("data")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let (Some(data), Some(Value::Object(strings))) = (data.as_object_mut(), strings) {
+        for (k, v) in strings {
+            let text = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
+            let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+            data.insert(k, Value::String(encoded));
+        }
+    }
+    Cow::Owned(stored)
+}
+
 /// Whether every field of `want` is present with the same value in `have`. Arrays must match
 /// element by element; numbers compare by value (1 == 1.0).
 pub fn is_subset(want: &Value, have: &Value) -> bool {
@@ -489,6 +520,22 @@ mod tests {
             &json!({ "list": [1] }),
             &json!({ "list": [1, 2] })
         ));
+    }
+
+    #[test]
+    fn a_secret_written_with_string_data_compares_with_its_stored_data() {
+        let child = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s" },
+            "data": { "raw": "eA==" }, "stringData": { "password": "hunter2" } });
+        let stored = json!({ "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": "s", "uid": "u" }, "type": "Opaque",
+            "data": { "raw": "eA==", "password": "aHVudGVyMg==" } });
+        assert!(is_subset(&as_stored(&child), &stored));
+        let changed = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s" },
+            "stringData": { "password": "hunter3" } });
+        assert!(!is_subset(&as_stored(&changed), &stored));
+        // Only Secrets are rewritten.
+        let cm = json!({ "apiVersion": "v1", "kind": "ConfigMap", "stringData": { "a": "b" } });
+        assert_eq!(*as_stored(&cm), cm);
     }
 
     #[test]
