@@ -7,6 +7,7 @@
 //! objects as plain maps.
 
 pub mod ctx;
+mod inline;
 
 pub use ctx::{Lookup, ScriptCtx};
 
@@ -167,12 +168,18 @@ pub fn engine(limits: &Limits) -> Engine {
         // functions that read the clock or the cache are always called at run time.
         .set_optimization_level(OptimizationLevel::Simple);
     ctx::register(&mut e);
-    e.on_progress(|_ops| {
-        let expired = DEADLINE.with(|d| d.get().is_some_and(|t| Instant::now() >= t));
+    e.on_progress(|ops| {
+        if inline::over_budget(ops) {
+            return Some(Dynamic::from("inline budget used up"));
+        }
+        // Reading the clock on every operation would cost more than most operations; every
+        // 64th keeps the deadline within microseconds.
+        let expired =
+            ops % 64 == 0 && DEADLINE.with(|d| d.get().is_some_and(|t| Instant::now() >= t));
         expired.then(|| Dynamic::from("deadline exceeded"))
     });
-    e.on_print(|s| tracing::info!(target: "khai::script", "{s}"));
-    e.on_debug(|s, src, pos| tracing::debug!(target: "khai::script", source = src, line = pos.line(), "{s}"));
+    e.on_print(inline::print);
+    e.on_debug(|s, src, pos| inline::debug(s, src, pos.line()));
     e
 }
 
@@ -305,6 +312,10 @@ impl Script {
             .engine
             .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
         DEADLINE.with(|d| d.set(None));
+        if inline::stopped() {
+            // Not the script's error: the call moves to the blocking pool (see `inline`).
+            return Ok(serde_json::Value::Null);
+        }
         let value = result.map_err(|e| self.runtime_error(function, *e))?;
         rhai::serde::from_dynamic(&value).map_err(|e| ScriptError::Convert {
             file: self.file.clone(),
@@ -313,19 +324,23 @@ impl Script {
         })
     }
 
-    /// [`Self::call_with_ctx`] on tokio's blocking pool, so a slow script never stalls the
-    /// runtime. The caller's tracing span follows the call, so script logs carry the object.
+    /// [`Self::call_with_ctx`] without blocking the runtime: inline when the call is short,
+    /// else on tokio's blocking pool (see [`inline`]). The caller's tracing span follows the
+    /// call, so script logs carry the object.
     pub async fn call_async(
         &self,
         function: &str,
         obj: serde_json::Value,
         ctx: ScriptCtx,
     ) -> Result<serde_json::Value, ScriptError> {
-        self.off_runtime(function, move |s, name| s.call_with_ctx(name, &obj, ctx))
-            .await
+        self.off_runtime(function, move |s, name| {
+            s.call_with_ctx(name, &obj, ctx.clone())
+        })
+        .await
     }
 
-    /// [`Self::call`] on tokio's blocking pool, for one-argument helpers such as `when(obj)`.
+    /// [`Self::call`] without blocking the runtime, for one-argument helpers such as
+    /// `when(obj)` and webhook functions.
     pub async fn call_one_async(
         &self,
         function: &str,
@@ -339,13 +354,30 @@ impl Script {
 
     async fn off_runtime<F>(&self, function: &str, f: F) -> Result<serde_json::Value, ScriptError>
     where
-        F: FnOnce(&Script, &str) -> Result<serde_json::Value, ScriptError> + Send + 'static,
+        F: Fn(&Script, &str) -> Result<serde_json::Value, ScriptError> + Send + 'static,
+    {
+        let started = Instant::now();
+        let result = match inline::attempt(|| f(self, function)) {
+            Some(done) => done,
+            None => self.on_blocking_pool(function, f).await,
+        };
+        let error = result.as_ref().err().map(ScriptError::kind);
+        crate::metrics::script_call(&self.label(), function, started.elapsed(), error);
+        result
+    }
+
+    async fn on_blocking_pool<F>(
+        &self,
+        function: &str,
+        f: F,
+    ) -> Result<serde_json::Value, ScriptError>
+    where
+        F: Fn(&Script, &str) -> Result<serde_json::Value, ScriptError> + Send + 'static,
     {
         let script = self.clone();
         let name = function.to_string();
         let span = tracing::Span::current();
-        let started = Instant::now();
-        let result = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
             f(&script, &name)
         })
@@ -357,10 +389,7 @@ impl Script {
                 function: function.into(),
                 message: format!("script task failed: {e}"),
             })
-        });
-        let error = result.as_ref().err().map(ScriptError::kind);
-        crate::metrics::script_call(&self.label(), function, started.elapsed(), error);
-        result
+        })
     }
 
     /// How metrics name this script: its file name.
@@ -485,6 +514,21 @@ mod tests {
             Path::new("scripts/t.rhai"),
             src,
         )
+    }
+
+    #[tokio::test]
+    async fn short_calls_finish_inline_and_long_ones_start_over_on_the_pool_with_one_answer() {
+        let s = compile("fn count(n) { let c = 0; for i in 0..n { c += 1; } c }").unwrap();
+        assert_eq!(
+            s.call_one_async("count", json!(10)).await.unwrap(),
+            json!(10)
+        );
+        // Far beyond the inline budget: abandoned inline, run again from the start.
+        let n = inline::INLINE_OPS * 3;
+        assert_eq!(s.call_one_async("count", json!(n)).await.unwrap(), json!(n));
+        // Errors of a long call are the script's own, reported once from the pool.
+        let err = s.call_one_async("count", json!("x")).await.unwrap_err();
+        assert!(err.to_string().contains("count"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,186 @@
+//! Micro-benchmarks of khai's per-reconcile work, each next to a hand-written Rust reference in
+//! the same group so criterion's report reads as a ratio:
+//!
+//! - `reconcile`: examples/bench-cache's `reconcile(obj, ctx)` through [`khai::reconcile::plan`]
+//!   (the daemon's path: object view, spawn_blocking, Rhai, plan validation), the same without
+//!   the thread hop, and the same result built by a Rust closure.
+//! - `convert`: a Cache as `serde_json::Value` into a Rhai `Dynamic` and back, against cloning
+//!   the `Value`.
+//! - `status`: the change-only checks of `khai::apply` (`status_differs` for status,
+//!   `is_subset` for children) on an unchanged object, against `Value` equality.
+//!
+//! `cargo bench --bench engine` (add `-- --quick` for a fast pass).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "benchmark setup: a broken fixture must abort the run"
+)]
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use khai::operator::Operator;
+use khai::reconcile::{self, Plan};
+use khai::script::{ScriptCtx, object_view};
+use kube::api::DynamicObject;
+use serde_json::{Map, Value, json};
+use std::hint::black_box;
+use std::path::Path;
+
+/// A Cache as the API server returns it, managedFields included (object_view drops them).
+fn cache_object() -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "bench.khai.dev/v1",
+        "kind": "Cache",
+        "metadata": {
+            "name": "example", "namespace": "default", "uid": "6d7c1b6e-0f0e-4c52-9d2f-1a1c7c4a2b10",
+            "generation": 3, "resourceVersion": "41521", "creationTimestamp": "2026-11-23T10:00:00Z",
+            "labels": { "app": "bench" },
+            "managedFields": [{
+                "manager": "kubectl", "operation": "Apply", "apiVersion": "bench.khai.dev/v1",
+                "time": "2026-11-23T10:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": { "f:spec": { "f:size": {}, "f:image": {} } }
+            }]
+        },
+        "spec": { "size": 3, "image": "redis:7" },
+        "status": { "phase": "Ready", "configMap": "example-config", "observedGeneration": 3 }
+    }))
+    .expect("cache fixture")
+}
+
+fn operator() -> Operator {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bench-cache");
+    Operator::load(&dir).expect("examples/bench-cache loads")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// What examples/bench-cache's script computes, written in Rust: the reference for `reconcile`.
+fn reconcile_by_hand(obj: &DynamicObject) -> Plan {
+    let name = format!(
+        "{}-config",
+        obj.metadata.name.as_deref().unwrap_or_default()
+    );
+    let spec = &obj.data["spec"];
+    let size = match &spec["size"] {
+        Value::Number(n) => n.to_string(),
+        other => other.to_string(),
+    };
+    let child = json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": name },
+        "data": { "size": size, "image": spec["image"] },
+    });
+    let mut status = Map::new();
+    status.insert("phase".into(), json!("Ready"));
+    status.insert("configMap".into(), json!(name));
+    status.insert("observedGeneration".into(), json!(obj.metadata.generation));
+    Plan {
+        children: vec![child],
+        status: Some(status),
+        ..Plan::default()
+    }
+}
+
+fn bench_reconcile(c: &mut Criterion) {
+    let op = operator();
+    let script = op.scripts[0].clone();
+    let function = op.config.model.controllers[0].reconcile.clone();
+    let obj = cache_object();
+    let ctx = || ScriptCtx::detached("bench-cache", "Cache", Some("default"));
+    let rt = runtime();
+
+    // The three must agree, or the ratio compares different work.
+    let by_script = rt
+        .block_on(reconcile::plan(
+            &script,
+            &function,
+            object_view(&obj).unwrap(),
+            ctx(),
+        ))
+        .unwrap();
+    assert_eq!(by_script, reconcile_by_hand(&obj));
+
+    let mut g = c.benchmark_group("reconcile");
+    g.bench_function("khai_plan_async", |b| {
+        b.iter(|| {
+            let view = object_view(black_box(&obj)).unwrap();
+            rt.block_on(reconcile::plan(&script, &function, view, ctx()))
+                .unwrap()
+        })
+    });
+    g.bench_function("khai_script_sync", |b| {
+        b.iter(|| {
+            let view = object_view(black_box(&obj)).unwrap();
+            let out = script.call_with_ctx(&function, &view, ctx()).unwrap();
+            reconcile::parse_plan(out).unwrap()
+        })
+    });
+    g.bench_function("rust_reference", |b| {
+        b.iter(|| reconcile_by_hand(black_box(&obj)))
+    });
+    g.finish();
+}
+
+fn bench_convert(c: &mut Criterion) {
+    let obj = cache_object();
+    let view = object_view(&obj).unwrap();
+    let dynamic = rhai::serde::to_dynamic(&view).unwrap();
+    let back: Value = rhai::serde::from_dynamic(&dynamic).unwrap();
+    assert_eq!(back, view, "the round trip must be lossless");
+
+    let mut g = c.benchmark_group("convert");
+    g.bench_function("object_view", |b| {
+        b.iter(|| object_view(black_box(&obj)).unwrap())
+    });
+    g.bench_function("to_dynamic", |b| {
+        b.iter(|| rhai::serde::to_dynamic(black_box(&view)).unwrap())
+    });
+    g.bench_function("from_dynamic", |b| {
+        b.iter(|| rhai::serde::from_dynamic::<Value>(black_box(&dynamic)).unwrap())
+    });
+    g.bench_function("round_trip", |b| {
+        b.iter(|| {
+            let d = rhai::serde::to_dynamic(black_box(&view)).unwrap();
+            rhai::serde::from_dynamic::<Value>(&d).unwrap()
+        })
+    });
+    g.bench_function("value_clone_reference", |b| {
+        b.iter(|| black_box(&view).clone())
+    });
+    g.finish();
+}
+
+fn bench_status(c: &mut Criterion) {
+    let obj = cache_object();
+    let view = object_view(&obj).unwrap();
+    let plan = reconcile_by_hand(&obj);
+    let current = view["status"].clone();
+    let desired = plan.status.clone().unwrap();
+    let desired_value = Value::Object(desired.clone());
+    // What the informer cache holds for the child once applied: the server adds metadata.
+    let mut cached_child = plan.children[0].clone();
+    cached_child["metadata"]["namespace"] = json!("default");
+    cached_child["metadata"]["resourceVersion"] = json!("41522");
+    cached_child["metadata"]["uid"] = json!("0b0c6c1e-3e57-4a36-9b37-51b3d4f0a7aa");
+    assert!(!khai::apply::status_differs(&current, &desired));
+    assert!(khai::apply::is_subset(&plan.children[0], &cached_child));
+
+    let mut g = c.benchmark_group("status");
+    g.bench_function("status_differs_unchanged", |b| {
+        b.iter(|| khai::apply::status_differs(black_box(&current), black_box(&desired)))
+    });
+    g.bench_function("value_eq_reference", |b| {
+        b.iter(|| black_box(&current) == black_box(&desired_value))
+    });
+    g.bench_function("child_is_subset_unchanged", |b| {
+        b.iter(|| khai::apply::is_subset(black_box(&plan.children[0]), black_box(&cached_child)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_reconcile, bench_convert, bench_status);
+criterion_main!(benches);

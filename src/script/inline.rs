@@ -1,0 +1,124 @@
+//! Running short script calls right on the async worker thread.
+//!
+//! Handing every call to tokio's blocking pool costs two thread hand-offs, measured at 30–60 µs
+//! (`cargo bench --bench engine`: `reconcile::plan` through the pool against the same call made
+//! directly), which is more than a typical reconcile or webhook script takes to run. So a call
+//! first runs inline with a small operation budget ([`INLINE_OPS`], well under a millisecond).
+//! Scripts are pure functions of their inputs (no I/O; `ctx` lookups read caches), so a call
+//! that runs out of that budget is abandoned and run again from the start on the blocking pool,
+//! where only the configured limits apply. What it printed meanwhile is held back and dropped,
+//! so nothing is logged twice; a call that finishes inline has its output logged in order.
+
+use std::cell::RefCell;
+
+/// Operations a call may run on the worker thread before it moves to the blocking pool.
+pub const INLINE_OPS: u64 = 10_000;
+
+/// Output held back during an inline attempt.
+enum Held {
+    Print(String),
+    Debug {
+        text: String,
+        source: Option<String>,
+        line: Option<usize>,
+    },
+}
+
+#[derive(Default)]
+struct Attempt {
+    over_budget: bool,
+    held: Vec<Held>,
+}
+
+thread_local! {
+    static ATTEMPT: RefCell<Option<Attempt>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` as an inline attempt. `None` when it ran out of budget (its result is meaningless
+/// and its output dropped) or panicked: the caller runs it again on the blocking pool.
+pub fn attempt<T>(f: impl FnOnce() -> T) -> Option<T> {
+    ATTEMPT.with(|a| *a.borrow_mut() = Some(Attempt::default()));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let done = ATTEMPT.with(|a| a.borrow_mut().take()).unwrap_or_default();
+    match result {
+        Ok(value) if !done.over_budget => {
+            done.held.into_iter().for_each(emit);
+            Some(value)
+        }
+        _ => None,
+    }
+}
+
+/// Whether the running call is an inline attempt that just used up its budget; the engine's
+/// progress hook stops the call when it is.
+pub fn over_budget(ops: u64) -> bool {
+    ops > INLINE_OPS
+        && ATTEMPT.with(|a| {
+            a.borrow_mut().as_mut().is_some_and(|a| {
+                a.over_budget = true;
+                true
+            })
+        })
+}
+
+/// Whether the call that just ended on this thread was stopped for its inline budget (so its
+/// error is not the script's and must not be reported).
+pub fn stopped() -> bool {
+    ATTEMPT.with(|a| a.borrow().as_ref().is_some_and(|a| a.over_budget))
+}
+
+/// `print` from a script: held during an inline attempt, logged otherwise.
+pub fn print(text: &str) {
+    hold_or_emit(Held::Print(text.to_string()));
+}
+
+/// `debug` from a script: held during an inline attempt, logged otherwise.
+pub fn debug(text: &str, source: Option<&str>, line: Option<usize>) {
+    hold_or_emit(Held::Debug {
+        text: text.to_string(),
+        source: source.map(str::to_string),
+        line,
+    });
+}
+
+fn hold_or_emit(h: Held) {
+    let h = ATTEMPT.with(|a| match a.borrow_mut().as_mut() {
+        Some(attempt) => {
+            attempt.held.push(h);
+            None
+        }
+        None => Some(h),
+    });
+    if let Some(h) = h {
+        emit(h);
+    }
+}
+
+fn emit(h: Held) {
+    match h {
+        Held::Print(s) => tracing::info!(target: "khai::script", "{s}"),
+        Held::Debug { text, source, line } => {
+            tracing::debug!(target: "khai::script", source, line, "{text}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_within_budget_returns_and_over_budget_gives_up() {
+        assert_eq!(attempt(|| over_budget(INLINE_OPS)), Some(false));
+        assert_eq!(attempt(|| over_budget(INLINE_OPS + 1)), None);
+        // Outside an attempt there is no budget.
+        assert!(!over_budget(u64::MAX));
+        assert!(!stopped());
+    }
+
+    #[test]
+    fn a_panicking_attempt_is_handed_back_not_propagated() {
+        assert_eq!(attempt(|| -> u8 { panic!("boom") }), None);
+        assert!(!stopped(), "the attempt's state is cleared");
+    }
+}
