@@ -54,19 +54,6 @@ fn render(args: &[&str]) -> String {
     helm_template(args).unwrap_or_else(|e| panic!("scripts/helm-template {args:?} failed:\n{e}"))
 }
 
-fn khai(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_khai"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "khai {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn docs(yaml: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(yaml)
         .unwrap_or_else(|e| panic!("not YAML ({e}):\n{yaml}"))
@@ -352,14 +339,14 @@ async fn chart_and_generator_produce_the_same_objects() {
         if let Some(image) = case.image {
             gen_args.extend(["--image", image]);
         }
-        let generated = docs(&khai(&gen_args));
+        let generated = docs(&support::khai_stdout(&gen_args));
 
         // The same, as chart values.
         let mut rbac_args = vec!["generate", "rbac", dir];
         rbac_args.extend(&common);
-        let rbac = docs(&khai(&rbac_args));
+        let rbac = docs(&support::khai_stdout(&rbac_args));
         let crds = tmp.path().join("crds.yaml");
-        std::fs::write(&crds, khai(&["generate", "crds", dir])).unwrap();
+        std::fs::write(&crds, support::khai_stdout(&["generate", "crds", dir])).unwrap();
         let mut values = json!({
             "operator": {
                 "name": case.operator,
@@ -391,7 +378,11 @@ async fn chart_and_generator_produce_the_same_objects() {
         ];
         if case.tls_files {
             let webhooks = tmp.path().join("webhooks.yaml");
-            std::fs::write(&webhooks, khai(&["generate", "webhooks", dir])).unwrap();
+            std::fs::write(
+                &webhooks,
+                support::khai_stdout(&["generate", "webhooks", dir]),
+            )
+            .unwrap();
             helm_args.push("--set-file".into());
             helm_args.push(format!("webhook.configurations={}", webhooks.display()));
         }

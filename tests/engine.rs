@@ -44,6 +44,23 @@ script = "widget.rhai"
     dir
 }
 
+/// Changes a label of widget `name`, which passes the change filter, and returns the log line
+/// of the reconcile it triggers.
+async fn poke(api: &Api<DynamicObject>, name: &str, khai: &Khai) -> String {
+    let seen = khai.log_len();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "metadata": { "labels": { "poke": "1" } } })),
+    )
+    .await
+    .unwrap();
+    khai.wait_for_log(seen, "the reconcile after the label change", |l| {
+        l.contains("reconciled") && l.contains("object updated")
+    })
+    .await
+}
+
 /// One ConfigMap per `spec.count`, named `<name>-<i>`; throws when `spec.message` is "boom".
 const WIDGET: &str = r#"
 fn reconcile(obj, ctx) {
@@ -181,19 +198,7 @@ async fn a_steady_state_reconcile_writes_nothing() {
     .await;
     // A label change passes the change filter and triggers a reconcile whose plan equals what
     // is already stored.
-    let seen = khai.log_len();
-    api.patch(
-        "w",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "metadata": { "labels": { "poke": "1" } } })),
-    )
-    .await
-    .unwrap();
-    let line = khai
-        .wait_for_log(seen, "the reconcile after the label change", |l| {
-            l.contains("reconciled") && l.contains("object updated")
-        })
-        .await;
+    let line = poke(&api, "w", &khai).await;
     assert!(
         line.contains("applied=0 unchanged=2 pruned=0 status_written=false"),
         "{line}"
@@ -536,19 +541,7 @@ fn reconcile(obj, ctx) {
         stored.data["data"]["password"], "cHctNw==",
         "base64 of pw-7"
     );
-    let seen = khai.log_len();
-    api.patch(
-        "w",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "metadata": { "labels": { "poke": "1" } } })),
-    )
-    .await
-    .unwrap();
-    let line = khai
-        .wait_for_log(seen, "the reconcile after the label change", |l| {
-            l.contains("reconciled") && l.contains("object updated")
-        })
-        .await;
+    let line = poke(&api, "w", &khai).await;
     assert!(line.contains("applied=0 unchanged=1"), "{line}");
     let (code, log) = khai.terminate().await;
     assert_eq!(code, Some(0));

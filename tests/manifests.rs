@@ -21,17 +21,11 @@ fn kubectl() -> Option<PathBuf> {
 }
 
 fn generate(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_khai"))
-        .args(["generate", "manifests"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "khai generate manifests {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let args: Vec<&str> = ["generate", "manifests"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    support::khai_stdout(&args)
 }
 
 #[tokio::test]

@@ -398,3 +398,17 @@ where
 pub async fn wait_exists(api: &Api<DynamicObject>, name: &str, what: &str) -> DynamicObject {
     wait_for(api, name, what, |o: Option<&DynamicObject>| o.is_some()).await
 }
+
+/// Runs the `khai` binary with `args`, which must succeed; returns its standard output.
+pub fn khai_stdout(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_khai"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "khai {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
