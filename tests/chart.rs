@@ -62,42 +62,6 @@ fn docs(yaml: &str) -> Vec<Value> {
         .collect()
 }
 
-fn kubectl() -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())
-}
-
-/// `kubectl apply --dry-run=server --server-side` of `yaml`; panics with the server's answer.
-fn dry_run_apply(kubectl: &Path, yaml: &str, what: &str) -> String {
-    use std::io::Write;
-    let mut child = Command::new(kubectl)
-        .args(["apply", "--dry-run=server", "--server-side", "-f", "-"])
-        .env("KUBECONFIG", support::kubeconfig())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{what}: the API server refused the rendered chart:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// One deployment of an example, said to both `khai generate manifests` and the chart.
 struct Case {
     example: &'static str,
@@ -437,11 +401,11 @@ async fn chart_and_generator_produce_the_same_objects() {
             );
         }
 
-        let Some(kubectl) = kubectl() else {
+        let Some(kubectl) = support::kubectl() else {
             eprintln!("dry run skipped: kubectl is not on PATH or in /usr/bin");
             continue;
         };
-        let applied = dry_run_apply(&kubectl, &rendered_yaml, &what);
+        let applied = support::dry_run_apply(&kubectl, &rendered_yaml, &what);
         assert!(
             applied.contains(&format!("deployment.apps/{release}"))
                 && applied.contains("customresourcedefinition.apiextensions.k8s.io/")

@@ -5,20 +5,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use support::TestNamespace;
 
 const EXAMPLES: &[&str] = &["cache", "greeting", "hello", "memcached", "nginx"];
-
-fn kubectl() -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain([PathBuf::from("/usr/bin")])
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())
-}
 
 fn generate(args: &[&str]) -> String {
     let args: Vec<&str> = ["generate", "manifests"]
@@ -30,7 +21,7 @@ fn generate(args: &[&str]) -> String {
 
 #[tokio::test]
 async fn every_example_is_accepted_by_a_server_side_dry_run() {
-    let Some(kubectl) = kubectl() else {
+    let Some(kubectl) = support::kubectl() else {
         eprintln!("skipped: kubectl is not on PATH or in /usr/bin");
         return;
     };
@@ -54,29 +45,7 @@ async fn every_example_is_accepted_by_a_server_side_dry_run() {
         ] {
             assert!(yaml.contains(kind), "{example}: no {kind} in\n{yaml}");
         }
-        let mut child = Command::new(&kubectl)
-            .args(["apply", "--dry-run=server", "--server-side", "-f", "-"])
-            .env("KUBECONFIG", support::kubeconfig())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(yaml.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{example}: the API server refused the manifests:\n{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let applied = String::from_utf8_lossy(&out.stdout);
+        let applied = support::dry_run_apply(&kubectl, &yaml, example);
         assert!(
             applied.contains("deployment.apps/khai-") && applied.contains("(server dry run)"),
             "{example}: {applied}"
@@ -122,7 +91,7 @@ fn kustomize_base_is_what_the_generator_writes_for_hello() {
 
 #[test]
 fn kustomize_builds_the_base() {
-    let Some(kubectl) = kubectl() else {
+    let Some(kubectl) = support::kubectl() else {
         eprintln!(
             "skipped: kubectl is not on PATH or in /usr/bin, so `kubectl kustomize` cannot run"
         );

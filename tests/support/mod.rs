@@ -412,3 +412,47 @@ pub fn khai_stdout(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// kubectl from PATH or /usr/bin. Tests that need it skip without it, except under
+/// `scripts/test` (`KHAI_TEST_REQUIRE_KUBECTL`), which installs it and where a skip would hide
+/// a failure.
+pub fn kubectl() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file());
+    if found.is_none() && std::env::var_os("KHAI_TEST_REQUIRE_KUBECTL").is_some() {
+        panic!("kubectl is required (KHAI_TEST_REQUIRE_KUBECTL) but not on PATH or in /usr/bin");
+    }
+    found
+}
+
+/// `kubectl apply --dry-run=server --server-side` of `yaml` against the test cluster; panics
+/// with the server's answer when it refuses. Returns kubectl's output.
+pub fn dry_run_apply(kubectl: &Path, yaml: &str, what: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(kubectl)
+        .args(["apply", "--dry-run=server", "--server-side", "-f", "-"])
+        .env("KUBECONFIG", kubeconfig())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: the API server refused it:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
