@@ -32,8 +32,10 @@ pub enum What {
     Manifests(ManifestsArgs),
 }
 
+/// What RBAC is derived for: the config and the namespaces. Shared by `generate rbac`,
+/// `generate manifests` and `rbac verify`, so all three mean the same permissions.
 #[derive(Debug, clap::Args)]
-pub struct RbacArgs {
+pub struct RbacScope {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
     pub config: PathBuf,
@@ -45,6 +47,44 @@ pub struct RbacArgs {
     /// `[operator] namespaces`. Namespaced operators get Roles instead of a ClusterRole.
     #[arg(long = "watch-namespace", value_name = "NS")]
     pub watch_namespaces: Vec<String>,
+}
+
+impl RbacScope {
+    /// Loads the config and derives its RBAC plan; also returns khai's own namespace.
+    pub fn plan(
+        &self,
+    ) -> anyhow::Result<(
+        crate::operator::Operator,
+        String,
+        crate::manifest::rbac::Plan,
+    )> {
+        let (op, finalizes) = load_operator(&self.config)?;
+        let model = &op.config.model;
+        let namespace = self.own_namespace(model);
+        let plan = crate::manifest::rbac::plan(&crate::manifest::rbac::Input {
+            model,
+            finalizes,
+            namespace: namespace.clone(),
+            watch_namespaces: self.watch_namespaces.clone(),
+        });
+        Ok((op, namespace, plan))
+    }
+
+    /// `--namespace`, else the `[webhook_server] service` namespace, else `<operator>-system`.
+    pub fn own_namespace(&self, model: &config::model::Model) -> String {
+        self.namespace.clone().unwrap_or_else(|| {
+            model.webhook_server.service.as_ref().map_or_else(
+                || format!("{}-system", model.operator.name),
+                |s| s.namespace.clone(),
+            )
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RbacArgs {
+    #[command(flatten)]
+    pub scope: RbacScope,
     /// Write one file per object into this directory instead of printing.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: Option<PathBuf>,
@@ -111,15 +151,6 @@ fn load_operator(path: &Path) -> anyhow::Result<(crate::operator::Operator, Vec<
     Ok((op, finalizes))
 }
 
-fn own_namespace(args: &RbacArgs, model: &config::model::Model) -> String {
-    args.namespace.clone().unwrap_or_else(|| {
-        model.webhook_server.service.as_ref().map_or_else(
-            || format!("{}-system", model.operator.name),
-            |s| s.namespace.clone(),
-        )
-    })
-}
-
 /// `<kind>[-<namespace>]-<name>`, lower-case: a file name unique per object.
 fn file_name(m: &Value) -> String {
     let kind = m["kind"].as_str().unwrap_or_default().to_lowercase();
@@ -143,25 +174,17 @@ fn emit(output: Option<&Path>, docs: Vec<Value>) -> anyhow::Result<ExitCode> {
 }
 
 fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
-    use crate::manifest::rbac;
-    let (op, finalizes) = load_operator(&args.config)?;
+    let (op, namespace, plan) = args.scope.plan()?;
     let model = &op.config.model;
-    let namespace = own_namespace(args, model);
-    let plan = rbac::plan(&rbac::Input {
-        model,
-        finalizes,
-        namespace: namespace.clone(),
-        watch_namespaces: args.watch_namespaces.clone(),
-    });
     emit(
         args.output.as_deref(),
-        rbac::manifests(model, &namespace, &plan),
+        crate::manifest::rbac::manifests(model, &namespace, &plan),
     )
 }
 
 fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
     use crate::manifest::deploy;
-    let (op, finalizes) = load_operator(&args.rbac.config)?;
+    let (op, finalizes) = load_operator(&args.rbac.scope.config)?;
     let config = &op.config;
     let model = &config.model;
     let config_name = config
@@ -192,11 +215,11 @@ fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
         .map(schema::crd_manifest)
         .collect::<Result<Vec<Value>, schema::Error>>()?;
     let settings = deploy::Settings {
-        namespace: own_namespace(&args.rbac, model),
+        namespace: args.rbac.scope.own_namespace(model),
         image: args.image.clone().unwrap_or_else(deploy::default_image),
         replicas: args.replicas,
         finalizes,
-        watch_namespaces: args.rbac.watch_namespaces.clone(),
+        watch_namespaces: args.rbac.scope.watch_namespaces.clone(),
     };
     emit(
         args.rbac.output.as_deref(),

@@ -14,7 +14,6 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 use serde_json::Value;
 use std::fmt;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
@@ -33,17 +32,8 @@ pub enum What {
 
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
-    #[arg(value_name = "FILE|DIR", default_value = ".")]
-    pub config: PathBuf,
-    /// khai's own namespace (leader election Lease)
-    /// [default: `[webhook_server] service` namespace, else `<operator>-system`].
-    #[arg(long, value_name = "NS")]
-    pub namespace: Option<String>,
-    /// Namespace khai watches (repeatable), as `khai run --namespace`; overrides
-    /// `[operator] namespaces`.
-    #[arg(long = "watch-namespace", value_name = "NS")]
-    pub watch_namespaces: Vec<String>,
+    #[command(flatten)]
+    pub scope: super::generate::RbacScope,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -199,25 +189,7 @@ fn review(access: &Access) -> SelfSubjectAccessReview {
 }
 
 fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
-    let op = crate::operator::Operator::load(&args.config)?;
-    let finalizes = op
-        .scripts
-        .iter()
-        .map(|s| s.has_function("finalize", crate::operator::RECONCILE_ARITY))
-        .collect();
-    let model = &op.config.model;
-    let own_namespace = args.namespace.clone().unwrap_or_else(|| {
-        model.webhook_server.service.as_ref().map_or_else(
-            || format!("{}-system", model.operator.name),
-            |s| s.namespace.clone(),
-        )
-    });
-    let plan = rbac::plan(&rbac::Input {
-        model,
-        finalizes,
-        namespace: own_namespace.clone(),
-        watch_namespaces: args.watch_namespaces.clone(),
-    });
+    let (op, own_namespace, plan) = args.scope.plan()?;
     let needed = needed(&plan, &own_namespace);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
