@@ -196,9 +196,7 @@ fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("failed to start the async runtime")?;
     let missing = rt.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .context("failed to load the cluster credentials (KUBECONFIG or in-cluster)")?;
+        let client = super::connect().await?;
         let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
         let mut missing = Vec::new();
         for access in &needed {

@@ -38,9 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("failed to start the async runtime")?;
     rt.block_on(async move {
-        let client = kube::Client::try_default()
-            .await
-            .context("failed to connect to Kubernetes (set KUBECONFIG or run in a pod)")?;
+        let client = super::connect().await?;
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), "khai starting");

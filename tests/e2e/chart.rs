@@ -14,18 +14,15 @@
 //! (kind, namespace, name) with equal content once [`normalise`] has removed what legitimately
 //! differs between a Helm release and the generator. Then the rendered chart must pass a
 //! server-side dry run.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::TestNamespace;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use support::TestNamespace;
 
 fn chart() -> PathBuf {
-    support::repo_root().join("charts/khai")
+    crate::support::repo_root().join("charts/khai")
 }
 
 fn read(rel: &str) -> String {
@@ -38,7 +35,7 @@ fn chart_meta() -> Value {
 
 /// Runs `scripts/helm-template` (building it on first use); `Err` holds its stderr.
 fn helm_template(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(support::repo_root().join("scripts/helm-template"))
+    let out = Command::new(crate::support::repo_root().join("scripts/helm-template"))
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -141,7 +138,9 @@ const CASES: &[Case] = &[
 
 /// A copy of the case's files with `[webhook_server] tls = "files"` and a `service` in `ns`.
 fn with_tls_files(case: &Case, ns: &str, into: &Path) {
-    let from = support::repo_root().join("examples").join(case.example);
+    let from = crate::support::repo_root()
+        .join("examples")
+        .join(case.example);
     for f in case.files {
         std::fs::create_dir_all(into.join(f).parent().unwrap()).unwrap();
         std::fs::copy(from.join(f), into.join(f)).unwrap();
@@ -269,7 +268,7 @@ fn file_key(path: &str) -> String {
 
 #[tokio::test]
 async fn chart_and_generator_produce_the_same_objects() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     for case in CASES {
         let ns = TestNamespace::new(&client, "chart").await;
         let mut watched = Vec::new();
@@ -282,7 +281,9 @@ async fn chart_and_generator_produce_the_same_objects() {
             with_tls_files(case, &ns.name, &copy);
             copy
         } else {
-            support::repo_root().join("examples").join(case.example)
+            crate::support::repo_root()
+                .join("examples")
+                .join(case.example)
         };
         let dir = dir.to_str().unwrap();
         let release = format!("khai-{}", case.operator);
@@ -303,14 +304,18 @@ async fn chart_and_generator_produce_the_same_objects() {
         if let Some(image) = case.image {
             gen_args.extend(["--image", image]);
         }
-        let generated = docs(&support::khai_stdout(&gen_args));
+        let generated = docs(&crate::support::khai_stdout(&gen_args));
 
         // The same, as chart values.
         let mut rbac_args = vec!["generate", "rbac", dir];
         rbac_args.extend(&common);
-        let rbac = docs(&support::khai_stdout(&rbac_args));
+        let rbac = docs(&crate::support::khai_stdout(&rbac_args));
         let crds = tmp.path().join("crds.yaml");
-        std::fs::write(&crds, support::khai_stdout(&["generate", "crds", dir])).unwrap();
+        std::fs::write(
+            &crds,
+            crate::support::khai_stdout(&["generate", "crds", dir]),
+        )
+        .unwrap();
         let mut values = json!({
             "operator": {
                 "name": case.operator,
@@ -344,7 +349,7 @@ async fn chart_and_generator_produce_the_same_objects() {
             let webhooks = tmp.path().join("webhooks.yaml");
             std::fs::write(
                 &webhooks,
-                support::khai_stdout(&["generate", "webhooks", dir]),
+                crate::support::khai_stdout(&["generate", "webhooks", dir]),
             )
             .unwrap();
             helm_args.push("--set-file".into());
@@ -401,11 +406,11 @@ async fn chart_and_generator_produce_the_same_objects() {
             );
         }
 
-        let Some(kubectl) = support::kubectl() else {
+        let Some(kubectl) = crate::support::kubectl() else {
             eprintln!("dry run skipped: kubectl is not on PATH or in /usr/bin");
             continue;
         };
-        let applied = support::dry_run_apply(&kubectl, &rendered_yaml, &what);
+        let applied = crate::support::dry_run_apply(&kubectl, &rendered_yaml, &what);
         assert!(
             applied.contains(&format!("deployment.apps/{release}"))
                 && applied.contains("customresourcedefinition.apiextensions.k8s.io/")

@@ -5,22 +5,19 @@
 //! The operator is `examples/hello`, copied with a script that also records an Event and defines
 //! `finalize`, so every generated rule is exercised: CRD install, list/watch, server-side apply of
 //! children, the status subresource, the finalizer patch, events.k8s.io and the leader Lease.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Khai, TestNamespace, wait_for};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::path::Path;
-use support::{Khai, TestNamespace, wait_for};
 
 /// `examples/hello` in a temporary directory, its script extended with an Event and `finalize`.
 fn hello_with_events() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let src = support::repo_root().join("examples/hello");
+    let src = crate::support::repo_root().join("examples/hello");
     std::fs::copy(src.join("operator.toml"), dir.path().join("operator.toml")).unwrap();
     std::fs::create_dir(dir.path().join("scripts")).unwrap();
     let script = std::fs::read_to_string(src.join("scripts/hello.rhai")).unwrap();
@@ -118,7 +115,7 @@ async fn service_account_kubeconfig(
         .status
         .expect("TokenRequest status")
         .token;
-    let admin = kube::config::Kubeconfig::read_from(support::kubeconfig()).unwrap();
+    let admin = kube::config::Kubeconfig::read_from(crate::support::kubeconfig()).unwrap();
     let cluster = admin.clusters[0].cluster.clone().unwrap();
     let server = cluster.server.unwrap();
     let ca = cluster.certificate_authority.unwrap();
@@ -173,9 +170,10 @@ async fn start(
         ],
         &kubeconfig,
     );
-    support::wait_for_crd(client, "hellos.examples.khai.dev").await;
+    crate::support::wait_for_crd(client, "hellos.examples.khai.dev").await;
     let sample =
-        std::fs::read_to_string(support::repo_root().join("examples/hello/hello.yaml")).unwrap();
+        std::fs::read_to_string(crate::support::repo_root().join("examples/hello/hello.yaml"))
+            .unwrap();
     let sample: DynamicObject = serde_saphyr::from_str(&sample).unwrap();
     hellos(client, ns)
         .create(&PostParams::default(), &sample)
@@ -191,7 +189,7 @@ fn denied(line: &str) -> bool {
 
 #[tokio::test]
 async fn operator_runs_with_only_the_generated_rbac_and_no_403() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "rbac-ok").await;
     let config = hello_with_events();
     let docs = generate_rbac(config.path(), &ns.name);
@@ -222,7 +220,7 @@ async fn operator_runs_with_only_the_generated_rbac_and_no_403() {
     assert_eq!(hello.data["status"]["phase"], "Ready");
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), &ns.name);
-    support::wait_for_any(events, "the Greeted event", |e| {
+    crate::support::wait_for_any(events, "the Greeted event", |e| {
         e.reason.as_deref() == Some("Greeted")
     })
     .await;
@@ -240,7 +238,7 @@ async fn operator_runs_with_only_the_generated_rbac_and_no_403() {
 
 #[tokio::test]
 async fn removing_the_generated_status_rule_makes_the_status_write_fail() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "rbac-min").await;
     let config = hello_with_events();
     let mut docs = generate_rbac(config.path(), &ns.name);
@@ -287,9 +285,9 @@ fn free_port() -> u16 {
 
 #[tokio::test]
 async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rbac() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "rbac-cache").await;
-    let config = support::repo_root().join("examples/cache");
+    let config = crate::support::repo_root().join("examples/cache");
     let docs = generate_rbac(&config, &ns.name);
     apply(&client, &ns.name, &docs).await;
     let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-cache").await;
@@ -307,7 +305,7 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
         l.contains("webhook configurations installed")
     })
     .await;
-    support::wait_for_crd(&client, "caches.examples.khai.dev").await;
+    crate::support::wait_for_crd(&client, "caches.examples.khai.dev").await;
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("examples.khai.dev", "v1", "Cache"),
         "caches",
@@ -327,7 +325,7 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
     for (group, kind) in [("apps", "Deployment"), ("", "Service")] {
         let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", kind));
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
-        support::wait_exists(&api, "sessions", kind).await;
+        crate::support::wait_exists(&api, "sessions", kind).await;
     }
     wait_for(
         &caches,
@@ -346,7 +344,7 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
 /// authorizer sees role changes shortly after they are stored), within the deadline; returns
 /// its output.
 async fn verify_until(config: &Path, ns: &str, kubeconfig: &Path, ok: bool) -> String {
-    let deadline = std::time::Instant::now() + support::DEADLINE;
+    let deadline = std::time::Instant::now() + crate::support::DEADLINE;
     loop {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_khai"))
             .args(["rbac", "verify"])
@@ -369,14 +367,14 @@ async fn verify_until(config: &Path, ns: &str, kubeconfig: &Path, ok: bool) -> S
             std::time::Instant::now() < deadline,
             "khai rbac verify did not {} within {:?}:\n{text}",
             if ok { "pass" } else { "fail" },
-            support::DEADLINE
+            crate::support::DEADLINE
         );
     }
 }
 
 #[tokio::test]
 async fn rbac_verify_passes_with_the_generated_rules_and_names_a_missing_one() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "rbac-verify").await;
     let config = hello_with_events();
     let mut docs = generate_rbac(config.path(), &ns.name);

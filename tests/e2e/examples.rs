@@ -4,17 +4,14 @@
 //! No kubelet or controller-manager runs here, so Deployments never get a status of their own;
 //! where an example reads one, the test writes it through the status subresource the way the
 //! Deployment controller would.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use support::{Khai, TestNamespace, wait_for};
 
 fn example(name: &str) -> std::path::PathBuf {
-    support::repo_root().join("examples").join(name)
+    crate::support::repo_root().join("examples").join(name)
 }
 
 /// The example's sample object, read from its YAML file.
@@ -43,13 +40,13 @@ struct Example {
 impl Example {
     /// Starts khai on `examples/<name>` and creates `<name>.yaml` once the CRD is Established.
     async fn start(name: &str, kind: &str, plural: &str) -> Self {
-        let client = support::client().await;
+        let client = crate::support::client().await;
         let ns = TestNamespace::new(&client, &format!("ex-{name}")).await;
         let ar = resource("examples.khai.dev", kind, plural);
         // Examples with webhooks serve them on a free port; nothing registers them here
-        // (tests/webhooks.rs does).
+        // (tests/e2e/webhooks.rs does).
         let khai = Khai::start(&example(name), &ns.name, &["--webhook-bind", "127.0.0.1:0"]);
-        support::wait_for_crd(&client, &format!("{plural}.examples.khai.dev")).await;
+        crate::support::wait_for_crd(&client, &format!("{plural}.examples.khai.dev")).await;
         let objects = api(&client, &ns.name, &ar);
         objects
             .create(
@@ -119,13 +116,13 @@ async fn cache_example_runs_a_deployment_and_service_and_reports_health() {
     let ex = Example::start("cache", "Cache", "caches").await;
     let caches = ex.objects.clone();
     let deployments = ex.deployments();
-    let d = support::wait_exists(&deployments, "sessions", "the cache Deployment").await;
+    let d = crate::support::wait_exists(&deployments, "sessions", "the cache Deployment").await;
     assert_eq!(deployment_replicas(&d), Some(2));
     let container = &d.data["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["image"], "valkey/valkey:8.0");
     assert_eq!(container["resources"]["limits"]["memory"], "128Mi");
     let services = ex.api("", "Service", "services");
-    let svc = support::wait_exists(&services, "sessions", "the cache Service").await;
+    let svc = crate::support::wait_exists(&services, "sessions", "the cache Service").await;
     assert_eq!(svc.data["spec"]["ports"][0]["port"], 6379);
     let c = wait_for(
         &caches,
@@ -199,7 +196,7 @@ async fn nginx_example_mirrors_available_replicas_and_scales() {
     let ex = Example::start("nginx", "NginxServer", "nginxservers").await;
     let (client, ns) = (&ex.client, &ex.ns);
     let deployments = ex.deployments();
-    let d = support::wait_exists(&deployments, "web", "the nginx Deployment").await;
+    let d = crate::support::wait_exists(&deployments, "web", "the nginx Deployment").await;
     assert_eq!(deployment_replicas(&d), Some(2));
     ex.set_deployment_status(
         "web",
@@ -241,7 +238,8 @@ async fn memcached_example_lists_its_pods_in_status() {
     let ex = Example::start("memcached", "Memcached", "memcacheds").await;
     let deployments = ex.deployments();
     let d =
-        support::wait_exists(&deployments, "memcached-sample", "the memcached Deployment").await;
+        crate::support::wait_exists(&deployments, "memcached-sample", "the memcached Deployment")
+            .await;
     assert_eq!(deployment_replicas(&d), Some(3));
     // Pods never run here, but they exist as objects; create two as the ReplicaSet would.
     let pods = ex.api("", "Pod", "pods");

@@ -1,13 +1,10 @@
 //! End to end against a real kube-apiserver: the reconcile engine's guarantees, each with an
 //! operator written for the test and run by the real `khai` binary.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use support::{Khai, TestNamespace, wait_for};
 use tempfile::TempDir;
 
 /// Writes an operator with one namespaced CRD `Widget` in `group` and the given script.
@@ -99,7 +96,7 @@ async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str, spec: 
     .unwrap();
     // khai installs the CRD when it starts; the harness waits for it to be Established.
     let crd = format!("widgets.{group}");
-    support::wait_for_crd(&api.clone().into_client(), &crd).await;
+    crate::support::wait_for_crd(&api.clone().into_client(), &crd).await;
     api.create(&PostParams::default(), &obj)
         .await
         .unwrap_or_else(|e| panic!("create widget {name}: {e}"));
@@ -112,7 +109,7 @@ fn ready(o: Option<&DynamicObject>) -> bool {
 #[tokio::test]
 async fn children_no_longer_desired_are_pruned_and_nothing_else_is_touched() {
     let group = "prune.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "prune").await;
     let op = operator(group, WIDGET);
     let khai = Khai::start(op.path(), &ns.name, &[]);
@@ -130,7 +127,7 @@ async fn children_no_longer_desired_are_pruned_and_nothing_else_is_touched() {
     let api = widgets(&client, group, &ns.name);
     create_widget(&api, group, "w", json!({ "count": 3 })).await;
     for i in 0..3 {
-        support::wait_exists(&cms, &format!("w-{i}"), "child ConfigMap").await;
+        crate::support::wait_exists(&cms, &format!("w-{i}"), "child ConfigMap").await;
     }
     api.patch(
         "w",
@@ -140,7 +137,7 @@ async fn children_no_longer_desired_are_pruned_and_nothing_else_is_touched() {
     .await
     .unwrap();
     for i in 1..3 {
-        support::wait_until_gone(
+        crate::support::wait_until_gone(
             &cms,
             &format!("w-{i}"),
             "pruning of the child no longer desired",
@@ -162,14 +159,14 @@ async fn children_no_longer_desired_are_pruned_and_nothing_else_is_touched() {
 #[tokio::test]
 async fn a_child_deleted_by_someone_else_is_recreated() {
     let group = "recreate.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "recreate").await;
     let op = operator(group, WIDGET);
     let _khai = Khai::start(op.path(), &ns.name, &[]);
     let api = widgets(&client, group, &ns.name);
     create_widget(&api, group, "w", json!({ "count": 1 })).await;
     let cms = configmaps(&client, &ns.name);
-    let first = support::wait_exists(&cms, "w-0", "child ConfigMap").await;
+    let first = crate::support::wait_exists(&cms, "w-0", "child ConfigMap").await;
     cms.delete("w-0", &DeleteParams::default()).await.unwrap();
     let first_uid = first.metadata.uid.clone();
     wait_for(
@@ -184,7 +181,7 @@ async fn a_child_deleted_by_someone_else_is_recreated() {
 #[tokio::test]
 async fn a_steady_state_reconcile_writes_nothing() {
     let group = "steady.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "steady").await;
     let op = operator(group, WIDGET);
     let khai = Khai::start(op.path(), &ns.name, &[]);
@@ -217,7 +214,7 @@ async fn a_steady_state_reconcile_writes_nothing() {
 #[tokio::test]
 async fn a_failing_script_fails_only_its_object_with_a_condition_and_an_event() {
     let group = "fail.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "fail").await;
     let op = operator(group, WIDGET);
     let _khai = Khai::start(op.path(), &ns.name, &[]);
@@ -254,7 +251,7 @@ async fn a_failing_script_fails_only_its_object_with_a_condition_and_an_event() 
 
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), &ns.name);
-    support::wait_for_any(
+    crate::support::wait_for_any(
         events,
         "a ReconcileFailed Warning event for the bad Widget",
         |e| {
@@ -269,7 +266,7 @@ async fn a_failing_script_fails_only_its_object_with_a_condition_and_an_event() 
 #[tokio::test]
 async fn finalize_holds_deletion_until_it_returns_true() {
     let group = "finalize.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "finalize").await;
     let script = format!("{WIDGET}\nfn finalize(obj, ctx) {{ obj.spec.release }}\n");
     let op = operator(group, &script);
@@ -313,7 +310,7 @@ async fn finalize_holds_deletion_until_it_returns_true() {
     )
     .await
     .unwrap();
-    support::wait_until_gone(
+    crate::support::wait_until_gone(
         &api,
         "w",
         "the Widget to go away once finalize returns true",
@@ -324,7 +321,7 @@ async fn finalize_holds_deletion_until_it_returns_true() {
 #[tokio::test]
 async fn filters_select_objects_by_label_annotation_and_script_predicate() {
     let group = "filter.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "filter").await;
     let script = format!("{WIDGET}\nfn wanted(obj) {{ obj.spec.message != \"skip\" }}\n");
     let extra = "selector = \"team=a\"\nannotations = [\"khai.dev/enabled\"]\nwhen = \"wanted\"";
@@ -361,7 +358,7 @@ async fn filters_select_objects_by_label_annotation_and_script_predicate() {
         }))
         .unwrap();
         if name == "chosen" {
-            support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+            crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
         }
         api.create(&PostParams::default(), &obj).await.unwrap();
     }
@@ -389,7 +386,7 @@ async fn filters_select_objects_by_label_annotation_and_script_predicate() {
 #[tokio::test]
 async fn a_watched_object_retriggers_the_parent_it_names_and_is_visible_through_ctx() {
     let group = "watch.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "watch").await;
     // The child copies data from a Secret-like ConfigMap "<name>-source" that the Widget watches
     // through the label `widget`, looked up from the cache with ctx.get.
@@ -435,7 +432,7 @@ watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
             .and_then(|d| d.get("value"))
             .map(|b| String::from_utf8_lossy(&b.0).into_owned())
     };
-    let first = support::wait_for_any(secrets.clone(), "the copy Secret", |s| {
+    let first = crate::support::wait_for_any(secrets.clone(), "the copy Secret", |s| {
         s.metadata.name.as_deref() == Some("w-copy")
     })
     .await;
@@ -449,7 +446,7 @@ watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
         .create(&PostParams::default(), &source)
         .await
         .unwrap();
-    support::wait_for_any(
+    crate::support::wait_for_any(
         secrets,
         "the copy to follow the watched ConfigMap",
         move |s| {
@@ -463,7 +460,7 @@ watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
 #[tokio::test]
 async fn retry_and_fail_from_a_script_are_reported_as_asked() {
     let group = "retry.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "retry").await;
     let script = r#"
 fn reconcile(obj, ctx) {
@@ -501,7 +498,7 @@ fn reconcile(obj, ctx) {
     wait_for(&api, "fine", "the fine Widget to be Ready", ready).await;
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), &ns.name);
-    let greeted = support::wait_for_any(events, "the script's Greeted event", |e| {
+    let greeted = crate::support::wait_for_any(events, "the script's Greeted event", |e| {
         e.reason.as_deref() == Some("Greeted")
     })
     .await;
@@ -512,7 +509,7 @@ fn reconcile(obj, ctx) {
 #[tokio::test]
 async fn a_secret_child_written_with_string_data_is_not_rewritten_when_unchanged() {
     let group = "secrets.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "secret-steady").await;
     let script = r#"
 fn reconcile(obj, ctx) {
@@ -536,7 +533,7 @@ fn reconcile(obj, ctx) {
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Secret"), "secrets");
     let secrets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
-    let stored = support::wait_exists(&secrets, "w-creds", "the Secret child").await;
+    let stored = crate::support::wait_exists(&secrets, "w-creds", "the Secret child").await;
     assert_eq!(
         stored.data["data"]["password"], "cHctNw==",
         "base64 of pw-7"

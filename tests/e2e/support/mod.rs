@@ -6,6 +6,7 @@
 //! Waiting is always on a condition observed through a watch, with a deadline.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod audit;
 pub mod metrics;
 
 use kube::api::{Api, DynamicObject, PostParams};

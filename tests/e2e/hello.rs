@@ -1,14 +1,11 @@
 //! End to end against a real kube-apiserver: the `examples/hello` operator run by the real
 //! `khai` binary reconciles a Hello into a ConfigMap and a status, follows spec changes, and
 //! exits cleanly on SIGTERM.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use support::{Khai, TestNamespace, wait_for};
 
 fn hello_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -27,9 +24,13 @@ fn data(o: &DynamicObject, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn hello_is_reconciled_into_an_owned_configmap_and_status_and_follows_spec_changes() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "hello").await;
-    let khai = Khai::start(&support::repo_root().join("examples/hello"), &ns.name, &[]);
+    let khai = Khai::start(
+        &crate::support::repo_root().join("examples/hello"),
+        &ns.name,
+        &[],
+    );
 
     // khai installs the CRD itself; wait for it before creating a Hello.
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
@@ -39,7 +40,7 @@ async fn hello_is_reconciled_into_an_owned_configmap_and_status_and_follows_spec
         "hellos.examples.khai.dev",
         kube::runtime::wait::conditions::is_crd_established(),
     );
-    tokio::time::timeout(support::DEADLINE, established)
+    tokio::time::timeout(crate::support::DEADLINE, established)
         .await
         .expect("khai did not install the Hello CRD in time")
         .unwrap();
@@ -150,7 +151,7 @@ async fn hello_is_reconciled_into_an_owned_configmap_and_status_and_follows_spec
 /// SIGSEGV on the first request that touches a custom resource, while namespaces and CRDs work.
 #[tokio::test]
 async fn api_server_creates_and_lists_custom_resources_by_label() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "crs").await;
     let model = khai::config::parse(
         std::path::Path::new("probe.toml"),
@@ -163,7 +164,7 @@ spec.n = { type = "integer" }
 "#,
     )
     .unwrap();
-    khai::schema::install(&client, &model.crds, "khai-test", support::DEADLINE)
+    khai::schema::install(&client, &model.crds, "khai-test", crate::support::DEADLINE)
         .await
         .unwrap();
     let api: Api<DynamicObject> =

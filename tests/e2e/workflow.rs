@@ -1,15 +1,12 @@
 //! The author's workflow with the real `khai` binary: `khai new` scaffolds an operator, `khai
 //! check` accepts it, `khai test` runs its offline cases, and the scaffolded operator reconciles
 //! its sample object on a real kube-apiserver. Only the last test needs a cluster.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use std::path::Path;
 use std::process::{Command, Output};
-use support::{Khai, TestNamespace, wait_for};
 
 /// Runs khai in `dir` with no cluster configured.
 fn khai_in(dir: &Path, args: &[&str]) -> Output {
@@ -168,7 +165,7 @@ fn a_broken_case_file_fails_with_its_line() {
 
 #[test]
 fn every_example_passes_its_own_tests() {
-    let root = support::repo_root();
+    let root = crate::support::repo_root();
     let mut seen = 0;
     for entry in std::fs::read_dir(root.join("examples")).unwrap() {
         let dir = entry.unwrap().path();
@@ -232,10 +229,10 @@ fn new_controller_adds_a_second_controller_that_check_and_test_accept() {
 async fn scaffolded_operator_reconciles_its_sample_on_a_real_cluster() {
     let dir = scaffolded();
     let demo = dir.path().join("demo");
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "workflow").await;
     let _khai = Khai::start(&demo, &ns.name, &[]);
-    support::wait_for_crd(&client, "demos.demo.example.com").await;
+    crate::support::wait_for_crd(&client, "demos.demo.example.com").await;
     let gvk = GroupVersionKind::gvk("demo.example.com", "v1", "Demo");
     let demos: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -252,7 +249,9 @@ async fn scaffolded_operator_reconciles_its_sample_on_a_real_cluster() {
         &ns.name,
         &ApiResource::from_gvk_with_plural(&cm_gvk, "configmaps"),
     );
-    let cm = support::wait_exists(&config_maps, "demo-sample-demo", "the sample's ConfigMap").await;
+    let cm =
+        crate::support::wait_exists(&config_maps, "demo-sample-demo", "the sample's ConfigMap")
+            .await;
     assert_eq!(cm.data["data"]["message"], "Hello from the sample Demo");
     let owner = &cm.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(

@@ -1,13 +1,10 @@
 //! `khai generate manifests` against a real kube-apiserver: for every example the output is
 //! accepted by a server-side dry run, and the kustomize base in `config/` is what the generator
 //! writes for `examples/hello` and builds with `kubectl kustomize`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::TestNamespace;
 use std::path::Path;
 use std::process::Command;
-use support::TestNamespace;
 
 const EXAMPLES: &[&str] = &["cache", "greeting", "hello", "memcached", "nginx"];
 
@@ -16,20 +13,20 @@ fn generate(args: &[&str]) -> String {
         .into_iter()
         .chain(args.iter().copied())
         .collect();
-    support::khai_stdout(&args)
+    crate::support::khai_stdout(&args)
 }
 
 #[tokio::test]
 async fn every_example_is_accepted_by_a_server_side_dry_run() {
-    let Some(kubectl) = support::kubectl() else {
+    let Some(kubectl) = crate::support::kubectl() else {
         eprintln!("skipped: kubectl is not on PATH or in /usr/bin");
         return;
     };
-    let client = support::client().await;
+    let client = crate::support::client().await;
     // An existing namespace: a dry run creates nothing, so objects in a new one would be refused.
     let ns = TestNamespace::new(&client, "manifests").await;
     for example in EXAMPLES {
-        let dir = support::repo_root().join("examples").join(example);
+        let dir = crate::support::repo_root().join("examples").join(example);
         let yaml = generate(&[
             dir.to_str().unwrap(),
             "--namespace",
@@ -45,7 +42,7 @@ async fn every_example_is_accepted_by_a_server_side_dry_run() {
         ] {
             assert!(yaml.contains(kind), "{example}: no {kind} in\n{yaml}");
         }
-        let applied = support::dry_run_apply(&kubectl, &yaml, example);
+        let applied = crate::support::dry_run_apply(&kubectl, &yaml, example);
         assert!(
             applied.contains("deployment.apps/khai-") && applied.contains("(server dry run)"),
             "{example}: {applied}"
@@ -72,9 +69,9 @@ fn files(dir: &Path) -> Vec<(String, String)> {
 #[test]
 fn kustomize_base_is_what_the_generator_writes_for_hello() {
     let tmp = tempfile::tempdir().unwrap();
-    let hello = support::repo_root().join("examples/hello");
+    let hello = crate::support::repo_root().join("examples/hello");
     generate(&[hello.to_str().unwrap(), "-o", tmp.path().to_str().unwrap()]);
-    let base = support::repo_root().join("config");
+    let base = crate::support::repo_root().join("config");
     assert_eq!(
         files(&base),
         files(tmp.path()),
@@ -91,7 +88,7 @@ fn kustomize_base_is_what_the_generator_writes_for_hello() {
 
 #[test]
 fn kustomize_builds_the_base() {
-    let Some(kubectl) = support::kubectl() else {
+    let Some(kubectl) = crate::support::kubectl() else {
         eprintln!(
             "skipped: kubectl is not on PATH or in /usr/bin, so `kubectl kustomize` cannot run"
         );
@@ -99,7 +96,7 @@ fn kustomize_builds_the_base() {
     };
     let out = Command::new(kubectl)
         .arg("kustomize")
-        .arg(support::repo_root().join("config"))
+        .arg(crate::support::repo_root().join("config"))
         .output()
         .unwrap();
     assert!(

@@ -1,16 +1,13 @@
 //! End to end against a real kube-apiserver: running khai in production. Metrics and probes on
 //! their own port, JSON logs that carry the object of every reconcile, and leader election
 //! between replicas (one reconciles; a crash or a SIGTERM hands over to another).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::metrics::{http_get, metrics_until, sum};
+use crate::support::{DEADLINE, Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use std::time::{Duration, Instant};
-use support::metrics::{http_get, metrics_until, sum};
-use support::{DEADLINE, Khai, TestNamespace, wait_for};
 use tempfile::TempDir;
 
 /// One namespaced `Widget` in `group`, reconciled into a ConfigMap; `spec.message = "spin"`
@@ -101,12 +98,12 @@ async fn readyz_until(addr: &str, code: u16) {
 #[tokio::test]
 async fn metrics_expose_every_family_and_json_log_lines_carry_the_object() {
     let group = "metrics.ops.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "ops-metrics").await;
     let op = operator(group, "");
     let khai = Khai::start(op.path(), &ns.name, &["--log-format", "json"]);
     let addr = khai.metrics_addr().await;
-    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
     let api = widgets(&client, group, &ns.name);
     create_widget(&api, group, "plain", "ok").await;
     create_widget(&api, group, "spinner", "spin").await;
@@ -187,7 +184,7 @@ async fn metrics_expose_every_family_and_json_log_lines_carry_the_object() {
 
 /// A kubeconfig for the test cluster that impersonates `user`.
 fn impersonating(user: &str) -> TempDir {
-    let mut kc = kube::config::Kubeconfig::read_from(support::kubeconfig()).unwrap();
+    let mut kc = kube::config::Kubeconfig::read_from(crate::support::kubeconfig()).unwrap();
     for auth in &mut kc.auth_infos {
         if let Some(info) = auth.auth_info.as_mut() {
             info.impersonate = Some(user.to_string());
@@ -228,7 +225,7 @@ async fn apply_rbac(client: &kube::Client, obj: serde_json::Value) {
 #[tokio::test]
 async fn readyz_is_unavailable_until_every_cache_has_synced() {
     let group = "ready.ops.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "ops-ready").await;
     let user = format!("khai-{}", ns.name);
     // khai may do everything it needs except list Secrets, which this controller also owns: its
@@ -333,7 +330,7 @@ async fn one_leader(addrs: &[String]) -> usize {
 #[tokio::test]
 async fn of_two_replicas_one_reconciles_and_a_crash_or_sigterm_hands_over() {
     let group = "leader.ops.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "ops-leader").await;
     let op = operator(group, "");
     let flags = elect_flags(&ns.name);
@@ -345,7 +342,7 @@ async fn of_two_replicas_one_reconciles_and_a_crash_or_sigterm_hands_over() {
     for r in &replicas {
         addrs.push(r.as_ref().unwrap().metrics_addr().await);
     }
-    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
     let leader = one_leader(&addrs).await;
     let standby = 1 - leader;
     let api = widgets(&client, group, &ns.name);

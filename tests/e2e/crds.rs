@@ -1,15 +1,12 @@
 //! End to end against a real kube-apiserver: the CRDs khai generates are accepted as written and
 //! the server then enforces them. Each config goes through `config::load` (so through khai's own
 //! validation) and `schema::install`; every test uses its own CRD group and namespace.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::TestNamespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, GetParams, Patch, PatchParams, PostParams};
 use kube::core::Status;
 use serde_json::{Value, json};
-use support::TestNamespace;
 
 /// Writes `files` into a temp dir, loads its `operator.toml` and installs every CRD in it.
 async fn install(client: &kube::Client, files: &[(&str, &str)]) -> khai::config::Config {
@@ -20,9 +17,14 @@ async fn install(client: &kube::Client, files: &[(&str, &str)]) -> khai::config:
         std::fs::write(path, text).unwrap();
     }
     let config = khai::config::load(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    khai::schema::install(client, &config.model.crds, "khai-test", support::DEADLINE)
-        .await
-        .unwrap();
+    khai::schema::install(
+        client,
+        &config.model.crds,
+        "khai-test",
+        crate::support::DEADLINE,
+    )
+    .await
+    .unwrap();
     config
 }
 
@@ -89,7 +91,7 @@ status.ready = { type = "boolean" }
 
 #[tokio::test]
 async fn a_crd_with_every_field_type_columns_scale_and_two_versions_is_established_and_served() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "crd-full").await;
     let config = install(&client, &[("operator.toml", GADGET)]).await;
     let crd = &config.model.crds[0];
@@ -205,7 +207,7 @@ spec.tls = { type = "object", properties = { port = { type = "integer", default 
 
 #[tokio::test]
 async fn the_api_server_applies_declared_defaults() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "crd-defaults").await;
     let config = install(&client, &[("operator.toml", DEFAULTED)]).await;
     let api: Api<DynamicObject> = Api::namespaced_with(
@@ -250,7 +252,7 @@ spec.mode = { type = "string", enum = ["fast", "safe"] }
 
 #[tokio::test]
 async fn the_api_server_rejects_objects_breaking_enum_minimum_or_required() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "crd-invalid").await;
     let config = install(&client, &[("operator.toml", VALIDATED)]).await;
     let api: Api<DynamicObject> = Api::namespaced_with(
@@ -338,7 +340,7 @@ schema_file = "schemas/router.yaml"
 
 #[tokio::test]
 async fn a_crd_from_a_raw_schema_file_installs_and_is_enforced() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "crd-raw").await;
     let config = install(
         &client,
@@ -396,7 +398,7 @@ async fn a_crd_from_a_raw_schema_file_installs_and_is_enforced() {
 
 /// The worked `[[crd]]` example in README.md, with its own group.
 fn readme_example() -> String {
-    let readme = std::fs::read_to_string(support::repo_root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(crate::support::repo_root().join("README.md")).unwrap();
     let start = readme
         .find("  ```toml\n  [[crd]]\n")
         .expect("README has an indented [[crd]] example")
@@ -412,7 +414,7 @@ fn readme_example() -> String {
 
 #[tokio::test]
 async fn the_readme_crd_example_installs_with_its_columns_and_scale() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "crd-readme").await;
     let config = install(&client, &[("operator.toml", &readme_example())]).await;
     let crd = &config.model.crds[0];

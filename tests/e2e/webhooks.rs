@@ -3,10 +3,8 @@
 //!
 //! Issue 4. Each test runs its own khai on its own port; tests that register webhooks with the
 //! API server use their own CRD group, so their webhooks never see each other's objects.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Khai, TestNamespace};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use kube::ResourceExt;
@@ -15,7 +13,6 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use support::{Khai, TestNamespace};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -69,11 +66,11 @@ async fn rejection(api: &Api<DynamicObject>, obj: Value) -> String {
 
 #[tokio::test]
 async fn cache_example_validates_mutates_and_converts_through_the_api_server() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "wh-cache").await;
-    let example = support::repo_root().join("examples/cache");
+    let example = crate::support::repo_root().join("examples/cache");
     let (_khai, _) = start(&example, &ns.name, true).await;
-    support::wait_for_crd(&client, "caches.examples.khai.dev").await;
+    crate::support::wait_for_crd(&client, "caches.examples.khai.dev").await;
     let v1 = cache_api(&client, &ns.name, "v1");
     let v1alpha1 = cache_api(&client, &ns.name, "v1alpha1");
 
@@ -136,14 +133,14 @@ fn widget_operator(dir: &Path, group: &str, validate: &str) -> PathBuf {
 
 #[tokio::test]
 async fn script_error_in_validate_denies_with_the_error_message_under_failure_policy_fail() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "wh-error").await;
     let dir = tempfile::tempdir().unwrap();
     let group = "errors.webhooks.khai.dev";
     let script = "fn validate(req) {\n    req.object.spec.count + \"x\" + undefined_fn()\n}\n";
     let config = widget_operator(dir.path(), group, script);
     let (_khai, _) = start(&config, &ns.name, true).await;
-    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
     let gvk = GroupVersionKind::gvk(group, "v1", "Widget");
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk(&gvk));
@@ -238,7 +235,7 @@ fn review(uid: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "wh-bad").await;
     let dir = tempfile::tempdir().unwrap();
     let ca = write_cert(dir.path());
@@ -276,7 +273,7 @@ async fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
 
 #[tokio::test]
 async fn certificate_files_replaced_on_disk_are_served_without_a_restart() {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "wh-reload").await;
     let dir = tempfile::tempdir().unwrap();
     let first_ca = write_cert(dir.path());
@@ -311,7 +308,7 @@ async fn certificate_files_replaced_on_disk_are_served_without_a_restart() {
 
 #[test]
 fn generate_webhooks_points_configurations_at_the_url_or_asks_for_a_target() {
-    let example = support::repo_root().join("examples/cache");
+    let example = crate::support::repo_root().join("examples/cache");
     let khai = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
             .args(["generate", "webhooks"])
@@ -360,7 +357,7 @@ fn register_mutate(config: &Path) {
 #[tokio::test]
 async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_the_last_good_one()
 {
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "wh-hot").await;
     let dir = tempfile::tempdir().unwrap();
     let group = "hot.webhooks.khai.dev";
@@ -385,7 +382,7 @@ async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_
         l.contains("webhook configurations installed")
     })
     .await;
-    support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
     let gvk = GroupVersionKind::gvk(group, "v1", "Widget");
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk(&gvk));

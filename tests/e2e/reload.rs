@@ -1,16 +1,13 @@
 //! End to end against a real kube-apiserver: hot reload of the config directory (issue 5). Each
 //! test runs the real `khai run --watch` on an operator of its own, in its own namespace and CRD
 //! group, edits the directory and waits, through watches with a deadline, for the new behaviour.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::{Khai, TestNamespace, wait_for};
 
 /// How soon after an edit the children of existing objects must show the new script's work.
 const RELOAD_WITHIN: Duration = Duration::from_secs(2);
@@ -74,7 +71,7 @@ fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
 }
 
 async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str) {
-    support::wait_for_crd(&api.clone().into_client(), &format!("widgets.{group}")).await;
+    crate::support::wait_for_crd(&api.clone().into_client(), &format!("widgets.{group}")).await;
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("{group}/v1"), "kind": "Widget",
         "metadata": { "name": name }, "spec": {},
@@ -100,7 +97,7 @@ async fn child_version(cms: &Api<DynamicObject>, widget: &str, version: &str) ->
 }
 
 async fn metrics(addr: &str) -> String {
-    support::metrics::http_get(addr, "/metrics").await.1
+    crate::support::metrics::http_get(addr, "/metrics").await.1
 }
 
 /// The value of `khai_config_reloads_total{result="<result>"}`.
@@ -118,7 +115,7 @@ fn khai_starts(log: &[String]) -> usize {
 #[tokio::test]
 async fn editing_a_script_changes_the_children_of_existing_objects_without_a_restart() {
     let group = "edit.reload.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "reload-edit").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("operator.toml"), config(group)).unwrap();
@@ -154,7 +151,7 @@ async fn editing_a_script_changes_the_children_of_existing_objects_without_a_res
 #[tokio::test]
 async fn a_script_with_a_syntax_error_keeps_the_old_behaviour_and_is_reported() {
     let group = "broken.reload.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "reload-broken").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("operator.toml"), config(group)).unwrap();
@@ -187,7 +184,7 @@ async fn a_script_with_a_syntax_error_keeps_the_old_behaviour_and_is_reported() 
     assert_eq!(reloads(&body, "success"), 0.0);
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), &ns.name);
-    support::wait_for_any(
+    crate::support::wait_for_any(
         events,
         "a ConfigReloadFailed Warning event regarding khai's Pod",
         |e| {
@@ -235,7 +232,7 @@ fn configmap_version(dir: &Path, stamp: &str, group: &str, version: &str) {
 #[tokio::test]
 async fn a_configmap_data_symlink_swap_is_reloaded() {
     let group = "configmap.reload.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "reload-configmap").await;
     let dir = tempfile::tempdir().unwrap();
     configmap_version(dir.path(), "..2026_11_22_09_00_00.1", group, "v1");
@@ -260,7 +257,7 @@ async fn a_configmap_data_symlink_swap_is_reloaded() {
 #[tokio::test]
 async fn a_config_that_owns_a_new_kind_restarts_the_controller_watching_it() {
     let group = "kinds.reload.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "reload-kinds").await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("operator.toml"), config(group)).unwrap();
@@ -299,7 +296,7 @@ fn reconcile(obj, ctx) {
         "serviceaccounts",
     );
     let sas: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &sa_ar);
-    let first = support::wait_exists(&sas, "a-sa", "the ServiceAccount child of v2").await;
+    let first = crate::support::wait_exists(&sas, "a-sa", "the ServiceAccount child of v2").await;
     // The restarted controller watches the new kind: deleting the child brings it back.
     sas.delete("a-sa", &Default::default()).await.unwrap();
     let uid = first.metadata.uid.clone();
@@ -326,7 +323,7 @@ fn controller_lines(log: &[String], controller: &str, what: &str) -> usize {
 #[tokio::test]
 async fn a_reload_restarts_only_the_controller_that_changed() {
     let group = "only.reload.khai.dev";
-    let client = support::client().await;
+    let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "reload-only").await;
     let dir = tempfile::tempdir().unwrap();
     // Two controllers: Widget (widget.rhai) and Gadget (gadget.rhai), each making one ConfigMap.
@@ -353,7 +350,7 @@ async fn a_reload_restarts_only_the_controller_that_changed() {
             &ApiResource::from_gvk_with_plural(&gvk, "gadgets"),
         )
     };
-    support::wait_for_crd(&client, &format!("gadgets.{group}")).await;
+    crate::support::wait_for_crd(&client, &format!("gadgets.{group}")).await;
     let gadget: DynamicObject = serde_json::from_value(json!({
         "apiVersion": format!("{group}/v1"), "kind": "Gadget", "metadata": { "name": "b" }, "spec": {},
     }))

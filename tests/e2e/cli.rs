@@ -1,6 +1,5 @@
 //! The `khai` binary's command line and its errors on bad input. No cluster needed: every
 //! problem here must be found before khai connects to anything.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::process::{Command, Output};

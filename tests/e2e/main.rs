@@ -1,0 +1,25 @@
+//! khai's end-to-end suite: one test binary, so it is linked once and every test shares one real
+//! kube-apiserver + etcd (started by [`support`] on first use, stopped when the binary exits).
+//!
+//! Each module is one area of behaviour and every test works in a namespace (and, where it
+//! installs CRDs, an API group) of its own, so tests run side by side on the shared cluster.
+//! Tests that count the API writes khai makes read them from the API server's audit log,
+//! filtered by khai's user agent and the test's namespace ([`support::audit`]), so other tests'
+//! traffic never enters the count.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod chart;
+mod cli;
+mod crds;
+mod engine;
+mod examples;
+mod hello;
+mod idle;
+mod manifests;
+mod operations;
+mod rbac;
+mod reload;
+mod webhooks;
+mod workflow;

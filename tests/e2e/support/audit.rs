@@ -1,0 +1,74 @@
+//! The write requests an operator makes, counted from the API server's audit log.
+//!
+//! `scripts/cluster` starts the API server with an audit policy that logs every write request
+//! (create, update, patch, delete, deletecollection) with its user agent and object. khai sends
+//! the user agent `khai/<version>`, so the writes khai made in a test's namespace can be counted
+//! exactly even while other tests write to the same server at the same time.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::PathBuf;
+
+/// Writes by `verb resource[/subresource]`, e.g. `patch configmaps` or `patch items/status`.
+pub type Writes = BTreeMap<String, u64>;
+
+/// A point in the audit log; writes are counted from here on.
+#[derive(Debug, Clone, Copy)]
+pub struct Mark(u64);
+
+fn log_path() -> PathBuf {
+    let dir = super::kubeconfig()
+        .parent()
+        .expect("the kubeconfig lies in the cluster's directory")
+        .to_path_buf();
+    let path = dir.join("logs/audit.log");
+    assert!(
+        path.exists() || std::env::var_os("KHAI_TEST_KUBECONFIG").is_none(),
+        "counting writes needs the audit log of a cluster started by scripts/cluster; \
+         KHAI_TEST_KUBECONFIG points at another cluster"
+    );
+    path
+}
+
+/// The end of the audit log now.
+pub fn mark() -> Mark {
+    Mark(std::fs::metadata(log_path()).map_or(0, |m| m.len()))
+}
+
+/// The writes khai made in `namespace` since `from` (cluster-scoped objects are not counted).
+pub fn khai_writes(from: Mark, namespace: &str) -> Writes {
+    writes(from, |e| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("khai/"))
+            && e["objectRef"]["namespace"] == namespace
+    })
+}
+
+/// Writes since `from` of the audit events `keep` accepts.
+pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
+    let mut file = std::fs::File::open(log_path()).expect("open the audit log");
+    file.seek(SeekFrom::Start(from.0)).unwrap();
+    let mut out = Writes::new();
+    for line in BufReader::new(file).lines().map_while(Result::ok) {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if e["stage"] != "ResponseComplete" || !keep(&e) {
+            continue;
+        }
+        let r = &e["objectRef"];
+        let resource = match r["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or_default()),
+            None => r["resource"].as_str().unwrap_or_default().to_string(),
+        };
+        let verb = e["verb"].as_str().unwrap_or_default();
+        *out.entry(format!("{verb} {resource}")).or_default() += 1;
+    }
+    out
+}
+
+/// The total of `writes`.
+pub fn total(writes: &Writes) -> u64 {
+    writes.values().sum()
+}
