@@ -16,7 +16,9 @@
 
 pub mod apply;
 pub mod cli;
+pub mod client;
 pub mod config;
+pub mod controller;
 pub mod daemon;
 pub mod leader;
 pub mod manifest;
@@ -28,6 +30,7 @@ pub mod reload;
 pub mod scaffold;
 pub mod schema;
 pub mod script;
+pub mod sync;
 pub mod testing;
 pub mod watch;
 pub mod webhook;

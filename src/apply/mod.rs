@@ -11,15 +11,17 @@
 //! Pruning only ever deletes an object that carries both this parent's controller ownerReference
 //! and its owner label, and only with a uid precondition: nothing khai did not create is touched.
 
+use crate::client::ApiError;
 use crate::reconcile::Plan;
+use crate::reconcile::children::{self, ChildKey, Parent};
 use crate::schema::MANAGED_BY;
-use crate::watch::{self, Informer, Kind};
+use crate::sync::lock;
+use crate::watch::{self, Informer, Kind, Slot};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 /// Label naming the uid of the parent that applied a child; half of what pruning requires.
@@ -36,30 +38,24 @@ pub enum Error {
         #[source]
         source: watch::Error,
     },
+    /// The plan asks for a child khai must not apply.
+    #[error(transparent)]
+    Invalid(#[from] children::Invalid),
     #[error("failed to apply child {kind} {name}: {source}")]
     ApplyChild {
         kind: String,
         name: String,
         #[source]
-        source: kube::Error,
-    },
-    #[error(
-        "child {kind} {name}: namespace {child_ns:?} differs from its owner's {parent_ns:?}; owner references cannot cross namespaces"
-    )]
-    CrossNamespace {
-        kind: String,
-        name: String,
-        child_ns: String,
-        parent_ns: String,
+        source: ApiError,
     },
     #[error("failed to write status: {0}")]
-    Status(#[source] kube::Error),
+    Status(#[source] ApiError),
     #[error("failed to prune child {kind} {name}: {source}")]
     Prune {
         kind: String,
         name: String,
         #[source]
-        source: kube::Error,
+        source: ApiError,
     },
 }
 
@@ -75,8 +71,34 @@ pub struct Outcome {
     pub status_written: bool,
 }
 
-/// Identity of a child: apiVersion, kind, namespace, name.
-type ChildKey = (String, String, Option<String>, String);
+/// The caches a plan is applied against: the parent's own kind (for its status) and the owned
+/// kinds (for change detection and pruning of children).
+#[derive(Clone, Copy)]
+pub struct Caches<'a> {
+    pub primary: &'a Informer,
+    pub owned: &'a [Arc<Informer>],
+    /// The namespaces khai watches; empty means all.
+    pub namespaces: &'a [String],
+}
+
+impl Caches<'_> {
+    /// The owned informer that caches objects of `kind` in `namespace`.
+    fn owned_informer(&self, kind: &Kind, namespace: Option<&str>) -> Option<&Arc<Informer>> {
+        self.owned.iter().find(|i| {
+            same_kind(&i.kind, &kind.resource.api_version, &kind.resource.kind)
+                && (i.namespace.is_none() || i.namespace.as_deref() == namespace)
+        })
+    }
+}
+
+/// Whether `kind` is `api_version`/`kind_name`, in any version of its group.
+fn same_kind(kind: &Kind, api_version: &str, kind_name: &str) -> bool {
+    kind.resource.kind == kind_name && kind.resource.group == group_of(api_version)
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
 
 /// Applies plans for one operator; caches child kinds it has resolved.
 pub struct Applier {
@@ -84,24 +106,25 @@ pub struct Applier {
     model: crate::config::Model,
     field_manager: String,
     kinds: Mutex<HashMap<String, Kind>>,
-    /// Writes whose effect the caches may not show yet; see [`Written`].
-    written: Mutex<HashMap<String, Written>>,
 }
 
-/// What khai last wrote to one object, and the resourceVersion it saw when it did.
-///
-/// A watch lags behind the writes that cause it: the reconcile right after a write can still see
-/// the object as it was before. Without this memo that reconcile would write the same thing
-/// again (and stamp a fresh `lastTransitionTime`), which is the double write per change that
-/// makes operators heavy on the API server. While the cache still shows the version khai wrote
-/// from, khai knows its write is already on its way and skips it; once the cache moves on, the
-/// entry is dropped and the normal comparison takes over.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Written {
-    /// resourceVersion the object had in the cache when khai wrote ("" when absent).
-    from: String,
-    /// Hash of what khai wrote.
-    hash: String,
+/// The child kinds of one plan, resolved, and the controller's owned kinds.
+struct PlanKinds<'a> {
+    resolved: HashMap<(String, String), Kind>,
+    owned: &'a [Arc<Informer>],
+}
+
+impl children::Kinds for PlanKinds<'_> {
+    fn namespaced(&self, api_version: &str, kind: &str) -> Option<bool> {
+        self.resolved
+            .get(&(api_version.to_string(), kind.to_string()))
+            .map(|k| k.namespaced)
+    }
+    fn owned(&self, api_version: &str, kind: &str) -> bool {
+        self.owned
+            .iter()
+            .any(|i| same_kind(&i.kind, api_version, kind))
+    }
 }
 
 impl Applier {
@@ -112,35 +135,64 @@ impl Applier {
             model,
             field_manager,
             kinds: Mutex::new(HashMap::new()),
-            written: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Applies `plan` for `parent` (of kind `parent_kind`). `owned` are the informers of the
-    /// controller's owned kinds: they make change detection and pruning free of API reads.
+    /// Applies `plan` for `parent` (of kind `parent_kind`) against `caches`, which make change
+    /// detection and pruning free of API reads.
     pub async fn apply(
         &self,
         parent: &DynamicObject,
         parent_kind: &Kind,
         plan: &Plan,
-        owned: &[Arc<Informer>],
+        caches: Caches<'_>,
     ) -> Result<Outcome, Error> {
-        let mut outcome = Outcome::default();
-        let mut desired = HashSet::new();
+        let mut resolved = HashMap::new();
         for child in &plan.children {
-            let (key, sent) = self
-                .apply_child(parent, parent_kind, child.clone(), owned)
-                .await?;
-            desired.insert(key);
-            if sent {
+            let api_version = child["apiVersion"].as_str().unwrap_or_default();
+            let kind = child["kind"].as_str().unwrap_or_default();
+            let key = (api_version.to_string(), kind.to_string());
+            if let std::collections::hash_map::Entry::Vacant(e) = resolved.entry(key) {
+                e.insert(self.kind_of(api_version, kind).await?);
+            }
+        }
+        let mut desired = plan.children.clone();
+        let name = parent.name_any();
+        let placed = children::place(
+            &mut desired,
+            Parent {
+                group: &parent_kind.resource.group,
+                kind: &parent_kind.resource.kind,
+                name: &name,
+                namespace: parent
+                    .namespace()
+                    .as_deref()
+                    .filter(|_| parent_kind.namespaced),
+            },
+            &PlanKinds {
+                resolved: resolved.clone(),
+                owned: caches.owned,
+            },
+            caches.namespaces,
+        )?;
+        let mut outcome = Outcome::default();
+        for (child, key) in desired.into_iter().zip(&placed) {
+            let kind = &resolved[&(key.0.clone(), key.1.clone())];
+            let cache = caches.owned_informer(kind, key.2.as_deref());
+            if self
+                .apply_child(parent, parent_kind, child, key, kind, cache)
+                .await?
+            {
                 outcome.children_applied += 1;
             } else {
                 outcome.children_unchanged += 1;
             }
         }
-        outcome.children_pruned = self.prune(parent, &desired, owned).await?;
+        outcome.children_pruned = self.prune(parent, &placed, caches.owned).await?;
         if let Some(status) = &plan.status {
-            outcome.status_written = self.write_status(parent, parent_kind, status).await?;
+            outcome.status_written = self
+                .write_status(parent, parent_kind, status, caches.primary)
+                .await?;
         }
         Ok(outcome)
     }
@@ -151,28 +203,40 @@ impl Applier {
         parent: &DynamicObject,
         kind: &Kind,
         desired: &Map<String, Value>,
+        primary: &Informer,
     ) -> Result<bool, Error> {
-        self.write_status(parent, kind, desired).await
+        self.write_status(parent, kind, desired, primary).await
     }
 
     /// Deletes children of `parent` in the owned caches that are not in `desired`.
     async fn prune(
         &self,
         parent: &DynamicObject,
-        desired: &HashSet<ChildKey>,
+        desired: &[ChildKey],
         owned: &[Arc<Informer>],
     ) -> Result<usize, Error> {
         let Some(uid) = parent.uid() else {
             return Ok(0);
         };
+        let wanted: HashSet<(&str, &str, Option<&str>, &str)> = desired
+            .iter()
+            .map(|(av, k, ns, n)| (group_of(av), k.as_str(), ns.as_deref(), n.as_str()))
+            .collect();
         let mut pruned = 0;
         for inf in owned {
             for child in inf.controlled_by(&uid) {
-                if !applied_by(&child, &uid) || desired.contains(&key_of(&inf.kind, &child)) {
+                let ns = child.namespace().filter(|_| inf.kind.namespaced);
+                let name = child.name_any();
+                let id = (
+                    inf.kind.resource.group.as_str(),
+                    inf.kind.resource.kind.as_str(),
+                    ns.as_deref(),
+                    name.as_str(),
+                );
+                if !applied_by(&child, &uid) || wanted.contains(&id) {
                     continue;
                 }
-                let name = child.name_any();
-                let api = watch::api(&self.client, &inf.kind, child.namespace().as_deref());
+                let api = watch::api(&self.client, &inf.kind, ns.as_deref());
                 let dp = DeleteParams {
                     preconditions: Some(Preconditions {
                         uid: child.uid(),
@@ -180,10 +244,15 @@ impl Applier {
                     }),
                     ..DeleteParams::background()
                 };
-                match api.delete(&name, &dp).await {
-                    Ok(_) => pruned += 1,
+                match api.delete(&name, &dp).await.map_err(ApiError::from) {
+                    Ok(_) => {
+                        pruned += 1;
+                        tracing::info!(child.kind = %inf.kind.resource.kind, child.name = %name, "pruned child no longer desired");
+                    }
                     // Already gone, or replaced by a different object of the same name: not ours.
-                    Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                    Err(e) if matches!(e.code(), Some(404 | 409)) => {
+                        tracing::debug!(child.kind = %inf.kind.resource.kind, child.name = %name, reason = %e, "child to prune was already gone or replaced");
+                    }
                     Err(source) => {
                         return Err(Error::Prune {
                             kind: inf.kind.resource.kind.clone(),
@@ -192,7 +261,6 @@ impl Applier {
                         });
                     }
                 }
-                tracing::info!(child.kind = %inf.kind.resource.kind, child.name = %name, "pruned child no longer desired");
             }
         }
         Ok(pruned)
@@ -200,7 +268,7 @@ impl Applier {
 
     async fn kind_of(&self, api_version: &str, kind: &str) -> Result<Kind, Error> {
         let key = format!("{api_version}/{kind}");
-        if let Some(k) = self.kinds.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        if let Some(k) = lock(&self.kinds).get(&key).cloned() {
             return Ok(k);
         }
         let resolved = watch::resolve(&self.client, &self.model, &key)
@@ -209,94 +277,65 @@ impl Applier {
                 kind: key.clone(),
                 source,
             })?;
-        if let Ok(mut m) = self.kinds.lock() {
-            m.insert(key, resolved.clone());
-        }
+        lock(&self.kinds).insert(key, resolved.clone());
         Ok(resolved)
     }
 
-    /// Applies one child unless the cache shows it already as desired. Returns its identity and
-    /// whether a request was sent.
+    /// Applies one placed child unless the cache shows it already as desired. Returns whether a
+    /// request was sent.
     async fn apply_child(
         &self,
         parent: &DynamicObject,
         parent_kind: &Kind,
         mut child: Value,
-        owned: &[Arc<Informer>],
-    ) -> Result<(ChildKey, bool), Error> {
-        let api_version = child["apiVersion"].as_str().unwrap_or_default().to_string();
-        let kind_name = child["kind"].as_str().unwrap_or_default().to_string();
-        let name = child["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let kind = self.kind_of(&api_version, &kind_name).await?;
-        let parent_ns = parent.namespace();
-        let ns = if kind.namespaced {
-            let ns = child["metadata"]["namespace"]
-                .as_str()
-                .map(str::to_string)
-                .or(parent_ns.clone())
-                .unwrap_or_else(|| "default".into());
-            if parent_kind.namespaced && Some(&ns) != parent_ns.as_ref() {
-                return Err(Error::CrossNamespace {
-                    kind: kind_name,
-                    name,
-                    child_ns: ns,
-                    parent_ns: parent_ns.unwrap_or_default(),
-                });
-            }
-            child["metadata"]["namespace"] = json!(ns);
-            Some(ns)
-        } else {
-            None
-        };
+        key: &ChildKey,
+        kind: &Kind,
+        cache: Option<&Arc<Informer>>,
+    ) -> Result<bool, Error> {
+        let (_, kind_name, ns, name) = key;
         own(&mut child, parent, parent_kind);
-        let key = (
-            kind.resource.api_version.clone(),
-            kind.resource.kind.clone(),
-            ns.clone(),
-            name.clone(),
-        );
-        let cached = owned
-            .iter()
-            .find(|i| {
-                i.kind.resource.api_version == kind.resource.api_version
-                    && i.kind.resource.kind == kind.resource.kind
+        let cached = cache.and_then(|i| {
+            let r = ObjectRef::new_with(name, kind.resource.clone());
+            i.store().get(&match ns {
+                Some(ns) => r.within(ns),
+                None => r,
             })
-            .and_then(|i| {
-                i.store().get(
-                    &ObjectRef::new_with(&name, kind.resource.clone())
-                        .within(ns.as_deref().unwrap_or("")),
-                )
-            });
-        let memo_key = format!("child/{}/{}/{:?}/{}", key.0, key.1, key.2, key.3);
+        });
         let seen_rv = cached
             .as_ref()
             .and_then(|c| c.resource_version())
             .unwrap_or_default();
         let hash = content_hash(&child);
-        if self.already_written(&memo_key, &seen_rv, &hash) {
-            return Ok((key, false));
-        }
-        if let Some(current) = cached
-            && serde_json::to_value(&*current).is_ok_and(|cur| is_subset(&as_stored(&child), &cur))
+        if let Some(inf) = cache
+            && inf.already_written(ns.as_deref(), name, Slot::Object, &seen_rv, &hash)
         {
-            return Ok((key, false));
+            return Ok(false);
         }
-        let api = watch::api(&self.client, &kind, ns.as_deref());
+        if let Some(current) = &cached
+            && let Ok(cur) = serde_json::to_value(&**current)
+        {
+            match difference(&as_stored(&child), &cur, String::new()) {
+                None => return Ok(false),
+                Some(at) => {
+                    tracing::debug!(child.kind = %kind_name, child.name = %name, differs_at = %at, "child differs from the cache")
+                }
+            }
+        }
+        let api = watch::api(&self.client, kind, ns.as_deref());
         let mut params = PatchParams::apply(&self.field_manager);
         params.force = self.model.operator.force_apply;
-        api.patch(&name, &params, &Patch::Apply(&child))
+        api.patch(name, &params, &Patch::Apply(&child))
             .await
             .map_err(|source| Error::ApplyChild {
                 kind: kind_name.clone(),
                 name: name.clone(),
-                source,
+                source: source.into(),
             })?;
-        self.remember(memo_key, seen_rv, hash);
+        if let Some(inf) = cache {
+            inf.remember_write(ns.as_deref(), name, Slot::Object, &seen_rv, &hash);
+        }
         tracing::debug!(child.kind = %kind_name, child.name = %name, "applied child");
-        Ok((key, true))
+        Ok(true)
     }
 
     /// Writes `desired` into `.status` with a merge patch, unless it is already there.
@@ -305,52 +344,28 @@ impl Applier {
         parent: &DynamicObject,
         kind: &Kind,
         desired: &Map<String, Value>,
+        primary: &Informer,
     ) -> Result<bool, Error> {
-        let memo_key = format!("status/{}", parent.uid().unwrap_or_default());
+        let ns = parent.namespace().filter(|_| kind.namespaced);
+        let name = parent.name_any();
         let seen_rv = parent.resource_version().unwrap_or_default();
         // The script's inputs are this very version of the object, so what it wants now is
         // what khai already wrote for it (give or take a timestamp).
         let hash = status_hash(desired);
-        if self.already_written(&memo_key, &seen_rv, &hash) {
+        if primary.already_written(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash) {
             return Ok(false);
         }
         let current = parent.data.get("status").cloned().unwrap_or(Value::Null);
         if !status_differs(&current, desired) {
             return Ok(false);
         }
-        let api = watch::api(&self.client, kind, parent.namespace().as_deref());
+        let api = watch::api(&self.client, kind, ns.as_deref());
         let patch = json!({ "status": desired });
-        api.patch_status(
-            &parent.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(Error::Status)?;
-        self.remember(memo_key, seen_rv, hash);
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::Status(e.into()))?;
+        primary.remember_write(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash);
         Ok(true)
-    }
-
-    /// Whether khai wrote `hash` to `key` when the cache showed `seen_rv`, and the cache still
-    /// shows it. Forgets the entry once the cache has moved on.
-    fn already_written(&self, key: &str, seen_rv: &str, hash: &str) -> bool {
-        let Ok(mut memo) = self.written.lock() else {
-            return false;
-        };
-        match memo.get(key) {
-            Some(w) if w.from == seen_rv => w.hash == hash,
-            Some(_) => {
-                memo.remove(key);
-                false
-            }
-            None => false,
-        }
-    }
-
-    fn remember(&self, key: String, from: String, hash: String) {
-        if let Ok(mut memo) = self.written.lock() {
-            memo.insert(key, Written { from, hash });
-        }
     }
 }
 
@@ -393,11 +408,14 @@ fn status_hash(desired: &Map<String, Value>) -> String {
     content_hash(&Value::Object(s))
 }
 
-/// A short, stable hash of a JSON value (key order as produced by the script).
+/// A short hash of a JSON value (key order as produced by the script). It is written into the
+/// cluster, so it must not change between builds of khai: XXH3-64, a specified algorithm, not
+/// std's `DefaultHasher`, whose output Rust may change in any release.
 fn content_hash(v: &Value) -> String {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    v.to_string().hash(&mut h);
-    format!("{:016x}", h.finish())
+    format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes())
+    )
 }
 
 /// Whether `child` was applied by the parent with `uid`: its controller ownerReference and owner
@@ -408,15 +426,6 @@ fn applied_by(child: &DynamicObject, uid: &str) -> bool {
         .iter()
         .any(|o| o.controller == Some(true) && o.uid == uid);
     owned && child.labels().get(OWNER_LABEL).is_some_and(|l| l == uid)
-}
-
-fn key_of(kind: &Kind, obj: &DynamicObject) -> ChildKey {
-    (
-        kind.resource.api_version.clone(),
-        kind.resource.kind.clone(),
-        obj.namespace().filter(|_| kind.namespaced),
-        obj.name_any(),
-    )
 }
 
 /// `child` as the API server stores it, for comparing with the cache. A Secret's `stringData`
@@ -448,6 +457,23 @@ fn as_stored(child: &Value) -> std::borrow::Cow<'_, Value> {
         }
     }
     Cow::Owned(stored)
+}
+
+/// The first path at which `want` is not a subset of `have` (see [`is_subset`]), if any.
+fn difference(want: &Value, have: &Value, at: String) -> Option<String> {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w.iter().find_map(|(k, v)| match h.get(k) {
+            Some(hv) => difference(v, hv, format!("{at}.{k}")),
+            None => Some(format!("{at}.{k}")),
+        }),
+        (Value::Array(w), Value::Array(h)) if w.len() == h.len() => w
+            .iter()
+            .zip(h)
+            .enumerate()
+            .find_map(|(i, (a, b))| difference(a, b, format!("{at}[{i}]"))),
+        _ if is_subset(want, have) => None,
+        _ => Some(if at.is_empty() { ".".into() } else { at }),
+    }
 }
 
 /// Whether every field of `want` is present with the same value in `have`. Arrays must match
@@ -576,5 +602,15 @@ mod tests {
             &Value::Null,
             &map(json!({ "phase": "Ready" }))
         ));
+    }
+
+    /// Issue 11: the hash khai writes into the cluster came from std's `DefaultHasher`, which
+    /// Rust may change in any release (every child would then look changed and be rewritten).
+    #[test]
+    fn the_applied_hash_is_a_specified_function_of_the_child() {
+        let child = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "a" }, "data": { "k": "v" } });
+        // XXH3-64 of the compact JSON text, as any XXH3 implementation computes it (Python's
+        // `xxhash.xxh3_64_hexdigest` gives the same).
+        assert_eq!(content_hash(&child), "80f47ab0b0581ce0");
     }
 }

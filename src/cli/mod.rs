@@ -100,21 +100,3 @@ fn init_logging(format: LogFormat, level: Option<&str>) {
             .try_init(),
     };
 }
-
-/// The user agent of every request khai sends, so audit logs and the API server's metrics say
-/// which requests came from khai.
-pub const USER_AGENT: &str = concat!("khai/", env!("CARGO_PKG_VERSION"));
-
-/// A client for the cluster KUBECONFIG (or the Pod's service account) points at, sending
-/// [`USER_AGENT`].
-pub async fn connect() -> anyhow::Result<kube::Client> {
-    use anyhow::Context;
-    let mut config = kube::Config::infer()
-        .await
-        .context("failed to load the cluster credentials (set KUBECONFIG or run in a pod)")?;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
-    kube::Client::try_from(config).context("failed to build the Kubernetes client")
-}

@@ -196,7 +196,7 @@ fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("failed to start the async runtime")?;
     let missing = rt.block_on(async {
-        let client = super::connect().await?;
+        let client = crate::client::connect().await?;
         let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
         let mut missing = Vec::new();
         for access in &needed {

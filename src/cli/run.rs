@@ -38,7 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("failed to start the async runtime")?;
     rt.block_on(async move {
-        let client = super::connect().await?;
+        let client = crate::client::connect().await?;
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), "khai starting");

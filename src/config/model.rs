@@ -5,6 +5,7 @@
 //! one field (a controller naming a kind no CRD declares, two storage versions) live in
 //! [`super::validate`], which runs once after parsing; nothing downstream validates again.
 
+use super::duration::Duration;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -336,7 +337,7 @@ pub struct Controller {
     #[serde(default = "default_concurrency")]
     pub concurrency: u16,
     /// Reconcile every object again this often even without changes (`"10m"`); off by default.
-    pub resync: Option<String>,
+    pub resync: Option<Duration>,
     /// Per-object retry backoff after failures.
     #[serde(default)]
     pub backoff: BackoffSettings,
@@ -374,9 +375,9 @@ pub struct Watch {
 #[serde(deny_unknown_fields)]
 pub struct BackoffSettings {
     #[serde(default = "default_backoff_base")]
-    pub base: String,
+    pub base: Duration,
     #[serde(default = "default_backoff_cap")]
-    pub cap: String,
+    pub cap: Duration,
 }
 
 impl Default for BackoffSettings {
@@ -387,11 +388,11 @@ impl Default for BackoffSettings {
         }
     }
 }
-fn default_backoff_base() -> String {
-    "1s".into()
+fn default_backoff_base() -> Duration {
+    Duration::from_secs(1)
 }
-fn default_backoff_cap() -> String {
-    "5m".into()
+fn default_backoff_cap() -> Duration {
+    Duration::from_secs(300)
 }
 
 impl Controller {

@@ -54,23 +54,6 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError
         if ctl.script.as_os_str().is_empty() {
             report(&at("script"), "must name a Rhai script".into());
         }
-        let durations = [("resync", ctl.resync.as_deref())];
-        for (key, value) in durations {
-            if let Some(Err(e)) = value.map(super::duration::parse) {
-                report(&at(key), e);
-            }
-        }
-        for (key, value) in [("base", &ctl.backoff.base), ("cap", &ctl.backoff.cap)] {
-            if let Err(e) = super::duration::parse(value) {
-                let path = [
-                    Seg::Key("controller"),
-                    Seg::Index(i),
-                    Seg::Key("backoff"),
-                    Seg::Key(key),
-                ];
-                report(&path, e);
-            }
-        }
         for (w, watch) in ctl.watches.iter().enumerate() {
             if watch.label.is_some() == watch.map.is_some() {
                 let path = [

@@ -17,7 +17,7 @@ pub(super) fn config_hash(op: &Operator) -> u64 {
         .unwrap_or_default()
         .hash(&mut h);
     for s in &op.scripts {
-        std::fs::read(s.file()).unwrap_or_default().hash(&mut h);
+        s.source_hash().hash(&mut h);
     }
     h.finish()
 }

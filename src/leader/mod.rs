@@ -126,7 +126,7 @@ impl Elector {
                 Ok(true) => return,
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(lease = %self.settings.lease_name, error = %e, "failed to read or take the lease; retrying")
+                    tracing::warn!(lease = %self.settings.lease_name, error = %crate::client::ApiError::from(e), "failed to read or take the lease; retrying")
                 }
             }
             tokio::time::sleep(self.settings.retry_period).await;
@@ -144,7 +144,9 @@ impl Elector {
             match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
                 Ok(Ok(true)) => renewed = Instant::now(),
                 Ok(Ok(false)) => return "another replica holds the lease".into(),
-                Ok(Err(e)) => tracing::warn!(error = %e, "failed to renew the lease; retrying"),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %crate::client::ApiError::from(e), "failed to renew the lease; retrying")
+                }
                 Err(_) => {}
             }
             if Instant::now() >= deadline {
@@ -162,7 +164,7 @@ impl Elector {
             Ok(Some(l)) => l,
             Ok(None) => return,
             Err(e) => {
-                tracing::warn!(error = %e, "failed to read the lease to release it");
+                tracing::warn!(error = %crate::client::ApiError::from(e), "failed to read the lease to release it");
                 return;
             }
         };
@@ -186,7 +188,9 @@ impl Elector {
             .await
         {
             Ok(_) => tracing::info!(lease = %self.settings.lease_name, "released the lease"),
-            Err(e) => tracing::warn!(error = %e, "failed to release the lease"),
+            Err(e) => {
+                tracing::warn!(error = %crate::client::ApiError::from(e), "failed to release the lease")
+            }
         }
     }
 

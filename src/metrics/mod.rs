@@ -42,6 +42,8 @@ struct Metrics {
     children_pruned: IntCounterVec,
     status_writes: IntCounterVec,
     watch_restarts: IntCounterVec,
+    controller_failures: IntCounterVec,
+    reconcile_overlaps: IntCounterVec,
     leader: IntGaugeVec,
     config_reloads: IntCounterVec,
     config_hash: Gauge,
@@ -235,6 +237,18 @@ impl Metrics {
                 "Watches that failed and were restarted, by kind",
                 &["kind"],
             ),
+            controller_failures: counter(
+                &r,
+                "khai_controller_failures_total",
+                "Controllers that stopped on their own (a panic included) instead of on shutdown or reload",
+                ctl,
+            ),
+            reconcile_overlaps: counter(
+                &r,
+                "khai_reconcile_overlaps_total",
+                "Reconciles that started while another reconcile of the same object by the same controller ran (always 0 unless khai has a bug)",
+                ctl,
+            ),
             leader: gauge(
                 &r,
                 "leader_election_master_status",
@@ -285,6 +299,8 @@ pub fn controller_started(controller: &str, concurrency: u16) {
         &m.children_unchanged,
         &m.children_pruned,
         &m.status_writes,
+        &m.controller_failures,
+        &m.reconcile_overlaps,
     ] {
         c.with_label_values(&[controller]);
     }
@@ -406,6 +422,22 @@ pub fn script_limit_abort(script: &str, function: &str, limit: &str) {
 /// A watch of `kind` is running; its restart counter starts at 0.
 pub fn watch_started(kind: &str) {
     METRICS.watch_restarts.with_label_values(&[kind]);
+}
+
+/// A controller ended on its own, not because it was asked to stop.
+pub fn controller_failed(controller: &str) {
+    METRICS
+        .controller_failures
+        .with_label_values(&[controller])
+        .inc();
+}
+
+/// A reconcile started while another of the same object ran.
+pub fn reconcile_overlap(controller: &str) {
+    METRICS
+        .reconcile_overlaps
+        .with_label_values(&[controller])
+        .inc();
 }
 
 /// A watch of `kind` failed and is being restarted.

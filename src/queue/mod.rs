@@ -6,11 +6,12 @@
 //! The controller deduplicates what they yield and never runs one object twice at once.
 
 use crate::script::Script;
+use crate::sync::lock;
+use crate::watch::Kind;
 use crate::watch::predicate::Changes;
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -40,43 +41,45 @@ pub fn primary(
 /// Children mapped to the parent of kind `parent` that controls them.
 pub fn owners(
     rx: UnboundedReceiver<Arc<DynamicObject>>,
-    parent: ApiResource,
+    parent: Kind,
 ) -> impl Stream<Item = Ref> + Send {
     receiver_stream(rx)
         .filter_map(move |child| futures::future::ready(controller_of(&child, &parent)))
 }
 
-/// Maps a child to the parent of kind `parent` that controls it, if any.
-pub fn controller_of(child: &DynamicObject, parent: &ApiResource) -> Option<Ref> {
+/// Maps a child to the parent of kind `parent` that controls it, if any. A namespaced parent
+/// is in its child's namespace; a cluster-scoped one in none, whichever namespace the child is in.
+pub fn controller_of(child: &DynamicObject, parent: &Kind) -> Option<Ref> {
+    let r = &parent.resource;
     let owner = child.owner_references().iter().find(|o| {
         o.controller == Some(true)
-            && o.kind == parent.kind
-            && o.api_version.split_once('/').map_or("", |(g, _)| g) == parent.group
+            && o.kind == r.kind
+            && o.api_version.split_once('/').map_or("", |(g, _)| g) == r.group
     })?;
-    Some(within(
-        ObjectRef::new_with(&owner.name, parent.clone()),
-        child.namespace(),
-    ))
+    Some(parent_ref(parent, &owner.name, child.namespace()))
 }
 
-fn within(r: Ref, ns: Option<String>) -> Ref {
-    match ns {
+/// The reference to the parent `name` of kind `parent`, found from an object in `namespace`.
+fn parent_ref(parent: &Kind, name: &str, namespace: Option<String>) -> Ref {
+    let r = ObjectRef::new_with(name, parent.resource.clone());
+    match namespace.filter(|_| parent.namespaced) {
         Some(ns) => r.within(&ns),
         None => r,
     }
 }
 
-/// Related objects mapped to the parent named by their `label` (in the same namespace).
+/// Related objects mapped to the parent named by their `label` (in the same namespace, for a
+/// namespaced parent).
 pub fn by_label(
     rx: UnboundedReceiver<Arc<DynamicObject>>,
     label: String,
-    parent: ApiResource,
+    parent: Kind,
 ) -> impl Stream<Item = Ref> + Send {
     receiver_stream(rx).filter_map(move |o| {
         let r = o
             .labels()
             .get(&label)
-            .map(|name| within(ObjectRef::new_with(name, parent.clone()), o.namespace()));
+            .map(|name| parent_ref(&parent, name, o.namespace()));
         futures::future::ready(r)
     })
 }
@@ -86,7 +89,7 @@ pub fn by_script(
     rx: UnboundedReceiver<Arc<DynamicObject>>,
     script: Script,
     function: String,
-    parent: ApiResource,
+    parent: Kind,
 ) -> impl Stream<Item = Ref> + Send {
     receiver_stream(rx)
         .then(move |o| {
@@ -106,8 +109,8 @@ pub fn by_script(
 }
 
 /// Reads a mapping function's answer: a name, an array of names, or maps `#{ name, namespace }`
-/// (namespace defaulting to the related object's).
-pub fn parent_refs(v: &Value, default_ns: Option<String>, parent: &ApiResource) -> Vec<Ref> {
+/// (namespace defaulting to the related object's; ignored for a cluster-scoped parent).
+pub fn parent_refs(v: &Value, default_ns: Option<String>, parent: &Kind) -> Vec<Ref> {
     let one = |v: &Value| -> Option<Ref> {
         let (name, ns) = match v {
             Value::String(n) => (n.as_str(), default_ns.clone()),
@@ -120,7 +123,7 @@ pub fn parent_refs(v: &Value, default_ns: Option<String>, parent: &ApiResource) 
             ),
             _ => return None,
         };
-        Some(within(ObjectRef::new_with(name, parent.clone()), ns))
+        Some(parent_ref(parent, name, ns))
     };
     match v {
         Value::Array(items) => items.iter().filter_map(one).collect(),
@@ -193,13 +196,11 @@ impl Pending {
 
     /// How many objects wait.
     pub fn depth(&self) -> usize {
-        self.waiting.lock().map_or(0, |w| w.len())
+        lock(&self.waiting).len()
     }
 
     fn update(&self, f: impl FnOnce(&mut Waiting) -> Option<Duration>) {
-        let Ok(mut w) = self.waiting.lock() else {
-            return;
-        };
+        let mut w = lock(&self.waiting);
         let waited = f(&mut w);
         crate::metrics::queue_state(&self.controller, w.len(), waited);
     }
@@ -251,20 +252,19 @@ impl Backoff {
 
     /// Records a failure of `key` and returns how long to wait before the next attempt.
     pub fn fail(&self, key: &str) -> Duration {
-        let n = self.failures.lock().map_or(0, |mut m| {
+        let n = {
+            let mut m = lock(&self.failures);
             let n = m.entry(key.to_string()).or_insert(0);
             *n = n.saturating_add(1);
             *n
-        });
+        };
         self.base
             .saturating_mul(2u32.saturating_pow(n.saturating_sub(1).min(16)))
             .min(self.cap)
     }
 
     pub fn succeed(&self, key: &str) {
-        if let Ok(mut m) = self.failures.lock() {
-            m.remove(key);
-        }
+        lock(&self.failures).remove(key);
     }
 }
 
@@ -274,8 +274,21 @@ mod tests {
     use kube::core::GroupVersionKind;
     use serde_json::json;
 
-    fn parent() -> ApiResource {
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("x.dev", "v1", "App"), "apps")
+    fn parent() -> Kind {
+        Kind {
+            resource: kube::core::ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("x.dev", "v1", "App"),
+                "apps",
+            ),
+            namespaced: true,
+        }
+    }
+
+    fn cluster_parent() -> Kind {
+        Kind {
+            namespaced: false,
+            ..parent()
+        }
     }
 
     #[test]
@@ -349,5 +362,32 @@ mod tests {
             (r.name.as_str(), r.namespace.as_deref()),
             ("mine", Some("ns"))
         );
+    }
+
+    /// Issue 11: a cluster-scoped parent with children in three namespaces was queued once per
+    /// namespace and reconciled concurrently under each key.
+    #[test]
+    fn a_cluster_scoped_parent_is_one_object_whatever_namespace_its_children_are_in() {
+        let child = |ns: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": "c", "namespace": ns, "labels": { "parent": "p" },
+                    "ownerReferences": [
+                        { "apiVersion": "x.dev/v1", "kind": "App", "name": "p", "uid": "2", "controller": true },
+                    ] },
+            }))
+            .unwrap()
+        };
+        let parent = cluster_parent();
+        for ns in ["one", "two", "three"] {
+            let r = controller_of(&child(ns), &parent).unwrap();
+            assert_eq!((r.name.as_str(), r.namespace.as_deref()), ("p", None));
+        }
+        let named = parent_refs(
+            &json!(["p", { "name": "q", "namespace": "two" }]),
+            Some("one".into()),
+            &parent,
+        );
+        assert!(named.iter().all(|r| r.namespace.is_none()), "{named:?}");
     }
 }

@@ -22,22 +22,33 @@ pub struct CacheLookup {
 }
 
 impl CacheLookup {
-    fn informer(&self, kind: &str) -> Result<&Arc<Informer>, String> {
-        self.informers.iter().find(|i| i.kind.matches(kind)).ok_or_else(|| {
-            format!("kind {kind:?} is not watched by this controller; add it to `owns` to look it up")
-        })
+    /// The informers of `kind` this controller reads (one, or one per watched namespace).
+    fn informers(&self, kind: &str) -> Result<Vec<&Arc<Informer>>, String> {
+        let found: Vec<_> = self
+            .informers
+            .iter()
+            .filter(|i| i.kind.matches(kind))
+            .collect();
+        if found.is_empty() {
+            return Err(format!(
+                "kind {kind:?} is not watched by this controller; add it to `owns` to look it up"
+            ));
+        }
+        Ok(found)
     }
 }
 
-/// Script views of `objs`, sorted by name: cache order is arbitrary, and a stable order keeps
+/// Script views of `objs`, sorted by namespace and name: cache order is arbitrary, and a stable order keeps
 /// scripts (and the children they build) stable.
 fn sorted_views<'a>(objs: impl Iterator<Item = &'a Arc<DynamicObject>>) -> Vec<Value> {
     let mut out: Vec<Value> = objs.filter_map(|o| object_view(o).ok()).collect();
-    out.sort_by(|a, b| {
-        a["metadata"]["name"]
-            .as_str()
-            .cmp(&b["metadata"]["name"].as_str())
-    });
+    let key = |v: &Value| {
+        (
+            v["metadata"]["namespace"].as_str().map(str::to_string),
+            v["metadata"]["name"].as_str().map(str::to_string),
+        )
+    };
+    out.sort_by_key(key);
     out
 }
 
@@ -48,11 +59,26 @@ impl Lookup for CacheLookup {
         name: &str,
         namespace: Option<&str>,
     ) -> Result<Option<Value>, String> {
-        let inf = self.informer(kind)?;
+        let found = self.informers(kind)?;
+        let namespaced = found[0].kind.namespaced;
         let ns = namespace
             .map(str::to_string)
             .or_else(|| self.namespace.clone())
-            .filter(|_| inf.kind.namespaced);
+            .filter(|_| namespaced);
+        if namespaced && ns.is_none() {
+            return Err(format!(
+                "{kind} is namespaced: name the namespace, ctx.get({kind:?}, {name:?}, namespace)"
+            ));
+        }
+        let Some(inf) = found
+            .iter()
+            .find(|i| i.namespace.is_none() || i.namespace == ns)
+        else {
+            return Err(format!(
+                "namespace {:?} is not watched by khai",
+                ns.unwrap_or_default()
+            ));
+        };
         let key = ObjectRef::new_with(name, inf.kind.resource.clone());
         let key = match ns {
             Some(ns) => key.within(&ns),
@@ -62,13 +88,15 @@ impl Lookup for CacheLookup {
     }
 
     fn list(&self, kind: &str, selector: Option<&str>) -> Result<Vec<Value>, String> {
-        let inf = self.informer(kind)?;
+        let found = self.informers(kind)?;
         let selector = selector.map(parse_selector).transpose()?;
-        let ns = self.namespace.clone().filter(|_| inf.kind.namespaced);
-        let state = inf.store().state();
+        // A namespaced object lists its own namespace; a cluster-scoped one every watched one.
+        let ns = self.namespace.clone().filter(|_| found[0].kind.namespaced);
+        let states: Vec<_> = found.iter().map(|i| i.store().state()).collect();
         Ok(sorted_views(
-            state
+            states
                 .iter()
+                .flatten()
                 .filter(|o| ns.is_none() || o.namespace() == ns)
                 .filter(|o| {
                     selector
@@ -79,8 +107,12 @@ impl Lookup for CacheLookup {
     }
 
     fn owned(&self, kind: &str) -> Result<Vec<Value>, String> {
-        let inf = self.informer(kind)?;
-        Ok(sorted_views(inf.controlled_by(&self.uid).iter()))
+        let found = self.informers(kind)?;
+        let children: Vec<_> = found
+            .iter()
+            .flat_map(|i| i.controlled_by(&self.uid))
+            .collect();
+        Ok(sorted_views(children.iter()))
     }
 }
 

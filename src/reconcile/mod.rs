@@ -6,6 +6,7 @@
 //! `"1h"` or a number of seconds). Returning nothing means no children and no status change.
 //! The answer is validated here, once, so `apply` only ever sees well-formed plans.
 
+pub mod children;
 pub mod conditions;
 pub mod lookup;
 
@@ -43,6 +44,9 @@ pub enum Error {
     /// The script failed to run; retried with backoff, since it may depend on changing state.
     #[error(transparent)]
     Script(#[from] ScriptError),
+    /// The script asked for a child khai must not apply.
+    #[error(transparent)]
+    InvalidChild(#[from] children::Invalid),
     /// The script ran but returned something khai cannot carry out.
     #[error("{file}: {function} returned an invalid result: {field}: {message}")]
     InvalidResult {
@@ -135,7 +139,24 @@ fn parse_children(v: Value) -> Result<Vec<Value>, (String, String)> {
             return Err((field("metadata.name"), "must be a non-empty string".into()));
         }
     }
-    Ok(items)
+    Ok(items.into_iter().map(without_nulls).collect())
+}
+
+/// `v` without the map entries whose value is null (`()` in a script): in a desired child,
+/// null means "no such field", as it does in `khai test` cases. Sent as they are, such fields
+/// would never appear in the stored object, so the child would look changed, and be applied
+/// again, on every reconcile.
+fn without_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, without_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+        other => other,
+    }
 }
 
 fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, (String, String)> {
@@ -272,5 +293,25 @@ mod tests {
         );
         assert!(parse_duration(&json!("5 parsecs")).is_err());
         assert!(parse_duration(&json!(-1)).is_err());
+    }
+
+    /// Issue 11: a child field the script set to `()` passed `khai test` as "absent", but
+    /// `khai run` sent it as null, the stored child never had it, and it was rewritten on every
+    /// reconcile.
+    #[test]
+    fn null_fields_of_a_child_are_absent_fields() {
+        let p = parse_plan(json!({ "children": [{
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "a", "labels": { "gone": null, "kept": "x" } },
+            "data": { "k": "v", "unset": null },
+            "list": [{ "a": null, "b": 1 }, null],
+        }] }))
+        .unwrap();
+        assert_eq!(
+            p.children[0],
+            json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": "a", "labels": { "kept": "x" } },
+                "data": { "k": "v" }, "list": [{ "b": 1 }, null] })
+        );
     }
 }

@@ -30,7 +30,7 @@ pub enum Error {
     Apply {
         name: String,
         #[source]
-        source: kube::Error,
+        source: crate::client::ApiError,
     },
     #[error(
         "CustomResourceDefinition {name}: schema_file {path} was never read; load the config \
@@ -39,12 +39,8 @@ pub enum Error {
     SchemaFileNotRead { name: String, path: String },
     #[error("CustomResourceDefinition {name} was not Established within {timeout:?}")]
     NotEstablished { name: String, timeout: Duration },
-    #[error("failed to wait for CustomResourceDefinition {name}: {source}")]
-    Wait {
-        name: String,
-        #[source]
-        source: kube::runtime::wait::Error,
-    },
+    #[error("failed to wait for CustomResourceDefinition {name}: {message}")]
+    Wait { name: String, message: String },
 }
 
 /// Lower-case plural of a kind, as Kubernetes tooling derives it.
@@ -342,7 +338,7 @@ pub async fn install(
             .await
             .map_err(|source| Error::Apply {
                 name: name.clone(),
-                source,
+                source: source.into(),
             })?;
         tracing::info!(crd = %name, "applied CustomResourceDefinition");
     }
@@ -351,7 +347,10 @@ pub async fn install(
         let established = await_condition(api.clone(), &name, conditions::is_crd_established());
         match tokio::time::timeout(timeout, established).await {
             Ok(Ok(_)) => tracing::debug!(crd = %name, "CustomResourceDefinition established"),
-            Ok(Err(source)) => return Err(Error::Wait { name, source }),
+            Ok(Err(kube::runtime::wait::Error::ProbeFailed(e))) => {
+                let message = crate::client::watch_error(&e);
+                return Err(Error::Wait { name, message });
+            }
             Err(_) => return Err(Error::NotEstablished { name, timeout }),
         }
     }

@@ -187,6 +187,9 @@ pub fn engine(limits: &Limits) -> Engine {
 #[derive(Clone)]
 pub struct Script {
     file: PathBuf,
+    /// Hash of the text this script was compiled from (not of the file now, which may have
+    /// changed since): what says whether two versions of a config run the same script.
+    source_hash: u64,
     ast: Arc<AST>,
     engine: Arc<Engine>,
     timeout: Duration,
@@ -229,6 +232,7 @@ impl Script {
         ast.set_source(file.display().to_string());
         Ok(Self {
             file: file.to_path_buf(),
+            source_hash: xxhash_rust::xxh3::xxh3_64(src.as_bytes()),
             ast: Arc::new(ast),
             engine,
             timeout: limits.timeout,
@@ -237,6 +241,11 @@ impl Script {
 
     pub fn file(&self) -> &Path {
         &self.file
+    }
+
+    /// A hash of the text the script was compiled from.
+    pub fn source_hash(&self) -> u64 {
+        self.source_hash
     }
 
     /// Whether the script defines `name` with exactly `arity` parameters.

@@ -20,6 +20,7 @@ pub use compare::Mismatch;
 
 use crate::config::model::{Controller, Crd, Scope};
 use crate::operator::Operator;
+use crate::reconcile::children::Kinds as _;
 use crate::reconcile::{self, Plan};
 use crate::script::{Script, ScriptCtx};
 use lookup::{KindRef, MemoryLookup, Owner};
@@ -81,8 +82,74 @@ pub fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
         params: Value::Object(op.config.model.params.clone()),
         lookup: Arc::new(lookup),
     };
-    let answer = plan(script, &ctl.reconcile, &object, ctx);
+    let answer =
+        plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
     expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
+}
+
+/// Refuses the children `khai run` would refuse ([`reconcile::children::place`], the same
+/// function), so a plan that passes here applies there.
+fn placed(
+    op: &Operator,
+    ctl: &Controller,
+    object: &Value,
+    plan: Plan,
+) -> Result<Plan, reconcile::Error> {
+    let model = &op.config.model;
+    let parent_kind = KindRef::of(object);
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let (name, namespace) = (
+        text(&object["metadata"]["name"]),
+        object["metadata"]["namespace"].as_str(),
+    );
+    let kinds = OfflineKinds { op, ctl };
+    let parent_namespaced = kinds
+        .namespaced(&text(&object["apiVersion"]), &parent_kind.kind)
+        .unwrap_or(true);
+    let mut children = plan.children.clone();
+    reconcile::children::place(
+        &mut children,
+        reconcile::children::Parent {
+            group: parent_kind.group.as_deref().unwrap_or_default(),
+            kind: &parent_kind.kind,
+            name: &name,
+            namespace: namespace.filter(|_| parent_namespaced),
+        },
+        &kinds,
+        &model.operator.namespaces,
+    )?;
+    Ok(plan)
+}
+
+/// Kinds as far as the config and khai's table of built-in kinds tell.
+struct OfflineKinds<'a> {
+    op: &'a Operator,
+    ctl: &'a Controller,
+}
+
+impl reconcile::children::Kinds for OfflineKinds<'_> {
+    fn namespaced(&self, api_version: &str, kind: &str) -> Option<bool> {
+        let of = KindRef::of(&json!({ "apiVersion": api_version, "kind": kind }));
+        let crd = self
+            .op
+            .config
+            .model
+            .crds
+            .iter()
+            .find(|c| c.kind == of.kind && of.group.as_deref() == Some(c.group.as_str()));
+        match crd {
+            Some(c) => Some(c.scope == Scope::Namespaced),
+            None => crate::watch::builtin::namespaced(of.group.as_deref(), kind),
+        }
+    }
+    fn owned(&self, api_version: &str, kind: &str) -> bool {
+        let of = KindRef::of(&json!({ "apiVersion": api_version, "kind": kind }));
+        let model = &self.op.config.model;
+        self.ctl
+            .owns
+            .iter()
+            .any(|o| KindRef::parse(o, model).compatible(&of))
+    }
 }
 
 /// The controller that reconciles the case's object: the one named by `controller:`, else the

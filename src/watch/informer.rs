@@ -5,8 +5,16 @@
 //! come, and the whole cache once the initial list is complete. Subscribers that join later are
 //! seeded with the current cache, so nobody misses the initial state. This is what lets a
 //! controller's owned children, its lookups and its change-only writes cost no API calls.
+//!
+//! An informer also remembers the writes khai made to its objects that its cache has not shown
+//! yet ([`Informer::remember_write`]): a watch lags behind the writes that cause it, and a
+//! reconcile in between would otherwise see the old object and write the same thing again. An
+//! entry holds while the object is seen at the version khai wrote from; seeing any other version
+//! forgets it, and so do the object's deletion and a relist, so an object deleted (or pruned)
+//! after khai wrote it is written again when it is wanted again.
 
 use super::Kind;
+use crate::sync::{lock, read, write};
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -19,6 +27,25 @@ use tokio::task::JoinHandle;
 
 type Subscribers = Arc<Mutex<Vec<UnboundedSender<Arc<DynamicObject>>>>>;
 
+/// Which part of an object a remembered write went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// The object as a whole (a child khai applies).
+    Object,
+    /// Its status subresource.
+    Status,
+}
+
+/// A write khai made that the cache may not show yet: the resourceVersion the cache showed when
+/// khai wrote, and a hash of what khai wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Written {
+    from: String,
+    hash: String,
+}
+
+type Memo = Arc<Mutex<HashMap<(Name, Slot), Written>>>;
+
 /// A running watch of one kind with its cache.
 pub struct Informer {
     pub kind: Kind,
@@ -26,6 +53,7 @@ pub struct Informer {
     store: Store<DynamicObject>,
     subscribers: Subscribers,
     controlled: Arc<RwLock<Controlled>>,
+    written: Memo,
 }
 
 /// Namespace and name of a cached object.
@@ -88,23 +116,70 @@ impl Informer {
     /// cache when the initial list has already completed.
     pub fn subscribe(&self) -> UnboundedReceiver<Arc<DynamicObject>> {
         let (tx, rx) = unbounded_channel();
-        if let Ok(mut subs) = self.subscribers.lock() {
-            // Seeding under the lock orders it before any event fanned out after this point;
-            // an object in both the seed and a later event is merely seen twice.
-            for obj in self.store.state() {
-                let _ = tx.send(obj);
-            }
-            subs.push(tx);
+        let mut subs = lock(&self.subscribers);
+        // Seeding under the lock orders it before any event fanned out after this point; an
+        // object in both the seed and a later event is merely seen twice.
+        for obj in self.store.state() {
+            let _ = tx.send(obj);
         }
+        subs.push(tx);
         rx
+    }
+
+    /// Remembers that khai wrote `hash` to `slot` of the object `namespace/name` while the cache
+    /// showed it at resourceVersion `from` (`""`: absent).
+    pub fn remember_write(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        slot: Slot,
+        from: &str,
+        hash: &str,
+    ) {
+        let key = ((namespace.map(str::to_string), name.to_string()), slot);
+        let w = Written {
+            from: from.to_string(),
+            hash: hash.to_string(),
+        };
+        lock(&self.written).insert(key, w);
+    }
+
+    /// Whether khai already wrote `hash` to `slot` of `namespace/name` from the version the cache
+    /// still shows (`seen`, `""` when absent): the write is on its way and need not be repeated.
+    pub fn already_written(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        slot: Slot,
+        seen: &str,
+        hash: &str,
+    ) -> bool {
+        let key = ((namespace.map(str::to_string), name.to_string()), slot);
+        let mut memo = lock(&self.written);
+        match memo.get(&key) {
+            Some(w) if w.from == seen => w.hash == hash,
+            Some(_) => {
+                memo.remove(&key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// How many writes are remembered, for tests of the memo's bounds.
+    pub fn remembered_writes(&self) -> usize {
+        lock(&self.written).len()
     }
 
     /// The cached objects whose controller owner has `uid`.
     pub fn controlled_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
-        let names: Vec<Name> = match self.controlled.read() {
-            Ok(c) => c.children.get(uid).into_iter().flatten().cloned().collect(),
-            Err(_) => return Vec::new(),
-        };
+        let names: Vec<Name> = read(&self.controlled)
+            .children
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
         names
             .into_iter()
             .filter_map(|(ns, name)| {
@@ -167,10 +242,7 @@ impl Informers {
             namespace: namespace.clone(),
             filter: filter.clone(),
         };
-        let mut running = self
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut running = lock(&self.running);
         if let Some(inf) = running.get(&key) {
             return inf.clone();
         }
@@ -181,6 +253,7 @@ impl Informers {
             store: writer.as_reader(),
             subscribers: Arc::default(),
             controlled: Arc::default(),
+            written: Arc::default(),
         });
         let api = super::api(&self.client, kind, namespace.as_deref());
         let mut config = watcher::Config::default();
@@ -194,31 +267,27 @@ impl Informers {
             api,
             config,
             writer,
-            (informer.subscribers.clone(), informer.controlled.clone()),
+            Shared {
+                subscribers: informer.subscribers.clone(),
+                controlled: informer.controlled.clone(),
+                written: informer.written.clone(),
+            },
             key.clone(),
         ));
-        self.tasks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(task);
+        lock(&self.tasks).push(task);
         running.insert(key, informer.clone());
         informer
     }
 
     /// Every running informer, for lookups by kind.
     pub fn all(&self) -> Vec<Arc<Informer>> {
-        self.running
-            .lock()
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        lock(&self.running).values().cloned().collect()
     }
 
     /// Stops every watch.
     pub fn shutdown(&self) {
-        if let Ok(mut tasks) = self.tasks.lock() {
-            for t in tasks.drain(..) {
-                t.abort();
-            }
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
         }
     }
 }
@@ -229,26 +298,60 @@ impl Drop for Informers {
     }
 }
 
+/// What a watch keeps up to date besides the store.
+struct Shared {
+    subscribers: Subscribers,
+    controlled: Arc<RwLock<Controlled>>,
+    written: Memo,
+}
+
+/// Forgets the writes remembered about `o`, which is gone.
+fn forget(written: &Memo, o: &DynamicObject) {
+    let name = (o.metadata.namespace.clone(), o.name_any());
+    let mut memo = lock(written);
+    memo.remove(&(name.clone(), Slot::Object));
+    memo.remove(&(name, Slot::Status));
+}
+
 /// Drives one watch: updates the cache, then tells subscribers.
 async fn run(
     api: kube::Api<DynamicObject>,
     config: watcher::Config,
     mut writer: Writer<DynamicObject>,
-    (subs, controlled): (Subscribers, Arc<RwLock<Controlled>>),
+    shared: Shared,
     key: Key,
 ) {
+    let Shared {
+        subscribers: subs,
+        controlled,
+        written,
+    } = shared;
+    let forget = |o: &DynamicObject| forget(&written, o);
     // `metadata.managedFields` is often the larger half of an object and nothing in khai reads
     // it (scripts never see it, change detection compares fields): not caching it is the
     // biggest memory saving a cache of many objects can have.
+    //
+    // Objects in a list response carry no `apiVersion` and `kind` (watch events do), so after a
+    // (re)list every cached child would look different from what khai applies and be written
+    // again: every restart re-applied every child. The informer's kind fills them in.
+    let types = kube::api::TypeMeta {
+        api_version: key.api_version.clone(),
+        kind: key.kind.clone(),
+    };
     let mut events = watcher(api, config)
         .default_backoff()
-        .modify(|o| o.managed_fields_mut().clear())
+        .modify(move |o| {
+            o.managed_fields_mut().clear();
+            if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
+                o.types = Some(types.clone());
+            }
+        })
         .boxed();
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(ev) => ev,
             Err(e) => {
-                tracing::warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "watch failed; retrying");
+                tracing::warn!(kind = %key.kind, namespace = ?key.namespace, error = %crate::client::watch_error(&e), "watch failed; retrying");
                 crate::metrics::watch_restarted(&key.kind);
                 continue;
             }
@@ -256,9 +359,7 @@ async fn run(
         writer.apply_watcher_event(&event);
         // The index follows the store before anyone hears of the change.
         let index = |f: &dyn Fn(&mut Controlled)| {
-            if let Ok(mut c) = controlled.write() {
-                f(&mut c);
-            }
+            f(&mut write(&controlled));
         };
         let changed: Vec<Arc<DynamicObject>> = match event {
             watcher::Event::Apply(o) => {
@@ -267,18 +368,18 @@ async fn run(
             }
             watcher::Event::Delete(o) => {
                 index(&|c| c.update(&o, true));
+                forget(&o);
                 vec![Arc::new(o)]
             }
             watcher::Event::InitDone => {
                 let all = writer.as_reader().state();
                 index(&|c| c.rebuild(&all));
+                lock(&written).clear();
                 all
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => continue,
         };
-        if let Ok(mut subs) = subs.lock() {
-            subs.retain(|tx| changed.iter().all(|o| tx.send(o.clone()).is_ok()));
-        }
+        lock(&subs).retain(|tx| changed.iter().all(|o| tx.send(o.clone()).is_ok()));
     }
 }
 
@@ -335,5 +436,50 @@ mod tests {
         c.rebuild(&[child("x", Some("u1"))]);
         assert_eq!(children(&c, "u1"), ["x"]);
         assert!(children(&c, "u3").is_empty());
+    }
+
+    fn informer() -> Informer {
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        );
+        Informer {
+            kind: Kind {
+                resource: ar.clone(),
+                namespaced: true,
+            },
+            namespace: None,
+            store: Writer::new(ar).as_reader(),
+            subscribers: Arc::default(),
+            controlled: Arc::default(),
+            written: Arc::default(),
+        }
+    }
+
+    /// Issue 11: a child pruned before a successful reconcile had seen it was never re-created,
+    /// because the memo of its first write ("written while absent") outlived the prune.
+    #[test]
+    fn a_remembered_write_holds_while_the_cache_is_stale_and_goes_with_the_object() {
+        let inf = informer();
+        let ns = Some("ns");
+        inf.remember_write(ns, "c", Slot::Object, "", "h1");
+        assert!(
+            inf.already_written(ns, "c", Slot::Object, "", "h1"),
+            "the cache has not shown the create yet"
+        );
+        assert!(!inf.already_written(ns, "c", Slot::Object, "", "h2"));
+        forget(&inf.written, &child("c", None));
+        assert!(
+            !inf.already_written(ns, "c", Slot::Object, "", "h1"),
+            "deleted (or pruned) before a reconcile saw it: wanted again, it is written again"
+        );
+        inf.remember_write(ns, "c", Slot::Status, "5", "h");
+        assert!(inf.already_written(ns, "c", Slot::Status, "5", "h"));
+        assert!(!inf.already_written(ns, "c", Slot::Status, "6", "h"));
+        assert!(
+            !inf.already_written(ns, "c", Slot::Status, "5", "h"),
+            "forgotten once a newer version was seen"
+        );
+        assert_eq!(inf.remembered_writes(), 0);
     }
 }

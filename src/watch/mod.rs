@@ -6,10 +6,11 @@
 //! (`v1/ConfigMap`), `Kind.group` (`Deployment.apps`), or a bare built-in kind resolved through
 //! API discovery (`ConfigMap`).
 
+pub mod builtin;
 pub mod informer;
 pub mod predicate;
 
-pub use informer::{Filter, Informer, Informers};
+pub use informer::{Filter, Informer, Informers, Slot};
 
 use crate::config::model::{Model, Scope};
 use kube::api::{Api, DynamicObject};
@@ -31,7 +32,7 @@ pub enum Error {
     Discovery {
         kind: String,
         #[source]
-        source: kube::Error,
+        source: crate::client::ApiError,
     },
 }
 
@@ -115,9 +116,9 @@ pub async fn resolve(client: &kube::Client, model: &Model, written: &str) -> Res
             namespaced: crd.scope == Scope::Namespaced,
         });
     }
-    let err = |source| Error::Discovery {
+    let err = |source: kube::Error| Error::Discovery {
         kind: written.to_string(),
-        source,
+        source: source.into(),
     };
     let found = match spelling(written) {
         Spelling::Gvk {

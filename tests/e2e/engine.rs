@@ -558,3 +558,110 @@ fn reconcile(obj, ctx) {
         .sum();
     assert_eq!(applied, 1, "the Secret was applied {applied} times");
 }
+
+/// Issue 11: khai deleted its finalizer only through `finalize`. Once the script no longer
+/// defined it (an edit, a reload), objects carrying the finalizer hung on deletion for ever.
+#[tokio::test]
+async fn a_finalizer_no_script_needs_any_more_is_removed_and_deletion_completes() {
+    let group = "unfinalize.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "unfinalize").await;
+    let op = operator(
+        group,
+        &format!("{WIDGET}\nfn finalize(obj, ctx) {{ false }}\n"),
+    );
+    let khai = Khai::start(op.path(), &ns.name, &["--watch"]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({})).await;
+    let has_finalizer = |o: &DynamicObject| {
+        o.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "khai.dev/widgets")
+    };
+    wait_for(
+        &api,
+        "w",
+        "khai's finalizer",
+        |o: Option<&DynamicObject>| o.is_some_and(has_finalizer),
+    )
+    .await;
+    // The new version of the script has no finalize: nothing needs the finalizer now.
+    let seen = khai.log_len();
+    std::fs::write(op.path().join("widget.rhai"), WIDGET).unwrap();
+    khai.wait_for_log(seen, "the reload", |l| l.contains("config reloaded"))
+        .await;
+    wait_for(
+        &api,
+        "w",
+        "khai to remove its finalizer",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| !has_finalizer(o)),
+    )
+    .await;
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    crate::support::wait_until_gone(&api, "w", "the Widget to be deleted").await;
+}
+
+/// Issue 11: a child pruned before a reconcile had succeeded after creating it was never created
+/// again (the log said `applied=0 unchanged=1` while the child did not exist), and the failure
+/// that started it reached the object as a Rust debug dump of the API server's answer.
+#[tokio::test]
+async fn a_child_pruned_before_a_successful_reconcile_is_created_again_when_wanted() {
+    let group = "reprune.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "reprune").await;
+    // With `release`, a second child whose name the API server refuses follows the first, so
+    // the reconcile fails right after creating `<name>-0`.
+    let script = r#"
+fn reconcile(obj, ctx) {
+    let children = [];
+    for i in 0..obj.spec.count {
+        children.push(#{ apiVersion: "v1", kind: "ConfigMap",
+                         metadata: #{ name: `${obj.metadata.name}-${i}` }, data: #{ index: `${i}` } });
+    }
+    if obj.spec.release {
+        children.push(#{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: "Not_A_Name" } });
+    }
+    #{ children: children, status: #{ phase: "Ready" } }
+}
+"#;
+    let op = operator(group, script);
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    let cms = configmaps(&client, &ns.name);
+    create_widget(&api, group, "w", json!({ "count": 1, "release": true })).await;
+    crate::support::wait_exists(&cms, "w-0", "the first child").await;
+    let failed = wait_for(
+        &api,
+        "w",
+        "the Failed condition",
+        |o: Option<&DynamicObject>| {
+            o.and_then(|o| o.data["status"]["conditions"].as_array().cloned())
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Failed"))
+        },
+    )
+    .await;
+    let message = failed.data["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.contains("failed to apply child ConfigMap Not_A_Name")
+            && message.contains("(Invalid, 422)"),
+        "the API server's words: {message}"
+    );
+    for dump in ["Status {", "ErrorResponse", "Some(", "ApiError"] {
+        assert!(!message.contains(dump), "debug dump in {message:?}");
+    }
+    // No child wanted: w-0 is pruned. Wanted again, exactly as before: it is created again.
+    let spec = |count: i64| Patch::Merge(json!({ "spec": { "count": count, "release": false } }));
+    api.patch("w", &PatchParams::default(), &spec(0))
+        .await
+        .unwrap();
+    crate::support::wait_until_gone(&cms, "w-0", "the pruned child").await;
+    api.patch("w", &PatchParams::default(), &spec(1))
+        .await
+        .unwrap();
+    crate::support::wait_exists(&cms, "w-0", "the child, wanted again").await;
+}

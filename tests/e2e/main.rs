@@ -12,6 +12,7 @@ mod support;
 
 mod chart;
 mod cli;
+mod cluster_scoped;
 mod crds;
 mod engine;
 mod examples;
@@ -21,5 +22,6 @@ mod manifests;
 mod operations;
 mod rbac;
 mod reload;
+mod restart;
 mod webhooks;
 mod workflow;

@@ -158,6 +158,13 @@ pub async fn wait_until_gone(api: &Api<DynamicObject>, name: &str, what: &str) {
     }
 }
 
+/// The `khai` binary the tests run: this build's, or `KHAI_TEST_BIN` (to show that a new test
+/// fails on an older build, as a regression test must).
+pub fn khai_bin() -> PathBuf {
+    std::env::var_os("KHAI_TEST_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_khai")), PathBuf::from)
+}
+
 /// The `khai` binary running as a real daemon, with its stderr collected.
 pub struct Khai {
     child: Child,
@@ -199,7 +206,7 @@ impl Khai {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_khai"))
+        let mut child = Command::new(khai_bin())
             .arg("run")
             .arg("--config")
             .arg(config)
@@ -288,6 +295,13 @@ impl Khai {
     pub fn kill(&mut self) {
         self.child.kill().expect("kill khai");
         self.child.wait().expect("wait for khai");
+    }
+
+    /// The last `n` log lines khai wrote, for failure messages.
+    pub fn tail(&self, n: usize) -> String {
+        let lines = self.log.0.lock().unwrap();
+        let from = lines.len().saturating_sub(n);
+        lines[from..].join("\n")
     }
 
     /// How many log lines khai has written so far.

@@ -1,0 +1,111 @@
+//! The Kubernetes client khai runs with, and API errors in the API server's own words.
+//!
+//! kube's error type prints a failed request as `ApiError: <message> (Status { ... })`, a Rust
+//! debug dump that ends up in Events, conditions and logs. [`ApiError`] keeps what the server
+//! said (message, reason, code) and prints only that; every module that reports a failed request
+//! to a person goes through it.
+
+/// The user agent of every request khai sends, so audit logs and the API server's metrics say
+/// which requests came from khai.
+pub const USER_AGENT: &str = concat!("khai/", env!("CARGO_PKG_VERSION"));
+
+/// A client for the cluster `KUBECONFIG` (or the Pod's service account) points at, sending
+/// [`USER_AGENT`].
+pub async fn connect() -> anyhow::Result<kube::Client> {
+    use anyhow::Context;
+    let mut config = kube::Config::infer()
+        .await
+        .context("failed to load the cluster credentials (set KUBECONFIG or run in a pod)")?;
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
+    kube::Client::try_from(config).context("failed to build the Kubernetes client")
+}
+
+/// A failed request, as a person should read it.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The API server answered with an error status.
+    #[error("{message} ({reason}, {code})")]
+    Status {
+        code: u16,
+        /// `NotFound`, `Conflict`, `Forbidden`, `Invalid`...
+        reason: String,
+        message: String,
+    },
+    /// The request did not get an answer from the API server (connection, TLS, decoding).
+    #[error("{0}")]
+    Request(#[source] kube::Error),
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) => ApiError::Status {
+                code: s.code,
+                reason: if s.reason.is_empty() {
+                    "Unknown".into()
+                } else {
+                    s.reason.clone()
+                },
+                message: if s.message.is_empty() {
+                    format!("the API server answered {}", s.code)
+                } else {
+                    s.message.clone()
+                },
+            },
+            other => ApiError::Request(other),
+        }
+    }
+}
+
+impl ApiError {
+    /// The HTTP status code the API server answered with, if it answered.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ApiError::Status { code, .. } => Some(*code),
+            ApiError::Request(_) => None,
+        }
+    }
+}
+
+/// A watch failure in the API server's words (kube-runtime's message embeds a debug dump).
+pub fn watch_error(e: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error as W;
+    let api = |e: &kube::Error| match e {
+        kube::Error::Api(s) => ApiError::from(kube::Error::Api(s.clone())).to_string(),
+        other => other.to_string(),
+    };
+    match e {
+        W::InitialListFailed(e) => format!("failed to list: {}", api(e)),
+        W::WatchStartFailed(e) => format!("failed to start watching: {}", api(e)),
+        W::WatchFailed(e) => format!("watch failed: {}", api(e)),
+        W::WatchError(s) => format!(
+            "the API server ended the watch: {}",
+            api(&kube::Error::Api(s.clone()))
+        ),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_error_reads_as_the_server_worded_it() {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden",
+            "message": "configmaps \"x\" is forbidden: User \"bob\" cannot patch resource \"configmaps\"",
+            "metadata": {},
+        }))
+        .unwrap();
+        let e = ApiError::from(kube::Error::Api(Box::new(status)));
+        assert_eq!(
+            e.to_string(),
+            "configmaps \"x\" is forbidden: User \"bob\" cannot patch resource \"configmaps\" (Forbidden, 403)"
+        );
+        assert_eq!(e.code(), Some(403));
+    }
+}

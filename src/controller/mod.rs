@@ -1,0 +1,13 @@
+//! One controller of the config at run time: prepared from its `[[controller]]` entry
+//! ([`prepare`]), driven by kube-runtime's `Controller` and its triggers ([`drive`]), reconciling
+//! one object at a time ([`reconcile`]) and reporting what fails ([`report`]). [`context`] is
+//! what its reconciles share.
+
+mod context;
+mod drive;
+mod prepare;
+mod reconcile;
+mod report;
+
+pub(crate) use drive::start;
+pub(crate) use prepare::{Error, Fingerprint, Prepared, prepare};

@@ -1,0 +1,324 @@
+//! Turns the controllers of a config into [`Prepared`] controllers: kinds resolved against the
+//! cluster, informers started, a [`Ctx`] each, and a fingerprint that says across versions of
+//! the config whether a controller changed.
+
+use super::context::{Caches, Ctx, Services, Spec};
+use crate::apply::Applier;
+use crate::config::model::{Controller, Model, Watch};
+use crate::operator::Operator;
+use crate::queue;
+use crate::script::Script;
+use crate::watch::{self, Filter, Informer, Informers, Kind};
+use kube::runtime::events::{Recorder, Reporter};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Name of the optional cleanup function in a controller's script.
+pub(crate) const FINALIZE: &str = "finalize";
+
+/// A controller's identity across versions: a hash of everything that shapes its behaviour
+/// (its config entry, its script's text, `[operator]`, `[params]`, the CRDs, its namespace).
+pub(crate) type Fingerprint = u64;
+
+/// One controller in one namespace with its informers started, waiting to be run.
+pub(crate) struct Prepared {
+    pub ctx: Arc<Ctx>,
+    pub primary: Arc<Informer>,
+    pub related: Vec<(Arc<Informer>, Watch)>,
+    pub reconcile_on_status: bool,
+    pub concurrency: u16,
+    pub resync: Option<Duration>,
+    /// Equal across versions of the config exactly when this controller is unchanged.
+    pub fingerprint: Fingerprint,
+}
+
+/// Why a controller could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("controller {controller}: {source}")]
+    Resolve {
+        controller: String,
+        #[source]
+        source: watch::Error,
+    },
+}
+
+/// Resolves every controller's kinds and starts the informers it needs. A controller of a
+/// namespaced kind runs once per watched namespace (or once for all); one of a cluster-scoped
+/// kind runs once, with its owned and watched kinds cached in every watched namespace.
+/// `namespaces` overrides `[operator] namespaces` when not empty.
+pub(crate) async fn prepare(
+    op: &Operator,
+    client: &kube::Client,
+    namespaces: &[String],
+    informers: &Informers,
+) -> Result<Vec<Prepared>, Error> {
+    let model = &op.config.model;
+    let watched: Vec<String> = if namespaces.is_empty() {
+        model.operator.namespaces.clone()
+    } else {
+        namespaces.to_vec()
+    };
+    let all_or_each: Vec<Option<String>> = if watched.is_empty() {
+        vec![None]
+    } else {
+        watched.iter().cloned().map(Some).collect()
+    };
+    let shared = Shared {
+        applier: Arc::new(Applier::new(client.clone(), model.clone())),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: format!("khai-{}", model.operator.name),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+        client: client.clone(),
+        watched: watched.clone(),
+    };
+    let mut prepared = Vec::new();
+    for (ctl, script) in model.controllers.iter().zip(&op.scripts) {
+        let kinds = Kinds::resolve(client, model, ctl).await?;
+        let env = Env {
+            model,
+            ctl,
+            script,
+            kinds: &kinds,
+            informers,
+            shared: &shared,
+        };
+        if kinds.primary.namespaced {
+            for ns in &all_or_each {
+                prepared.push(env.one(Place::Namespace(ns.as_deref())));
+            }
+        } else {
+            prepared.push(env.one(Place::Cluster(&all_or_each)));
+        }
+    }
+    for inf in informers.all() {
+        crate::metrics::watch_started(&inf.kind.resource.kind);
+    }
+    Ok(prepared)
+}
+
+/// Where one prepared controller's objects live.
+#[derive(Debug, Clone, Copy)]
+enum Place<'a> {
+    /// A namespaced kind in one namespace, or in all (`None`).
+    Namespace(Option<&'a str>),
+    /// A cluster-scoped kind whose children and related objects live in these namespaces
+    /// (`[None]`: all of them).
+    Cluster(&'a [Option<String>]),
+}
+
+impl Place<'_> {
+    /// The namespaces its owned and watched kinds are cached in.
+    fn spread(&self) -> Vec<Option<&str>> {
+        match self {
+            Place::Namespace(ns) => vec![*ns],
+            Place::Cluster(all) => all.iter().map(Option::as_deref).collect(),
+        }
+    }
+}
+
+/// The services every controller of one config version shares.
+struct Shared {
+    applier: Arc<Applier>,
+    recorder: Recorder,
+    client: kube::Client,
+    /// The namespaces khai watches; empty means all.
+    watched: Vec<String>,
+}
+
+/// The kinds one controller names, resolved.
+struct Kinds {
+    primary: Kind,
+    owned: Vec<Kind>,
+    watched: Vec<(Kind, Watch)>,
+}
+
+impl Kinds {
+    async fn resolve(
+        client: &kube::Client,
+        model: &Model,
+        ctl: &Controller,
+    ) -> Result<Self, Error> {
+        let resolve = |k: &str| {
+            let k = k.to_string();
+            async move {
+                watch::resolve(client, model, &k)
+                    .await
+                    .map_err(|source| Error::Resolve {
+                        controller: ctl.display_name(),
+                        source,
+                    })
+            }
+        };
+        let primary = resolve(&ctl.for_kind).await?;
+        let mut owned = Vec::new();
+        for o in &ctl.owns {
+            owned.push(resolve(o).await?);
+        }
+        let mut watched = Vec::new();
+        for w in &ctl.watches {
+            watched.push((resolve(&w.kind).await?, w.clone()));
+        }
+        Ok(Self {
+            primary,
+            owned,
+            watched,
+        })
+    }
+}
+
+/// What preparing one controller needs.
+struct Env<'a> {
+    model: &'a Model,
+    ctl: &'a Controller,
+    script: &'a Script,
+    kinds: &'a Kinds,
+    informers: &'a Informers,
+    shared: &'a Shared,
+}
+
+impl Env<'_> {
+    /// Prepares the controller for the objects at `place`.
+    fn one(&self, place: Place<'_>) -> Prepared {
+        let Env {
+            model,
+            ctl,
+            script,
+            kinds,
+            informers,
+            shared,
+        } = self;
+        let name = ctl.display_name();
+        let kind = &kinds.primary;
+        let manage_status = model.crds.iter().any(|c| {
+            c.status.is_some() && c.kind == kind.resource.kind && c.group == kind.resource.group
+        });
+        let finalize = script
+            .has_function(FINALIZE, crate::operator::RECONCILE_ARITY)
+            .then(|| FINALIZE.to_string());
+        let filter = Filter {
+            labels: ctl.selector.clone(),
+            fields: ctl.field_selector.clone(),
+        };
+        let primary_ns = match place {
+            Place::Namespace(ns) => ns,
+            Place::Cluster(_) => None,
+        };
+        let spread = place.spread();
+        let primary = informers.filtered(kind, primary_ns, &filter);
+        let owned: Vec<_> = kinds
+            .owned
+            .iter()
+            .flat_map(|o| spread.iter().map(|ns| informers.informer(o, *ns)))
+            .collect();
+        let related: Vec<_> = kinds
+            .watched
+            .iter()
+            .flat_map(|(k, w)| {
+                spread
+                    .iter()
+                    .map(|ns| (informers.informer(k, *ns), w.clone()))
+            })
+            .collect();
+        let visible = std::iter::once(primary.clone())
+            .chain(owned.iter().cloned())
+            .chain(related.iter().map(|(i, _)| i.clone()))
+            .collect();
+        let ctx = Arc::new(Ctx {
+            spec: Spec {
+                controller: name.clone(),
+                operator: model.operator.name.clone(),
+                function: ctl.reconcile.clone(),
+                finalize,
+                finalizer_name: format!("khai.dev/{}", model.operator.name),
+                when: ctl.when.clone(),
+                annotations: ctl.annotations.clone(),
+                script: (*script).clone(),
+                kind: kind.clone(),
+                manage_status,
+                params: Value::Object(model.params.clone()),
+            },
+            caches: Caches {
+                primary: primary.clone(),
+                owned,
+                visible,
+                namespaces: shared.watched.clone(),
+            },
+            services: Services {
+                applier: shared.applier.clone(),
+                client: shared.client.clone(),
+                recorder: shared.recorder.clone(),
+            },
+            backoff: queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
+            pending: queue::Pending::new(&name),
+        });
+        Prepared {
+            ctx,
+            primary,
+            related,
+            reconcile_on_status: ctl.reconcile_on_status,
+            concurrency: ctl.concurrency,
+            resync: ctl.resync.map(crate::config::duration::Duration::get),
+            fingerprint: fingerprint(model, ctl, script, primary_ns),
+        }
+    }
+}
+
+/// What identifies one controller in one namespace across versions of the config. `[operator]`
+/// and the CRDs are included because they change what every controller writes; the script is
+/// hashed by the text it was compiled from (scripts cannot import other files), never by the
+/// file as it is now, which may already hold the next version.
+fn fingerprint(
+    model: &Model,
+    ctl: &Controller,
+    script: &Script,
+    namespace: Option<&str>,
+) -> Fingerprint {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let shape = (ctl, &model.operator, &model.crds, &model.params);
+    serde_json::to_string(&shape)
+        .unwrap_or_default()
+        .hash(&mut h);
+    script.source_hash().hash(&mut h);
+    namespace.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 11: a script saved between loading the config and fingerprinting its controller ran
+    /// stale, and the next reload (with the new text) looked unchanged.
+    #[test]
+    fn a_controller_is_fingerprinted_by_the_script_it_runs_not_the_file_now() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.rhai");
+        std::fs::write(&file, "fn reconcile(obj, ctx) { 2 }").unwrap();
+        let limits = crate::script::Limits::default();
+        let engine = Arc::new(crate::script::engine(&limits));
+        let compile = |src: &str| Script::compile(engine.clone(), &limits, &file, src).unwrap();
+        let (v1, v2) = (
+            compile("fn reconcile(obj, ctx) { 1 }"),
+            compile("fn reconcile(obj, ctx) { 2 }"),
+        );
+        let model: Model =
+            toml::from_str("[[controller]]\nfor = \"X\"\nscript = \"s.rhai\"").unwrap();
+        let ctl = &model.controllers[0];
+        assert_ne!(
+            fingerprint(&model, ctl, &v1, None),
+            fingerprint(&model, ctl, &v2, None),
+            "the file holds v2's text, yet v1 was compiled from other text"
+        );
+        assert_eq!(
+            fingerprint(&model, ctl, &v2, None),
+            fingerprint(&model, ctl, &v2, None)
+        );
+    }
+}

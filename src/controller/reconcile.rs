@@ -1,0 +1,256 @@
+//! Reconciling one object: the controller's filters, then either the script's `reconcile` and
+//! its plan carried out, or (for an object on its way out) `finalize` until it lets go.
+
+use super::context::Ctx;
+use super::prepare::FINALIZE;
+use super::report::{ReconcileError, object_span, publish, report_failure, result_label};
+use crate::reconcile::conditions::{self, Health};
+use crate::reconcile::lookup::CacheLookup;
+use crate::script::{ScriptCtx, object_view};
+use crate::watch;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use serde_json::Value;
+use std::sync::Arc;
+use tracing::Instrument;
+
+fn script_ctx(ctx: &Ctx, obj: &DynamicObject) -> ScriptCtx {
+    ScriptCtx {
+        operator: ctx.spec.operator.clone(),
+        controller: ctx.spec.controller.clone(),
+        namespace: obj.namespace(),
+        params: ctx.spec.params.clone(),
+        lookup: Arc::new(CacheLookup {
+            uid: obj.uid().unwrap_or_default(),
+            namespace: obj.namespace(),
+            informers: ctx.caches.visible.clone(),
+        }),
+    }
+}
+
+/// The reconcile function kube-runtime calls, one object at a time.
+pub(crate) async fn reconcile_one(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<Ctx>,
+) -> Result<Action, ReconcileError> {
+    let span = object_span(&obj, &ctx);
+    let controller = ctx.spec.controller.clone();
+    ctx.pending
+        .started(obj.metadata.namespace.as_deref(), &obj.name_any());
+    let _worker = crate::metrics::reconcile_started(&controller);
+    let _only = Exclusive::enter(&controller, &obj);
+    let started = std::time::Instant::now();
+    let result = async move {
+        // An object that carries khai's finalizer is always seen through to its end.
+        let ours = obj
+            .finalizers()
+            .iter()
+            .any(|f| *f == ctx.spec.finalizer_name);
+        if !ours && !selected(&obj, &ctx).await {
+            tracing::debug!("not selected by the controller's filters");
+            return Ok(Action::await_change());
+        }
+        let result = match &ctx.spec.finalize {
+            Some(_) => {
+                let api = watch::api(
+                    &ctx.services.client,
+                    &ctx.spec.kind,
+                    obj.namespace().as_deref(),
+                );
+                finalizer(&api, &ctx.spec.finalizer_name, obj.clone(), |event| async {
+                    match event {
+                        FinalizerEvent::Apply(o) => apply(&o, &ctx).await,
+                        FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
+                    }
+                })
+                .await
+                .map_err(ReconcileError::from_finalizer)
+            }
+            // The script no longer defines finalize (an edit or a reload since the finalizer was
+            // added): nothing needs khai's finalizer any more, so it goes, or the object would
+            // hang on deletion for ever.
+            None if ours => match release_finalizer(&obj, &ctx).await {
+                Ok(()) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+                Ok(()) => apply(&obj, &ctx).await,
+                Err(e) => Err(e),
+            },
+            // Without finalize there is nothing to do for an object on its way out; its children
+            // go with it through their ownerReferences.
+            None if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+            None => apply(&obj, &ctx).await,
+        };
+        if let Err(e) = &result {
+            report_failure(&obj, &ctx, e).await;
+        }
+        result
+    }
+    .instrument(span)
+    .await;
+    crate::metrics::reconcile_finished(&controller, result_label(&result), started.elapsed());
+    result
+}
+
+/// Proof that one object is reconciled by one controller at a time, as kube-runtime promises
+/// and khai's own keying must not undo (issue 11: a cluster-scoped parent queued under each of
+/// its children's namespaces ran concurrently). A second reconcile of an object already in
+/// flight is counted in `khai_reconcile_overlaps_total` and logged as an error; tests assert
+/// the counter stays at 0. The set holds at most the objects reconciling right now.
+struct Exclusive {
+    key: Option<(String, String)>,
+}
+
+static IN_FLIGHT: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+> = std::sync::LazyLock::new(Default::default);
+
+impl Exclusive {
+    fn enter(controller: &str, obj: &DynamicObject) -> Self {
+        let key = (
+            controller.to_string(),
+            obj.uid().unwrap_or_else(|| obj.name_any()),
+        );
+        let mut set = crate::sync::lock(&IN_FLIGHT);
+        if set.insert(key.clone()) {
+            Self { key: Some(key) }
+        } else {
+            tracing::error!("two reconciles of this object at once; this is a bug in khai");
+            crate::metrics::reconcile_overlap(controller);
+            Self { key: None }
+        }
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            crate::sync::lock(&IN_FLIGHT).remove(&key);
+        }
+    }
+}
+
+/// Whether the controller's annotation filter and `when(obj)` predicate select `obj`. A failing
+/// predicate is logged and counts as not selected.
+async fn selected(obj: &DynamicObject, ctx: &Ctx) -> bool {
+    if !ctx
+        .spec
+        .annotations
+        .iter()
+        .all(|a| obj.annotations().contains_key(a))
+    {
+        return false;
+    }
+    let Some(when) = &ctx.spec.when else {
+        return true;
+    };
+    let view = match object_view(obj) {
+        Ok(v) => v,
+        Err(_) => return false,
+    };
+    match ctx.spec.script.call_one_async(when, view).await {
+        Ok(v) => v == Value::Bool(true),
+        Err(e) => {
+            tracing::warn!(error = %e, "when() failed; skipping object");
+            false
+        }
+    }
+}
+
+/// The normal path: run `reconcile`, then carry out its plan.
+async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
+    let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    let mut plan = crate::reconcile::plan(
+        &ctx.spec.script,
+        &ctx.spec.function,
+        object_view(obj)?,
+        script_ctx(ctx, obj),
+    )
+    .await?;
+    if ctx.spec.manage_status {
+        let mut status = plan.status.take().unwrap_or_default();
+        conditions::set(&mut status, obj, Health::Ready);
+        plan.status = Some(status);
+    }
+    let outcome = ctx
+        .services
+        .applier
+        .apply(obj, &ctx.spec.kind, &plan, ctx.caches.for_apply())
+        .await?;
+    crate::metrics::applied(
+        &ctx.spec.controller,
+        outcome.children_applied,
+        outcome.children_unchanged,
+        outcome.children_pruned,
+        outcome.status_written,
+    );
+    ctx.backoff.succeed(&key);
+    for e in &plan.events {
+        let kind = if e.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish(ctx, obj, kind, &e.reason, &e.message).await;
+    }
+    tracing::info!(
+        applied = outcome.children_applied,
+        unchanged = outcome.children_unchanged,
+        pruned = outcome.children_pruned,
+        status_written = outcome.status_written,
+        "reconciled"
+    );
+    Ok(plan
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Removes khai's finalizer from `obj`. The JSON patch tests that the finalizer is still where
+/// it was seen, so a concurrent change of the list makes it fail (and retry) rather than remove
+/// someone else's finalizer.
+async fn release_finalizer(obj: &DynamicObject, ctx: &Ctx) -> Result<(), ReconcileError> {
+    let Some(i) = obj
+        .finalizers()
+        .iter()
+        .position(|f| *f == ctx.spec.finalizer_name)
+    else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{i}");
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        { "op": "test", "path": path, "value": ctx.spec.finalizer_name },
+        { "op": "remove", "path": path },
+    ]))?;
+    let api = watch::api(
+        &ctx.services.client,
+        &ctx.spec.kind,
+        obj.namespace().as_deref(),
+    );
+    api.patch(
+        &obj.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::<()>::Json(patch),
+    )
+    .await
+    .map_err(|e| ReconcileError::RemoveFinalizer(e.into()))?;
+    tracing::info!(finalizer = %ctx.spec.finalizer_name, "removed khai's finalizer: the script no longer defines finalize");
+    Ok(())
+}
+
+/// The deletion path: run `finalize` until it returns true; the finalizer is then removed.
+async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
+    let function = ctx.spec.finalize.clone().unwrap_or_else(|| FINALIZE.into());
+    let done = ctx
+        .spec
+        .script
+        .call_async(&function, object_view(obj)?, script_ctx(ctx, obj))
+        .await
+        .map_err(|e| ReconcileError::Plan(e.into()))?;
+    if done == Value::Bool(true) {
+        tracing::info!("finalized");
+        Ok(Action::await_change())
+    } else {
+        Err(ReconcileError::NotFinalized { function })
+    }
+}

@@ -1,0 +1,155 @@
+//! What a failed reconcile tells people and what it does next: a Warning Event and a `Ready=False`
+//! condition on the object, and a retry delay (the script's own, or per-object backoff).
+
+use super::context::Ctx;
+use crate::reconcile::conditions::{self, Health};
+use crate::script::ScriptError;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Why one reconcile failed; logged and retried with per-object backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Plan(#[from] crate::reconcile::Error),
+    #[error(transparent)]
+    Apply(#[from] crate::apply::Error),
+    #[error("failed to serialize object: {0}")]
+    Serialize(#[from] serde_json::Error),
+    #[error("{function} has not finished yet (it must return true to let the object go)")]
+    NotFinalized { function: String },
+    #[error("failed to add khai's finalizer: {0}")]
+    AddFinalizer(#[source] crate::client::ApiError),
+    #[error("failed to remove khai's finalizer: {0}")]
+    RemoveFinalizer(#[source] crate::client::ApiError),
+    /// The finalizer helper refused the object (no name; an invalid finalizer name).
+    #[error("{0}")]
+    Finalizer(String),
+}
+
+impl ReconcileError {
+    /// The script's own error, when the script is what failed.
+    fn script_error(&self) -> Option<&ScriptError> {
+        match self {
+            ReconcileError::Plan(crate::reconcile::Error::Script(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Unwraps the finalizer helper's wrapping so reports show the script's own error.
+    pub(crate) fn from_finalizer(e: kube::runtime::finalizer::Error<ReconcileError>) -> Self {
+        use kube::runtime::finalizer::Error as F;
+        match e {
+            F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner,
+            F::AddFinalizer(e) => ReconcileError::AddFinalizer(e.into()),
+            F::RemoveFinalizer(e) => ReconcileError::RemoveFinalizer(e.into()),
+            other => ReconcileError::Finalizer(other.to_string()),
+        }
+    }
+}
+
+/// The span every log line about one object's reconcile sits in, so text and JSON logs carry
+/// controller, kind, namespace, name and uid.
+pub(crate) fn object_span(obj: &DynamicObject, ctx: &Ctx) -> tracing::Span {
+    tracing::info_span!(
+        "reconcile",
+        controller = %ctx.spec.controller,
+        kind = %ctx.spec.kind.resource.kind,
+        namespace = obj.namespace().unwrap_or_default(),
+        name = %obj.name_any(),
+        uid = obj.uid().unwrap_or_default(),
+    )
+}
+
+/// controller-runtime's `result` label for a finished reconcile.
+pub(crate) fn result_label(result: &Result<Action, ReconcileError>) -> &'static str {
+    match result {
+        Err(_) => "error",
+        Ok(a) if *a == Action::await_change() => "success",
+        Ok(_) => "requeue_after",
+    }
+}
+
+/// Tells the object's owner what went wrong: a Warning Event and, where khai owns the status, a
+/// `Ready=False` condition. Failures to report are logged, never fatal.
+pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &ReconcileError) {
+    let message: String = err.to_string().chars().take(1024).collect();
+    let reason = match err.script_error() {
+        Some(ScriptError::Retry { .. }) => "RetryRequested",
+        Some(ScriptError::Fail { .. }) => "Failed",
+        _ => "ReconcileFailed",
+    };
+    publish(ctx, obj, EventType::Warning, reason, &message).await;
+    if ctx.spec.manage_status && obj.metadata.deletion_timestamp.is_none() {
+        let mut status = obj.data["status"].as_object().cloned().unwrap_or_default();
+        conditions::set(
+            &mut status,
+            obj,
+            Health::Failing {
+                reason,
+                message: &message,
+            },
+        );
+        match ctx
+            .services
+            .applier
+            .status(obj, &ctx.spec.kind, &status, &ctx.caches.primary)
+            .await
+        {
+            Ok(true) => crate::metrics::status_written(&ctx.spec.controller),
+            Ok(false) => {}
+            Err(e) => tracing::debug!(error = %e, "failed to write failure condition"),
+        }
+    }
+}
+
+/// Records an Event on `obj`; a failure to record is logged, never fatal.
+pub(crate) async fn publish(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    type_: EventType,
+    reason: &str,
+    message: &str,
+) {
+    let event = KubeEvent {
+        type_,
+        reason: reason.into(),
+        note: Some(message.chars().take(1024).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx
+        .services
+        .recorder
+        .publish(&event, &obj.object_ref(&ctx.spec.kind.resource))
+        .await
+    {
+        let e = crate::client::ApiError::from(e);
+        tracing::debug!(error = %e, "failed to publish event");
+    }
+}
+
+/// After a failure: `retry(msg, delay)` is honoured as asked, `fail(msg)` waits for the object
+/// to change, anything else backs off exponentially per object.
+pub(crate) fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
+    let _span = object_span(&obj, &ctx).entered();
+    let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    let asked = match err.script_error() {
+        Some(ScriptError::Fail { .. }) => {
+            tracing::warn!(error = %err, "reconcile failed permanently; waiting for a change");
+            return Action::await_change();
+        }
+        Some(ScriptError::Retry { delay, .. }) => {
+            crate::reconcile::parse_duration(&json!(delay)).ok()
+        }
+        _ => None,
+    };
+    let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));
+    crate::metrics::queue_retry(&ctx.spec.controller);
+    tracing::warn!(error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

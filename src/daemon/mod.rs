@@ -1,0 +1,191 @@
+//! `khai run` as a whole: installs the CRDs, starts the informers, prepares and runs the
+//! controllers ([`crate::controller`]) under leader election when asked, swaps in each new
+//! version of the config, and drains in-flight reconciles on shutdown.
+
+mod lifecycle;
+mod running;
+
+use crate::controller::{self, Prepared};
+use crate::leader::Elector;
+use crate::operator::Operator;
+use crate::reload::Updates;
+use crate::watch::Informers;
+use lifecycle::{config_hash, drain, lead, report_synced};
+use running::Running;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How long `khai run` waits for its CRDs to become Established.
+const CRD_ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long in-flight reconciles may run on after a shutdown signal, unless told otherwise.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+
+/// Settings of one run that do not come from the config file.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Overrides `[operator] namespaces` when non-empty.
+    pub namespaces: Vec<String>,
+    /// Leader election; `None` reconciles at once, as the only replica.
+    pub leader: Option<crate::leader::Settings>,
+    /// How long in-flight reconciles may take to finish after a shutdown signal.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            namespaces: Vec::new(),
+            leader: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+/// Why a run ended in failure.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The config's CRDs could not be installed.
+    #[error(transparent)]
+    Schema(#[from] crate::schema::Error),
+    /// A controller's kinds could not be resolved.
+    #[error(transparent)]
+    Prepare(#[from] controller::Error),
+    /// Another replica took the lease over while this one led.
+    #[error("lost the leader lease {lease}: {reason}")]
+    LostLease { lease: String, reason: String },
+}
+
+/// Runs the operator until `shutdown` is cancelled; in-flight reconciles finish first (within
+/// the grace period). With leader election, informers start at once (so standby replicas are
+/// ready and take over with warm caches) but controllers run only while this replica leads.
+///
+/// With `updates`, each new version of the config is swapped in as a whole: it is prepared
+/// (kinds resolved, CRDs installed, informers started or reused) while the running version keeps
+/// reconciling, then the running controllers stop taking work, finish their in-flight
+/// reconciles on the old version, and the new controllers start and reconcile every object. A
+/// version that cannot be prepared is reported and the running one is kept.
+pub async fn run(
+    op: Operator,
+    client: kube::Client,
+    opts: RunOptions,
+    updates: Option<Updates>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    crate::metrics::config_loaded(config_hash(&op));
+    tokio::select! {
+        res = install_crds(&op, &client) => res?,
+        // A signal during start-up ends the run at once; nothing has been reconciled yet.
+        () = shutdown.cancelled() => return Ok(()),
+    }
+    let informers = Informers::new(client.clone());
+    let prepared = controller::prepare(&op, &client, &opts.namespaces, &informers).await?;
+    let synced = tokio::spawn(report_synced(informers.all()));
+    let env = Env {
+        client: &client,
+        opts: &opts,
+        informers: &informers,
+    };
+    let controllers = supervise(prepared, updates, &env, &shutdown);
+    let result = match &opts.leader {
+        None => {
+            drain(controllers, &shutdown, opts.shutdown_grace).await;
+            Ok(())
+        }
+        Some(settings) => {
+            let elector = Elector::new(client.clone(), settings.clone());
+            lead(elector, controllers, &shutdown, opts.shutdown_grace).await
+        }
+    };
+    synced.abort();
+    informers.shutdown();
+    tracing::info!("all controllers stopped");
+    result
+}
+
+/// Installs the config's CRDs and waits for them to be Established, when it asks for that.
+async fn install_crds(op: &Operator, client: &kube::Client) -> Result<(), Error> {
+    let model = &op.config.model;
+    if model.operator.install_crds && !model.crds.is_empty() {
+        crate::schema::install(
+            client,
+            &model.crds,
+            model.operator.field_manager(),
+            CRD_ESTABLISH_TIMEOUT,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// What preparing a new version of the config needs; lives as long as the run.
+struct Env<'a> {
+    client: &'a kube::Client,
+    opts: &'a RunOptions,
+    informers: &'a Informers,
+}
+
+/// Runs `prepared` until `shutdown`, replacing it with each new version from `updates`: the
+/// controllers that changed are restarted (reconciling all their objects with the new version),
+/// the others keep running.
+async fn supervise(
+    prepared: Vec<Prepared>,
+    mut updates: Option<Updates>,
+    env: &Env<'_>,
+    shutdown: &CancellationToken,
+) {
+    let start: running::Start<Prepared> = Box::new(|p, stop| Box::pin(controller::start(p, stop)));
+    let mut running = Running::new(prepared, shutdown, start);
+    loop {
+        let (op, next) = tokio::select! {
+            () = running.run() => return,
+            next = next_version(&mut updates, env) => next,
+        };
+        let started = std::time::Instant::now();
+        let swap = running.replace(next).await;
+        if shutdown.is_cancelled() {
+            running.run().await;
+            return;
+        }
+        crate::metrics::config_loaded(config_hash(&op));
+        crate::metrics::config_reloaded(true);
+        tracing::info!(
+            config = %op.config.file.display(),
+            restarted = swap.restarted,
+            kept = swap.kept,
+            stopped = swap.stopped,
+            swapped_ms = started.elapsed().as_millis(),
+            "config reloaded; changed controllers reconcile every object with the new version"
+        );
+    }
+}
+
+/// Waits for the next version from `updates` that can be prepared; reports those that cannot.
+/// Pends forever without updates.
+async fn next_version(
+    updates: &mut Option<Updates>,
+    env: &Env<'_>,
+) -> (Arc<Operator>, Vec<Prepared>) {
+    let Some(u) = updates else {
+        return futures::future::pending().await;
+    };
+    loop {
+        if u.versions.changed().await.is_err() {
+            return futures::future::pending().await;
+        }
+        let Some(op) = u.versions.borrow_and_update().clone() else {
+            continue;
+        };
+        let ready = async {
+            install_crds(&op, env.client).await?;
+            Ok::<_, Error>(
+                controller::prepare(&op, env.client, &env.opts.namespaces, env.informers).await?,
+            )
+        };
+        match ready.await {
+            Ok(prepared) => return (op, prepared),
+            Err(e) => u.failures.report(&e.to_string()).await,
+        }
+    }
+}
