@@ -21,7 +21,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::{Resource, ResourceExt};
-use lifecycle::{config_hash, drain, lead, report_synced};
+use lifecycle::{config_loaded, drain, lead, report_synced};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,7 +166,7 @@ pub async fn run(
     updates: Option<Updates>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    crate::metrics::config_loaded(config_hash(&op));
+    config_loaded(&op);
     tokio::select! {
         res = install_crds(&op, &client) => res?,
         // A signal during start-up ends the run at once; nothing has been reconciled yet.
@@ -240,7 +240,7 @@ async fn supervise(
             running.run().await;
             return;
         }
-        crate::metrics::config_loaded(config_hash(&op));
+        config_loaded(&op);
         crate::metrics::config_reloaded(true);
         tracing::info!(
             config = %op.config.file.display(),
@@ -408,9 +408,7 @@ fn fingerprint(
     serde_json::to_string(&shape)
         .unwrap_or_default()
         .hash(&mut h);
-    std::fs::read(script.file())
-        .unwrap_or_default()
-        .hash(&mut h);
+    script.digest().hash(&mut h);
     namespace.hash(&mut h);
     h.finish()
 }

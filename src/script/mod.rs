@@ -187,6 +187,8 @@ pub fn engine(limits: &Limits) -> Engine {
 #[derive(Clone)]
 pub struct Script {
     file: PathBuf,
+    /// A hash of the text the script was compiled from.
+    digest: u64,
     ast: Arc<AST>,
     engine: Arc<Engine>,
     timeout: Duration,
@@ -227,8 +229,15 @@ impl Script {
             message: e.0.to_string(),
         })?;
         ast.set_source(file.display().to_string());
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            src.hash(&mut h);
+            h.finish()
+        };
         Ok(Self {
             file: file.to_path_buf(),
+            digest,
             ast: Arc::new(ast),
             engine,
             timeout: limits.timeout,
@@ -237,6 +246,13 @@ impl Script {
 
     pub fn file(&self) -> &Path {
         &self.file
+    }
+
+    /// A hash of the text this script was compiled from: equal across two compiles exactly when
+    /// the text is, with no need to read the file again (it may have changed since, or live in
+    /// a ConfigMap).
+    pub fn digest(&self) -> u64 {
+        self.digest
     }
 
     /// Whether the script defines `name` with exactly `arity` parameters.
