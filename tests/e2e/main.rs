@@ -16,6 +16,7 @@ mod crds;
 mod engine;
 mod examples;
 mod hello;
+mod helm;
 mod idle;
 mod manifests;
 mod operations;

@@ -7,6 +7,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod audit;
+pub mod helm;
 pub mod metrics;
 
 use kube::api::{Api, DynamicObject, PostParams};
@@ -199,7 +200,7 @@ impl Khai {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_khai"))
+        let child = Command::new(env!("CARGO_BIN_EXE_khai"))
             .arg("run")
             .arg("--config")
             .arg(config)
@@ -220,6 +221,27 @@ impl Khai {
             .stderr(Stdio::piped())
             .spawn()
             .expect("failed to start khai");
+        Self::attach(child)
+    }
+
+    /// Starts `program` (`khai`, or a container runtime running it) with exactly `args` and
+    /// `env` on top of this process's environment (less RUST_LOG and KUBECONFIG); nothing is
+    /// added, so the run is what a Deployment or an image says.
+    pub fn start_exact(program: &Path, args: &[String], env: &[(String, String)]) -> Self {
+        let child = Command::new(program)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("KUBECONFIG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("failed to start {}: {e}", program.display()));
+        Self::attach(child)
+    }
+
+    fn attach(mut child: Child) -> Self {
         let log = std::sync::Arc::new((Mutex::new(Vec::new()), std::sync::Condvar::new()));
         let stderr = child.stderr.take().expect("stderr");
         let sink = log.clone();
