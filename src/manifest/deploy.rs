@@ -130,7 +130,11 @@ pub fn manifests(
 
 fn deployment(model: &Model, settings: &Settings, svc: &ServiceRef, labels: &Value) -> Value {
     let name = rbac::name(model);
-    let source = format!("configmap:{}/{}", settings.namespace, config_map_name(model));
+    let source = format!(
+        "configmap:{}/{}",
+        settings.namespace,
+        config_map_name(model)
+    );
     let mut args = vec![
         "run",
         "--config",
@@ -352,8 +356,9 @@ validate = "validate"
                 d["spec"]["template"]["spec"]["containers"][0]["args"][5],
                 "--leader-elect"
             );
-            assert!(docs.iter().any(|d| d["kind"] == "Role"
-                && d["metadata"]["name"] == "khai-shop-leader-election"));
+            assert!(docs.iter().any(
+                |d| d["kind"] == "Role" && d["metadata"]["name"] == "khai-shop-leader-election"
+            ));
         }
     }
 }

@@ -274,7 +274,8 @@ pub fn plan(input: &Input<'_>) -> Plan {
     if let Some(name) = &input.config_map {
         p.config
             .add_named("", "configmaps", &[name.clone()], &["get", "list", "watch"]);
-        p.config.add("events.k8s.io", "events", &["create", "patch"]);
+        p.config
+            .add("events.k8s.io", "events", &["create", "patch"]);
     }
     let crds = "apiextensions.k8s.io";
     let crd_names: Vec<String> = model.crds.iter().map(|c| c.crd_name()).collect();

@@ -119,10 +119,22 @@ script = "scripts/order.rhai"
             crds: None,
             webhook_configurations: None,
         });
-        assert_eq!(v["operator"], json!({ "name": "shop", "watchNamespaces": ["a"] }));
-        assert_eq!(v["config"]["files"]["scripts/order.rhai"], "fn reconcile(o, c) {}");
-        assert_eq!(v["rbac"]["namespacedRules"], json!(plan.namespaced.policy_rules()));
-        assert_eq!(v["rbac"]["clusterRules"], json!(plan.cluster.policy_rules()));
+        assert_eq!(
+            v["operator"],
+            json!({ "name": "shop", "watchNamespaces": ["a"] })
+        );
+        assert_eq!(
+            v["config"]["files"]["scripts/order.rhai"],
+            "fn reconcile(o, c) {}"
+        );
+        assert_eq!(
+            v["rbac"]["namespacedRules"],
+            json!(plan.namespaced.policy_rules())
+        );
+        assert_eq!(
+            v["rbac"]["clusterRules"],
+            json!(plan.cluster.policy_rules())
+        );
         assert_eq!(v["webhook"], json!({ "enabled": false, "setUrl": true }));
         assert!(v.get("crds").is_none(), "khai installs its CRDs itself");
         assert!(webhook_configurations(&model).is_empty());
