@@ -18,6 +18,7 @@ mod examples;
 mod hello;
 mod helm;
 mod idle;
+mod image;
 mod manifests;
 mod operations;
 mod rbac;

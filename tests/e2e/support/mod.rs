@@ -263,18 +263,24 @@ impl Khai {
 
     /// Sends SIGTERM and waits (with a deadline) for the process to exit; returns its exit code
     /// and every log line it wrote.
-    pub async fn terminate(mut self) -> (Option<i32>, Vec<String>) {
+    pub async fn terminate(self) -> (Option<i32>, Vec<String>) {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill")
             .args(["-TERM", &pid])
             .status()
             .expect("run kill");
         assert!(sent.success(), "failed to send SIGTERM to khai");
+        self.wait().await
+    }
+
+    /// Waits (with a deadline) for the process to exit by itself; returns its exit code and
+    /// every log line it wrote.
+    pub async fn wait(mut self) -> (Option<i32>, Vec<String>) {
         let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
         let status =
             tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(move || child.wait()))
                 .await
-                .expect("khai did not exit within the deadline after SIGTERM")
+                .expect("khai did not exit within the deadline")
                 .unwrap()
                 .unwrap();
         if let Some(r) = self.reader.take() {
