@@ -272,8 +272,12 @@ pub fn plan(input: &Input<'_>) -> Plan {
         &["get", "create", "update"],
     );
     if let Some(name) = &input.config_map {
-        p.config
-            .add_named("", "configmaps", &[name.clone()], &["get", "list", "watch"]);
+        p.config.add_named(
+            "",
+            "configmaps",
+            std::slice::from_ref(name),
+            &["get", "list", "watch"],
+        );
         p.config
             .add("events.k8s.io", "events", &["create", "patch"]);
     }

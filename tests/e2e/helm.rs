@@ -214,7 +214,7 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
     let group = format!("h{suffix}.khai.dev");
     let dir = cache_copy(&tmp.path().join("v1"), &operator, &group);
     // Any release name: object names come from it.
-    let release = "shop";
+    let release = "cache";
 
     // The README's two commands.
     let values = tmp.path().join("values.yaml");
@@ -233,7 +233,7 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
     // khai, as the Deployment says.
     let deploy = release_deployment(&client, &ns.name, release).await;
     let deploy_name = deploy.metadata.name.clone().unwrap();
-    assert_eq!(deploy_name, "shop-khai");
+    assert_eq!(deploy_name, "cache-khai");
     let pod = format!("{deploy_name}-7d9f8-x2x4q");
     let c = container_of(&deploy, &pod, &ns.name);
     let config_map = format!("{deploy_name}-config");
