@@ -352,4 +352,38 @@ controller:
             "object"
         );
     }
+
+    #[test]
+    fn a_config_in_memory_reads_files_by_configmap_key_and_names_them_in_errors() {
+        let root = files::display_root("ops", "cfg");
+        let mut data = BTreeMap::from([("operator.toml".to_string(), HELLO.to_string())]);
+        let config = load_memory(&root, data.clone(), Some("7".into())).unwrap();
+        assert_eq!(config.file, Path::new("configmap:ops/cfg/operator.toml"));
+        assert_eq!(config.version.as_deref(), Some("7"));
+        let script = Path::new("scripts/hello.rhai");
+        assert_eq!(
+            config.read(script).unwrap_err().to_string(),
+            "not in the ConfigMap (no key scripts__hello.rhai)"
+        );
+        data.insert("scripts__hello.rhai".into(), "fn reconcile(o, c) {}".into());
+        let config = load_memory(&root, data, None).unwrap();
+        assert_eq!(config.read(script).unwrap(), "fn reconcile(o, c) {}");
+        assert_eq!(
+            config.resolve(script),
+            Path::new("configmap:ops/cfg/scripts/hello.rhai")
+        );
+        let bad = BTreeMap::from([("operator.toml".to_string(), "[operator]\nname = \n".into())]);
+        assert!(
+            load_memory(&root, bad, None)
+                .unwrap_err()
+                .to_string()
+                .starts_with("configmap:ops/cfg/operator.toml:2:"),
+        );
+        assert_eq!(
+            load_memory(&root, BTreeMap::new(), None)
+                .unwrap_err()
+                .to_string(),
+            "configmap:ops/cfg: no config file here (looked for the keys operator.toml, operator.yaml, operator.yml)"
+        );
+    }
 }

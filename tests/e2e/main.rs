@@ -12,6 +12,7 @@ mod support;
 
 mod chart;
 mod cli;
+mod config_map;
 mod crds;
 mod engine;
 mod examples;
