@@ -2,9 +2,9 @@
 //!
 //! `khai generate crds` prints the exact CustomResourceDefinition manifests `khai run` applies,
 //! so they can be reviewed, committed, or installed by other tooling (GitOps, Helm) when the
-//! operator itself should not hold cluster-wide CRD rights. `khai generate rbac` and
-//! `khai generate manifests` print what [`crate::manifest`] derives; `webhooks` prints the
-//! admission configurations.
+//! operator itself should not hold cluster-wide CRD rights. `khai generate rbac`,
+//! `khai generate manifests` and `khai generate values` (the Helm chart's values) print what
+//! [`crate::manifest`] derives; `webhooks` prints the admission configurations.
 
 use crate::config;
 use crate::schema;
