@@ -115,26 +115,24 @@ async fn every_replica_follows_a_configmap_change_within_two_seconds() {
         says(format!("{message}!")),
     )
     .await;
-    let writes = audit::entries(mark, |e| {
+    let write = audit::wait_for_entry(mark, "the ConfigMap write", |e| {
         e["objectRef"]["namespace"] == ns.name.as_str()
             && e["objectRef"]["resource"] == "configmaps"
-    });
-    let write = writes
-        .iter()
-        .find(|e| e["objectRef"]["name"] == "operator")
-        .expect("the ConfigMap write in the audit log");
-    let written_at = audit::timestamp(write, "requestReceivedTimestamp");
-    let applied = writes
-        .iter()
-        .find(|e| {
-            e["objectRef"]["name"] == child.as_str()
-                && e["userAgent"]
-                    .as_str()
-                    .is_some_and(|a| a.starts_with("khai/"))
-        })
-        .expect("khai's write of the child in the audit log");
+            && e["objectRef"]["name"] == "operator"
+    })
+    .await;
+    let written_at = audit::timestamp(&write, "requestReceivedTimestamp");
+    let applied = audit::wait_for_entry(mark, "khai's write of the child", |e| {
+        e["objectRef"]["namespace"] == ns.name.as_str()
+            && e["objectRef"]["resource"] == "configmaps"
+            && e["objectRef"]["name"] == child.as_str()
+            && e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("khai/"))
+    })
+    .await;
     let took =
-        Duration::try_from(audit::timestamp(applied, "stageTimestamp").duration_since(written_at))
+        Duration::try_from(audit::timestamp(&applied, "stageTimestamp").duration_since(written_at))
             .unwrap();
     eprintln!("ConfigMap write -> the leader's changed child: {took:?}");
     assert!(

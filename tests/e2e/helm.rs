@@ -354,29 +354,30 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
     let wall = started.elapsed();
     // Measured on the API server's clock: from Helm's write of the ConfigMap to khai's write of
     // the changed child.
-    let writes = audit::entries(mark, |e| {
-        e["objectRef"]["namespace"] == ns.name.as_str()
-            && ((e["objectRef"]["resource"] == "configmaps"
-                && e["objectRef"]["name"] == config_map.as_str()
-                && e["userAgent"]
-                    .as_str()
-                    .is_some_and(|a| a.starts_with("Helm/")))
-                || (e["objectRef"]["resource"] == "deployments"
-                    && e["objectRef"]["name"] == "sessions"
-                    && e["userAgent"]
-                        .as_str()
-                        .is_some_and(|a| a.starts_with("khai/"))))
-    });
-    let helm_write = writes
-        .iter()
-        .find(|e| e["objectRef"]["resource"] == "configmaps")
-        .expect("Helm's write of the ConfigMap in the audit log");
-    let khai_write = writes
-        .iter()
-        .rfind(|e| e["objectRef"]["resource"] == "deployments")
-        .expect("khai's write of the Deployment in the audit log");
-    let took = audit::timestamp(khai_write, "stageTimestamp")
-        .duration_since(audit::timestamp(helm_write, "requestReceivedTimestamp"));
+    let in_ns = |e: &Value| e["objectRef"]["namespace"] == ns.name.as_str();
+    let agent = |e: &Value, prefix: &str| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with(prefix))
+    };
+    let helm_write = audit::wait_for_entry(mark, "Helm's write of the ConfigMap", |e| {
+        in_ns(e)
+            && e["objectRef"]["resource"] == "configmaps"
+            && e["objectRef"]["name"] == config_map.as_str()
+            && agent(e, "Helm/")
+    })
+    .await;
+    // khai's write that changed the child: its first to the Deployment after the upgrade (khai
+    // writes nothing to a child that has not changed).
+    let khai_write = audit::wait_for_entry(mark, "khai's write of the Deployment", |e| {
+        in_ns(e)
+            && e["objectRef"]["resource"] == "deployments"
+            && e["objectRef"]["name"] == "sessions"
+            && agent(e, "khai/")
+    })
+    .await;
+    let took = audit::timestamp(&khai_write, "stageTimestamp")
+        .duration_since(audit::timestamp(&helm_write, "requestReceivedTimestamp"));
     let took = Duration::try_from(took).unwrap();
     eprintln!(
         "ConfigMap written by helm upgrade -> child changed by khai: {took:?} \

@@ -82,6 +82,28 @@ pub fn entries(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<ser
         .collect()
 }
 
+/// Waits (polling the log, until the deadline) for an audit event since `from` that `find`
+/// accepts, and returns it. The API server logs a request's `ResponseComplete` stage after it
+/// has answered, so a watcher may see the change before the log has the line.
+pub async fn wait_for_entry(
+    from: Mark,
+    what: &str,
+    find: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + super::DEADLINE;
+    loop {
+        if let Some(e) = entries(from, &find).into_iter().next() {
+            return e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {:?} waiting for the audit log to show {what}",
+            super::DEADLINE
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// An audit event's timestamp field (`requestReceivedTimestamp`, `stageTimestamp`).
 pub fn timestamp(entry: &serde_json::Value, field: &str) -> jiff::Timestamp {
     entry[field]
