@@ -67,6 +67,28 @@ fn buildah_ok(bin: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The test's image and working container, removed however the test ends.
+struct Cleanup {
+    buildah: PathBuf,
+    image: String,
+    container: Option<String>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let run = |args: &[&str]| {
+            let _ = Command::new(&self.buildah)
+                .args(["--storage-driver", "vfs"])
+                .args(args)
+                .output();
+        };
+        if let Some(c) = &self.container {
+            run(&["rm", c]);
+        }
+        run(&["rmi", &self.image]);
+    }
+}
+
 /// What the Dockerfile's final stage says the image runs: USER, ENTRYPOINT, CMD, EXPOSE.
 struct FinalStage {
     user: String,
@@ -165,6 +187,11 @@ async fn image_runs_examples_hello_as_65532_with_the_config_read_only() {
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "image").await;
     let tag = format!("localhost/khai:e2e-{}", ns.name);
+    let mut cleanup = Cleanup {
+        buildah: buildah.clone(),
+        image: tag.clone(),
+        container: None,
+    };
     let built = Command::new(support::repo_root().join("scripts/image"))
         .args(["--binary", env!("CARGO_BIN_EXE_khai"), "--tag", &tag])
         .output()
@@ -198,6 +225,7 @@ async fn image_runs_examples_hello_as_65532_with_the_config_read_only() {
     let container = buildah_ok(&buildah, &["from", "--name", &ns.name, &tag])
         .trim()
         .to_string();
+    cleanup.container = Some(container.clone());
     let hello = support::repo_root().join("examples/hello");
     let mut args: Vec<String> = [
         "--storage-driver",
@@ -282,8 +310,12 @@ async fn image_runs_examples_hello_as_65532_with_the_config_read_only() {
         "khai did not stop cleanly: {log:?}"
     );
     assert_eq!(code, Some(0), "{log:?}");
-    buildah_ok(&buildah, &["rm", &container]);
-    buildah_ok(&buildah, &["rmi", &tag]);
+    drop(cleanup);
+    let images = buildah_ok(&buildah, &["images", "--format", "{{.Name}}:{{.Tag}}"]);
+    assert!(
+        !images.contains(&tag),
+        "the test image was not removed: {images}"
+    );
 }
 
 /// The issue-15 regression: the Dockerfile copied Cargo.toml but not the workspace members it
