@@ -1,18 +1,26 @@
 # syntax=docker/dockerfile:1
-# khai: one prebuilt operator daemon. Operators are configs + scripts mounted at /config.
+# khai: one prebuilt operator daemon. `docker build .` from a clean checkout builds it.
+#
+# Base images are build arguments, e.g. for a mirror:
+#   docker build --build-arg RUST_IMAGE=mirror/rust:1-bookworm \
+#                --build-arg RUNTIME_IMAGE=mirror/distroless/cc-debian12:nonroot .
+# Where no registry is reachable, scripts/image builds the same runtime image with buildah from
+# Debian packages and a binary built on the host (tests/e2e/image.rs checks the two agree).
+ARG RUST_IMAGE=docker.io/library/rust:1-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
-FROM rust:1-bookworm AS build
+FROM ${RUST_IMAGE} AS build
 WORKDIR /src
-# Dependencies first, so source edits do not rebuild them.
+# Everything Cargo needs to load the workspace: the manifest and lockfile, the workspace members
+# and benchmark targets it names (benches/), and the sources.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && cargo build --release --locked \
-    && rm -rf src
+COPY benches ./benches
 COPY src ./src
-RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin khai
+RUN cargo build --release --locked --bin khai
 
-# TLS is rustls, so the runtime needs only glibc: distroless/cc, as the non-root user.
-FROM gcr.io/distroless/cc-debian12:nonroot
+# TLS is rustls, so the runtime needs only glibc and libgcc_s: distroless/cc, as its non-root
+# user. khai writes nothing to disk, so a read-only root filesystem works.
+FROM ${RUNTIME_IMAGE}
 COPY --from=build /src/target/release/khai /usr/local/bin/khai
 USER 65532:65532
 EXPOSE 8080 9443

@@ -6,6 +6,7 @@
 use crate::config::model::Controller;
 use crate::config::{self, Config, ConfigError};
 use crate::script::{self, Limits, Script, ScriptError};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -52,14 +53,28 @@ impl Operator {
     /// Loads the config at `path`, compiles every controller's script and checks that each
     /// function the config names exists with the right number of parameters.
     pub fn load(path: &Path) -> Result<Self, Error> {
-        let config = config::load(path)?;
+        Self::compile(config::load(path)?)
+    }
+
+    /// Like [`Operator::load`], for a config held in memory (a ConfigMap's keys; see
+    /// [`config::load_memory`]).
+    pub fn load_memory(
+        root: &Path,
+        data: BTreeMap<String, String>,
+        version: Option<String>,
+    ) -> Result<Self, Error> {
+        Self::compile(config::load_memory(root, data, version)?)
+    }
+
+    fn compile(config: Config) -> Result<Self, Error> {
         let limits = Limits::default();
         let engine = Arc::new(script::engine(&limits));
         let mut scripts = Vec::new();
         let mut problems = Vec::new();
         for (i, ctl) in config.model.controllers.iter().enumerate() {
-            let file = config.resolve(&ctl.script);
-            match Script::compile_file(engine.clone(), &limits, &file) {
+            match read_script(&config, &ctl.script)
+                .and_then(|(file, src)| Script::compile(engine.clone(), &limits, &file, &src))
+            {
                 Ok(s) => {
                     problems.extend(
                         check_functions(&config, i, ctl, &s)
@@ -94,7 +109,23 @@ impl Operator {
     }
 }
 
-/// Every function the config names must exist in the script with the arity khai calls it with.
+/// The path (as shown in messages) and text of a script the config names; a file that cannot
+/// be read is a [`ScriptError::Read`].
+pub fn read_script(
+    config: &Config,
+    rel: &Path,
+) -> Result<(std::path::PathBuf, String), ScriptError> {
+    let file = config.resolve(rel);
+    match config.read(rel) {
+        Ok(src) => Ok((file, src)),
+        Err(e) => Err(ScriptError::Read {
+            file,
+            message: e.to_string(),
+        }),
+    }
+}
+
+/// Every function the config names in the script with the arity khai calls it with.
 /// A problem points at the config line that names the function.
 fn check_functions(
     config: &Config,

@@ -2,9 +2,9 @@
 //!
 //! `khai generate crds` prints the exact CustomResourceDefinition manifests `khai run` applies,
 //! so they can be reviewed, committed, or installed by other tooling (GitOps, Helm) when the
-//! operator itself should not hold cluster-wide CRD rights. `khai generate rbac` and
-//! `khai generate manifests` print what [`crate::manifest`] derives; `webhooks` prints the
-//! admission configurations.
+//! operator itself should not hold cluster-wide CRD rights. `khai generate rbac`,
+//! `khai generate manifests` and `khai generate values` (the Helm chart's values) print what
+//! [`crate::manifest`] derives; `webhooks` prints the admission configurations.
 
 use crate::config;
 use crate::schema;
@@ -30,6 +30,10 @@ pub enum What {
     /// Print everything to deploy the operator: Namespace, CRDs, RBAC, ConfigMap, Service,
     /// Deployment and webhook configurations.
     Manifests(ManifestsArgs),
+    /// Print the values for the Helm chart (charts/khai): the operator's name, its files, the
+    /// RBAC rules, webhook settings and (with `install_crds = false`) its CRDs. Then:
+    /// `helm install NAME charts/khai -f values.yaml`.
+    Values(ValuesArgs),
 }
 
 /// What RBAC is derived for: the config and the namespaces. Shared by `generate rbac`,
@@ -66,6 +70,7 @@ impl RbacScope {
             finalizes,
             namespace: namespace.clone(),
             watch_namespaces: self.watch_namespaces.clone(),
+            config_map: None,
         });
         Ok((op, namespace, plan))
     }
@@ -103,6 +108,17 @@ pub struct ManifestsArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct ValuesArgs {
+    /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
+    #[arg(value_name = "FILE|DIR", default_value = ".")]
+    pub config: PathBuf,
+    /// Namespace khai watches (repeatable), as `khai run --namespace`; overrides
+    /// `[operator] namespaces`. Namespaced operators get Roles instead of a ClusterRole.
+    #[arg(long = "watch-namespace", value_name = "NS")]
+    pub watch_namespaces: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct WebhooksArgs {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
@@ -136,6 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         What::Webhooks(args) => webhooks(&args),
         What::Rbac(args) => rbac(&args),
         What::Manifests(args) => deploy(&args),
+        What::Values(args) => values(&args),
     }
 }
 
@@ -182,10 +199,10 @@ fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
     )
 }
 
-fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
-    use crate::manifest::deploy;
-    let (op, finalizes) = load_operator(&args.rbac.scope.config)?;
-    let config = &op.config;
+/// The config file and every file it names (scripts, schema files), by path relative to the
+/// config file, as the ConfigMap holds them.
+fn config_files(config: &config::Config) -> anyhow::Result<Vec<crate::manifest::deploy::File>> {
+    use crate::manifest::deploy::File;
     let model = &config.model;
     let config_name = config
         .file
@@ -195,7 +212,7 @@ fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
     let mut paths: Vec<PathBuf> = model.controllers.iter().map(|c| c.script.clone()).collect();
     paths.extend(model.webhooks.iter().map(|w| w.script.clone()));
     paths.extend(model.crds.iter().filter_map(|c| c.schema_file.clone()));
-    let mut files = vec![deploy::File {
+    let mut files = vec![File {
         path: config_name,
         content: config.source.clone(),
     }];
@@ -204,11 +221,20 @@ fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
         if files.iter().any(|f| f.path == path) {
             continue;
         }
-        let full = config.resolve(&p);
-        let content = std::fs::read_to_string(&full)
-            .with_context(|| format!("cannot read {}", full.display()))?;
-        files.push(deploy::File { path, content });
+        let content = config
+            .read(&p)
+            .with_context(|| format!("cannot read {}", config.resolve(&p).display()))?;
+        files.push(File { path, content });
     }
+    Ok(files)
+}
+
+fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
+    use crate::manifest::deploy;
+    let (op, finalizes) = load_operator(&args.rbac.scope.config)?;
+    let config = &op.config;
+    let model = &config.model;
+    let files = config_files(config)?;
     let crds = model
         .crds
         .iter()
@@ -225,6 +251,48 @@ fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
         args.rbac.output.as_deref(),
         deploy::manifests(model, &settings, &files, crds),
     )
+}
+
+fn values(args: &ValuesArgs) -> anyhow::Result<ExitCode> {
+    let scope = RbacScope {
+        config: args.config.clone(),
+        namespace: None,
+        watch_namespaces: args.watch_namespaces.clone(),
+    };
+    let (op, _, plan) = scope.plan()?;
+    let config = &op.config;
+    let files = config_files(config)?;
+    let crds = if config.model.operator.install_crds {
+        None
+    } else {
+        let docs = config
+            .model
+            .crds
+            .iter()
+            .map(schema::crd_manifest)
+            .collect::<Result<Vec<Value>, schema::Error>>()?;
+        Some(to_yaml(&docs)?)
+    };
+    let configurations = crate::manifest::values::webhook_configurations(&config.model);
+    let webhooks = if configurations.is_empty() {
+        None
+    } else {
+        Some(to_yaml(&configurations)?)
+    };
+    let values = crate::manifest::values::values(&crate::manifest::values::Input {
+        model: &config.model,
+        files: &files,
+        plan: &plan,
+        crds,
+        webhook_configurations: webhooks,
+    });
+    print!(
+        "# Values for the khai chart, from `khai generate values {}`. Install with\n\
+         #   helm install NAME charts/khai -f values.yaml\n{}",
+        args.config.display(),
+        serde_saphyr::to_string(&values).context("failed to render YAML")?
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {

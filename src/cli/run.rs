@@ -1,25 +1,32 @@
 //! `khai run`: load, connect, reconcile until a signal arrives; with `--watch`, reload the config
-//! when it changes.
+//! when it changes. The config comes from disk or, with `--config configmap:NS/NAME`, from a
+//! ConfigMap through the API.
 
 use crate::daemon::{self, RunOptions};
 use crate::operator::Operator;
-use crate::reload;
+use crate::reload::{self, Source};
 use anyhow::Context;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
-    #[arg(long, short = 'c', value_name = "FILE|DIR", env = "KHAI_CONFIG")]
-    pub config: PathBuf,
+    /// The operator config: a file, a directory holding operator.toml or operator.yaml, or
+    /// `configmap:NAMESPACE/NAME`, a ConfigMap whose keys are those files (`scripts__x.rhai`
+    /// for `scripts/x.rhai`), read and watched through the API.
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE|DIR|configmap:NS/NAME",
+        env = "KHAI_CONFIG"
+    )]
+    pub config: Source,
     /// Watch only this namespace (repeatable); overrides `[operator] namespaces`.
     #[arg(long = "namespace", short = 'n', value_name = "NS")]
     pub namespaces: Vec<String>,
-    /// Reload the config and scripts when a file in the config directory changes (a mounted
-    /// ConfigMap's `..data` swap included). On by default inside a cluster; `--watch=false`
-    /// turns it off.
+    /// Reload the config and scripts when they change: a file in the config directory (a mounted
+    /// ConfigMap's `..data` swap included), or the ConfigMap. On by default inside a cluster and
+    /// for a ConfigMap; `--watch=false` turns it off.
     #[arg(long, env = "KHAI_WATCH", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub watch: Option<bool>,
     #[command(flatten)]
@@ -29,16 +36,28 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Hashed before loading, so a change made while loading is still seen as a change.
-    let current = reload::fingerprint(&reload::watched_dir(&args.config));
-    // Everything that can be wrong with the config is found before touching the cluster.
-    let op = Operator::load(&args.config)?;
+    // Everything that can be wrong with a config on disk is found before touching the cluster.
+    let disk = match &args.config {
+        Source::Path(path) => Some(load_disk(path)?),
+        Source::ConfigMap(_) => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
     rt.block_on(async move {
         let client = crate::client::connect().await?;
+        let (op, current, regarding) = match (&args.config, disk) {
+            (Source::Path(_), Some((op, current))) => (op, current, None),
+            (Source::Path(path), None) => {
+                let (op, current) = load_disk(path)?;
+                (op, current, None)
+            }
+            (Source::ConfigMap(target), _) => {
+                let loaded = reload::configmap::load(&client, target).await?;
+                (loaded.operator, loaded.fingerprint, Some(loaded.object))
+            }
+        };
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), "khai starting");
@@ -54,11 +73,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             leader,
             shutdown_grace: args.ops.shutdown_grace,
         };
-        let updates = args.watch.unwrap_or_else(in_cluster).then(|| {
-            let failures = reload::Failures::from_env(&client, &op.config.model.operator.name);
+        let from_api = matches!(args.config, Source::ConfigMap(_));
+        let updates = args.watch.unwrap_or_else(|| from_api || in_cluster()).then(|| {
+            let operator = &op.config.model.operator.name;
+            let failures = match regarding {
+                Some(configmap) => reload::Failures::regarding(&client, operator, Some(configmap)),
+                None => reload::Failures::from_env(&client, operator),
+            };
             let (tx, versions) = reload::versions();
-            let watch = reload::watch(args.config.clone(), current, tx, failures.clone(), shutdown.clone());
-            tokio::spawn(watch);
+            let (f, stop) = (failures.clone(), shutdown.clone());
+            match &args.config {
+                Source::Path(path) => {
+                    tokio::spawn(reload::dir::watch(path.clone(), current, tx, f, stop));
+                }
+                Source::ConfigMap(target) => {
+                    let watch = reload::configmap::watch(client.clone(), target.clone(), current, tx, f, stop);
+                    tokio::spawn(watch);
+                }
+            }
             reload::Updates { versions, failures }
         });
         let reloads = updates.as_ref().map(|u| u.versions.clone());
@@ -70,6 +102,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Loads the config at `path` and fingerprints its directory. The directory is hashed before
+/// loading, so a change made while loading is still seen as a change.
+fn load_disk(path: &std::path::Path) -> anyhow::Result<(Operator, u64)> {
+    let current = reload::fingerprint(&reload::watched_dir(path));
+    Ok((Operator::load(path)?, current))
 }
 
 /// Whether khai runs in a Pod, where its config is a mounted ConfigMap that can change.

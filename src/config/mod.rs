@@ -1,6 +1,7 @@
 //! Reads an operator's config (TOML or YAML) into the typed [`Model`], once.
 //!
-//! `load` accepts a file or a directory holding `operator.toml` / `operator.yaml`. Parsing keeps
+//! `load` accepts a file or a directory holding `operator.toml` / `operator.yaml`;
+//! `load_memory` takes the same files held in memory (a ConfigMap's keys, see [`files`]). Parsing keeps
 //! positions so that every error names the file, line, column and field path; semantic checks
 //! ([`validate`]) run right after and report every problem found, not just the first. Paths in
 //! the model (scripts, schema files) are relative to the config file's directory; schema files
@@ -8,6 +9,7 @@
 
 pub mod diag;
 pub mod duration;
+pub mod files;
 pub mod model;
 mod schema_file;
 mod validate;
@@ -15,8 +17,10 @@ pub mod webhook;
 mod yaml_locate;
 
 pub use diag::Diagnostic;
+pub use files::Files;
 pub use model::Model;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -33,6 +37,11 @@ pub struct Config {
     pub base_dir: PathBuf,
     /// The file's text, kept so later checks (scripts) can point at the line that named them.
     pub source: String,
+    /// Where the files the config names (scripts, schema files) are read from.
+    pub files: Files,
+    /// Which version of its source this is, when the source has versions (the ConfigMap's
+    /// resourceVersion).
+    pub version: Option<String>,
 }
 
 impl Config {
@@ -53,6 +62,11 @@ impl Config {
     /// Resolves a path written in the config relative to the config's directory.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         self.base_dir.join(path)
+    }
+
+    /// The text of a file the config names (a script), relative to the config's directory.
+    pub fn read(&self, path: &Path) -> std::io::Result<String> {
+        self.files.read(&self.base_dir, path)
     }
 }
 
@@ -83,11 +97,52 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = find_config_file(path)?;
     let src = std::fs::read_to_string(&file)
         .map_err(|e| Diagnostic::new(&file, format!("cannot read config: {e}")))?;
-    let mut model = parse(&file, &src)?;
     let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    finish(file, src, base_dir, Files::Disk, None)
+}
+
+/// Loads and validates a config held in memory: `data` maps ConfigMap keys (`operator.toml`,
+/// `scripts__x.rhai`) to their text; `root` names the source in messages
+/// ([`files::display_root`]); `version` is the source's version (a resourceVersion).
+pub fn load_memory(
+    root: &Path,
+    data: BTreeMap<String, String>,
+    version: Option<String>,
+) -> Result<Config, ConfigError> {
+    let Some(name) = CONFIG_FILE_NAMES.iter().find(|n| data.contains_key(**n)) else {
+        return Err(Diagnostic::new(
+            root,
+            format!(
+                "no config file here (looked for the keys {})",
+                CONFIG_FILE_NAMES.join(", ")
+            ),
+        )
+        .into());
+    };
+    let src = data[*name].clone();
+    let file = root.join(name);
+    finish(
+        file,
+        src,
+        root.to_path_buf(),
+        Files::from_keys(data),
+        version,
+    )
+}
+
+fn finish(
+    file: PathBuf,
+    src: String,
+    base_dir: PathBuf,
+    files: Files,
+    version: Option<String>,
+) -> Result<Config, ConfigError> {
+    let mut model = parse(&file, &src)?;
     let mut problems =
         validate::validate(&model, &file, &src).map_or_else(|e| e.0, |()| Vec::new());
-    problems.extend(schema_file::load_all(&mut model, &base_dir, &file, &src));
+    problems.extend(schema_file::load_all(
+        &mut model, &files, &base_dir, &file, &src,
+    ));
     if !problems.is_empty() {
         return Err(ConfigError(problems));
     }
@@ -96,6 +151,8 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         file,
         base_dir,
         source: src,
+        files,
+        version,
     })
 }
 
@@ -293,6 +350,40 @@ controller:
         assert_eq!(
             config.model.crds[0].raw_schema.as_ref().unwrap()["properties"]["spec"]["type"],
             "object"
+        );
+    }
+
+    #[test]
+    fn a_config_in_memory_reads_files_by_configmap_key_and_names_them_in_errors() {
+        let root = files::display_root("ops", "cfg");
+        let mut data = BTreeMap::from([("operator.toml".to_string(), HELLO.to_string())]);
+        let config = load_memory(&root, data.clone(), Some("7".into())).unwrap();
+        assert_eq!(config.file, Path::new("configmap:ops/cfg/operator.toml"));
+        assert_eq!(config.version.as_deref(), Some("7"));
+        let script = Path::new("scripts/hello.rhai");
+        assert_eq!(
+            config.read(script).unwrap_err().to_string(),
+            "not in the ConfigMap (no key scripts__hello.rhai)"
+        );
+        data.insert("scripts__hello.rhai".into(), "fn reconcile(o, c) {}".into());
+        let config = load_memory(&root, data, None).unwrap();
+        assert_eq!(config.read(script).unwrap(), "fn reconcile(o, c) {}");
+        assert_eq!(
+            config.resolve(script),
+            Path::new("configmap:ops/cfg/scripts/hello.rhai")
+        );
+        let bad = BTreeMap::from([("operator.toml".to_string(), "[operator]\nname = \n".into())]);
+        assert!(
+            load_memory(&root, bad, None)
+                .unwrap_err()
+                .to_string()
+                .starts_with("configmap:ops/cfg/operator.toml:2:"),
+        );
+        assert_eq!(
+            load_memory(&root, BTreeMap::new(), None)
+                .unwrap_err()
+                .to_string(),
+            "configmap:ops/cfg: no config file here (looked for the keys operator.toml, operator.yaml, operator.yml)"
         );
     }
 }

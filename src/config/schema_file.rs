@@ -7,15 +7,18 @@
 //! API server needs at the root; the rest of the schema is the server's to judge.
 
 use super::Diagnostic;
+use super::files::Files;
 use super::model::Model;
 use super::validate::{Seg, diagnostic};
 use serde_json::Value;
 use std::path::Path;
 
-/// Reads and parses every `schema_file` of `model` relative to `base_dir`, storing each schema
-/// in its CRD's `raw_schema`; returns one diagnostic per file that could not be used.
+/// Reads and parses every `schema_file` of `model` from `files` relative to `base_dir`,
+/// storing each schema in its CRD's `raw_schema`; returns one diagnostic per file that could not
+/// be used.
 pub(super) fn load_all(
     model: &mut Model,
+    files: &Files,
     base_dir: &Path,
     file: &Path,
     src: &str,
@@ -25,7 +28,8 @@ pub(super) fn load_all(
         let Some(rel) = &crd.schema_file else {
             continue;
         };
-        match read(&base_dir.join(rel)) {
+        let text = files.read(base_dir, rel);
+        match read(&base_dir.join(rel), text) {
             Ok(schema) => crd.raw_schema = Some(schema),
             Err(message) => {
                 let at = [Seg::Key("crd"), Seg::Index(i), Seg::Key("schema_file")];
@@ -36,10 +40,11 @@ pub(super) fn load_all(
     problems
 }
 
-/// The schema in `path` (JSON when it ends in `.json`, YAML otherwise), checked at the root.
-fn read(path: &Path) -> Result<Value, String> {
+/// The schema read from `path` (JSON when it ends in `.json`, YAML otherwise), checked at the
+/// root.
+fn read(path: &Path, text: std::io::Result<String>) -> Result<Value, String> {
     let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let text = text.map_err(|e| format!("cannot read {shown}: {e}"))?;
     let schema: Value = if path.extension().is_some_and(|e| e == "json") {
         serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?
     } else {
@@ -88,9 +93,12 @@ mod tests {
             "s.json",
             r#"{"type":"object","properties":{"spec":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}"#,
         );
-        assert_eq!(read(&y).unwrap(), read(&j).unwrap());
         assert_eq!(
-            read(&y).unwrap()["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"],
+            read(&y, std::fs::read_to_string(&y)).unwrap(),
+            read(&j, std::fs::read_to_string(&j)).unwrap()
+        );
+        assert_eq!(
+            read(&y, std::fs::read_to_string(&y)).unwrap()["properties"]["spec"]["x-kubernetes-preserve-unknown-fields"],
             true
         );
     }
@@ -100,7 +108,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wrapped = write(dir.path(), "w.yaml", "openAPIV3Schema:\n  type: object\n");
         assert_eq!(
-            read(&wrapped).unwrap_err(),
+            read(&wrapped, std::fs::read_to_string(&wrapped)).unwrap_err(),
             format!(
                 "{}: must hold the schema itself, not an `openAPIV3Schema:` key around it",
                 wrapped.display()
@@ -108,7 +116,7 @@ mod tests {
         );
         let untyped = write(dir.path(), "u.json", r#"{"properties":{}}"#);
         assert_eq!(
-            read(&untyped).unwrap_err(),
+            read(&untyped, std::fs::read_to_string(&untyped)).unwrap_err(),
             format!(
                 "{}: the root schema must have `type: object`",
                 untyped.display()
@@ -116,7 +124,7 @@ mod tests {
         );
         let list = write(dir.path(), "l.yaml", "- type: object\n");
         assert_eq!(
-            read(&list).unwrap_err(),
+            read(&list, std::fs::read_to_string(&list)).unwrap_err(),
             format!("{}: must hold an OpenAPI v3 schema object", list.display())
         );
     }

@@ -9,8 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// A hash of the model and every script's text, exported as `khai_config_hash`.
-pub(super) fn config_hash(op: &Operator) -> u64 {
+/// Exports the running config's hash, source and version (`khai_config_hash`,
+/// `khai_config_info`).
+pub(super) fn config_loaded(op: &Operator) {
+    let version = op.config.version.as_deref().unwrap_or_default();
+    let source = op.config.file.display().to_string();
+    crate::metrics::config_loaded(config_hash(op), &source, version);
+}
+
+/// A hash of the model and every script's text.
+fn config_hash(op: &Operator) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(&op.config.model)

@@ -10,7 +10,7 @@ use crate::leader::Elector;
 use crate::operator::Operator;
 use crate::reload::Updates;
 use crate::watch::Informers;
-use lifecycle::{config_hash, drain, lead, report_synced};
+use lifecycle::{config_loaded, drain, lead, report_synced};
 use running::Running;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,7 +73,7 @@ pub async fn run(
     updates: Option<Updates>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    crate::metrics::config_loaded(config_hash(&op));
+    config_loaded(&op);
     tokio::select! {
         res = install_crds(&op, &client) => res?,
         // A signal during start-up ends the run at once; nothing has been reconciled yet.
@@ -148,7 +148,7 @@ async fn supervise(
             running.run().await;
             return;
         }
-        crate::metrics::config_loaded(config_hash(&op));
+        config_loaded(&op);
         crate::metrics::config_reloaded(true);
         tracing::info!(
             config = %op.config.file.display(),

@@ -2,6 +2,11 @@
 //! a ConfigMap holding the config and its scripts, a Service for metrics and webhooks, the
 //! Deployment, and (with `tls = "files"`) the webhook configurations.
 //!
+//! khai reads the ConfigMap through the API (`--config configmap:NS/NAME`) and reloads every
+//! change within a second or two, without a restart and without waiting for the kubelet; a Role
+//! lets it get, list and watch that one ConfigMap by name. Leader election is always on, so no
+//! two replicas reconcile at once, not even during a rolling update.
+//!
 //! No I/O: the caller reads the config's files and hands them in. With `tls = "self-signed"`
 //! the webhook configurations are left out, since khai applies them itself with the caBundle of
 //! the CA it makes at start; with `tls = "files"` their caBundle is for the certificate tooling
@@ -9,13 +14,12 @@
 //! apply (`kubectl apply --server-side`) needs it on Kubernetes before 1.24.
 
 use super::rbac;
+use crate::config::files::key_of;
 use crate::config::model::Model;
 use crate::config::webhook::{ServiceRef, TlsMode};
 use crate::webhook::manifests::{self, Target};
 use serde_json::{Value, json};
 
-/// Where the ConfigMap is mounted in the pod; `khai run --config` reads it from here.
-pub const CONFIG_DIR: &str = "/config";
 /// The port of /metrics, /healthz and /readyz.
 pub const METRICS_PORT: u16 = 8080;
 /// The port of the webhook server.
@@ -28,7 +32,7 @@ pub struct Settings {
     pub namespace: String,
     /// The container image.
     pub image: String,
-    /// Replicas; more than one turns on `--leader-elect`.
+    /// Replicas: one reconciles, the others stand by with warm caches.
     pub replicas: u32,
     /// Per controller, in config order: whether its script defines `finalize`.
     pub finalizes: Vec<bool>,
@@ -48,9 +52,9 @@ pub struct File {
     pub content: String,
 }
 
-/// The ConfigMap key of a file: keys cannot hold `/`, so the volume maps each key back.
-fn key_of(path: &str) -> String {
-    path.replace('/', "__")
+/// The ConfigMap holding the config's files: `khai-<operator>-config`.
+pub fn config_map_name(model: &Model) -> String {
+    format!("{}-config", rbac::name(model))
 }
 
 /// The Service khai is reached through: `[webhook_server] service`, else `khai-<operator>` in
@@ -75,7 +79,6 @@ pub fn manifests(
     crds: Vec<Value>,
 ) -> Vec<Value> {
     let ns = settings.namespace.as_str();
-    let name = rbac::name(model);
     let labels = json!({
         "app.kubernetes.io/name": model.operator.name,
         "app.kubernetes.io/managed-by": "khai",
@@ -91,12 +94,13 @@ pub fn manifests(
         finalizes: settings.finalizes.clone(),
         namespace: ns.into(),
         watch_namespaces: settings.watch_namespaces.clone(),
+        config_map: Some(config_map_name(model)),
     });
     out.extend(rbac::manifests(model, ns, &plan));
     out.push(json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": { "name": format!("{name}-config"), "namespace": ns, "labels": labels },
+        "metadata": { "name": config_map_name(model), "namespace": ns, "labels": labels },
         "data": files.iter().map(|f| (key_of(&f.path), json!(f.content))).collect::<serde_json::Map<_, _>>(),
     }));
     let webhooks = !model.webhooks.is_empty();
@@ -113,7 +117,7 @@ pub fn manifests(
         "metadata": { "name": svc.name, "namespace": svc.namespace, "labels": labels },
         "spec": { "selector": { "app.kubernetes.io/name": model.operator.name }, "ports": ports },
     }));
-    out.push(deployment(model, settings, files, &svc, &labels));
+    out.push(deployment(model, settings, &svc, &labels));
     if webhooks && model.webhook_server.tls == TlsMode::Files {
         out.extend(manifests::configurations(
             model,
@@ -124,18 +128,21 @@ pub fn manifests(
     out
 }
 
-fn deployment(
-    model: &Model,
-    settings: &Settings,
-    files: &[File],
-    svc: &ServiceRef,
-    labels: &Value,
-) -> Value {
+fn deployment(model: &Model, settings: &Settings, svc: &ServiceRef, labels: &Value) -> Value {
     let name = rbac::name(model);
-    let mut args = vec!["run", "--config", CONFIG_DIR, "--log-format", "json"];
-    if settings.replicas > 1 {
-        args.push("--leader-elect");
-    }
+    let source = format!(
+        "configmap:{}/{}",
+        settings.namespace,
+        config_map_name(model)
+    );
+    let mut args = vec![
+        "run",
+        "--config",
+        source.as_str(),
+        "--log-format",
+        "json",
+        "--leader-elect",
+    ];
     // The generated Roles cover exactly these namespaces, so khai must watch only them.
     for ns in &settings.watch_namespaces {
         args.extend(["--namespace", ns.as_str()]);
@@ -164,10 +171,6 @@ fn deployment(
             "failureThreshold": 3,
         })
     };
-    let items: Vec<Value> = files
-        .iter()
-        .map(|f| json!({ "key": key_of(&f.path), "path": f.path }))
-        .collect();
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -203,11 +206,6 @@ fn deployment(
                             "readOnlyRootFilesystem": true,
                             "capabilities": { "drop": ["ALL"] },
                         },
-                        "volumeMounts": [{ "name": "config", "mountPath": CONFIG_DIR, "readOnly": true }],
-                    }],
-                    "volumes": [{
-                        "name": "config",
-                        "configMap": { "name": format!("{name}-config"), "items": items },
                     }],
                 },
             },
@@ -267,7 +265,7 @@ validate = "validate"
     }
 
     #[test]
-    fn deployment_is_hardened_and_mounts_the_config_with_its_scripts() {
+    fn deployment_is_hardened_and_reads_the_config_from_its_configmap_through_the_api() {
         let docs = build(1);
         let d = find(&docs, "Deployment");
         let pod = &d["spec"]["template"]["spec"];
@@ -277,8 +275,16 @@ validate = "validate"
         assert_eq!(c["readinessProbe"]["httpGet"]["port"], "metrics");
         assert_eq!(
             c["args"],
-            json!(["run", "--config", "/config", "--log-format", "json"])
+            json!([
+                "run",
+                "--config",
+                "configmap:shop-system/khai-shop-config",
+                "--log-format",
+                "json",
+                "--leader-elect"
+            ])
         );
+        assert!(pod.get("volumes").is_none(), "{pod}");
         assert_eq!(
             c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
             "metadata.name"
@@ -287,12 +293,21 @@ validate = "validate"
             c["env"][2],
             json!({ "name": "KHAI_WEBHOOK_URL", "value": "https://khai-shop.shop-system.svc:443" })
         );
-        assert_eq!(
-            pod["volumes"][0]["configMap"]["items"][1],
-            json!({ "key": "scripts__order.rhai", "path": "scripts/order.rhai" })
-        );
         let cm = find(&docs, "ConfigMap");
+        assert_eq!(cm["metadata"]["name"], "khai-shop-config");
         assert!(cm["data"]["scripts__order.rhai"].is_string());
+        let reader = docs
+            .iter()
+            .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "khai-shop-config")
+            .unwrap();
+        assert_eq!(
+            reader["rules"],
+            json!([
+                { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["khai-shop-config"],
+                  "verbs": ["get", "list", "watch"] },
+                { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
+            ])
+        );
         assert_eq!(docs[0]["kind"], "Namespace");
         // Self-signed: khai installs its own webhook configurations.
         assert!(
@@ -319,9 +334,10 @@ validate = "validate"
             json!([
                 "run",
                 "--config",
-                "/config",
+                "configmap:shop-system/khai-shop-config",
                 "--log-format",
                 "json",
+                "--leader-elect",
                 "--namespace",
                 "a",
                 "--namespace",
@@ -331,9 +347,18 @@ validate = "validate"
     }
 
     #[test]
-    fn more_than_one_replica_turns_on_leader_election() {
-        let docs = build(2);
-        let c = &find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0];
-        assert_eq!(c["args"][5], "--leader-elect");
+    fn leader_election_is_on_for_any_number_of_replicas() {
+        for replicas in [1, 2] {
+            let docs = build(replicas);
+            let d = find(&docs, "Deployment");
+            assert_eq!(d["spec"]["replicas"], replicas);
+            assert_eq!(
+                d["spec"]["template"]["spec"]["containers"][0]["args"][5],
+                "--leader-elect"
+            );
+            assert!(docs.iter().any(
+                |d| d["kind"] == "Role" && d["metadata"]["name"] == "khai-shop-leader-election"
+            ));
+        }
     }
 }

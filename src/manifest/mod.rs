@@ -1,9 +1,11 @@
 //! The rest of what `khai generate` prints besides CRDs and webhook configurations: the
 //! least-privilege RBAC derived from the config ([`rbac`]) and everything needed to deploy khai
-//! ([`deploy`]: Namespace, ConfigMap, Deployment, Service).
+//! ([`deploy`]: Namespace, ConfigMap, Deployment, Service), and the same as values for the Helm
+//! chart ([`values`]).
 //!
 //! No I/O and no cluster: functions take the loaded model and return manifests as JSON values,
 //! which `khai generate` renders as YAML. Nothing here knows the running daemon's state.
 
 pub mod deploy;
 pub mod rbac;
+pub mod values;

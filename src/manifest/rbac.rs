@@ -59,6 +59,9 @@ pub struct Input<'a> {
     pub namespace: String,
     /// Namespaces watched; overrides `[operator] namespaces` when non-empty.
     pub watch_namespaces: Vec<String>,
+    /// The ConfigMap in khai's namespace that khai reads its config from through the API
+    /// (`khai run --config configmap:NS/NAME`), if it does.
+    pub config_map: Option<String>,
 }
 
 /// A kind as RBAC sees it.
@@ -182,6 +185,9 @@ pub struct Plan {
     pub namespaces: Vec<String>,
     /// Rules of the Role in khai's own namespace (the leader election Lease).
     pub own: Rules,
+    /// Rules of the Role that lets khai read its config's ConfigMap (that one, by name) and
+    /// record Events about it; empty unless the config comes from a ConfigMap.
+    pub config: Rules,
 }
 
 /// Derives the RBAC plan for `input`.
@@ -258,11 +264,22 @@ pub fn plan(input: &Input<'_>) -> Plan {
             status: false,
         };
         grant(&events, "events", &["create", "patch"]);
-        p.own.add(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update"],
+    }
+    // khai's Deployment always runs with leader election, so no two replicas reconcile at once.
+    p.own.add(
+        "coordination.k8s.io",
+        "leases",
+        &["get", "create", "update"],
+    );
+    if let Some(name) = &input.config_map {
+        p.config.add_named(
+            "",
+            "configmaps",
+            std::slice::from_ref(name),
+            &["get", "list", "watch"],
         );
+        p.config
+            .add("events.k8s.io", "events", &["create", "patch"]);
     }
     let crds = "apiextensions.k8s.io";
     let crd_names: Vec<String> = model.crds.iter().map(|c| c.crd_name()).collect();
@@ -383,6 +400,14 @@ pub fn manifests(model: &Model, namespace: &str, plan: &Plan) -> Vec<Value> {
             &plan.own,
         );
     }
+    if !plan.config.is_empty() {
+        role(
+            "Role",
+            &format!("{name}-config"),
+            Some(namespace),
+            &plan.config,
+        );
+    }
     out
 }
 
@@ -415,6 +440,7 @@ script = "h.rhai"
             finalizes: vec![finalize],
             namespace: "ops".into(),
             watch_namespaces: ns.iter().map(|s| s.to_string()).collect(),
+            config_map: None,
         })
     }
 

@@ -47,6 +47,7 @@ struct Metrics {
     leader: IntGaugeVec,
     config_reloads: IntCounterVec,
     config_hash: Gauge,
+    config_info: IntGaugeVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -262,6 +263,12 @@ impl Metrics {
                 &["result"],
             ),
             config_hash,
+            config_info: gauge(
+                &r,
+                "khai_config_info",
+                "1 for the config running now: its source (config file, or configmap:NS/NAME/<file>), the source's version (a ConfigMap's resourceVersion; empty for files) and hash (as khai_config_hash, in hex)",
+                &["source", "version", "hash"],
+            ),
             registry: r,
         };
         for result in ["success", "failure"] {
@@ -453,11 +460,18 @@ pub fn leader(name: &str, leading: bool) {
         .set(i64::from(leading));
 }
 
-/// The config that is running, as a hash.
-pub fn config_loaded(hash: u64) {
+/// The config that is running: its hash, where it came from and which version of that it is.
+pub fn config_loaded(hash: u64, source: &str, version: &str) {
+    let hash = hash & ((1u64 << 52) - 1);
     // A gauge is an f64: keep 52 bits so the value is exact.
     #[allow(clippy::cast_precision_loss)]
-    METRICS.config_hash.set((hash & ((1u64 << 52) - 1)) as f64);
+    METRICS.config_hash.set(hash as f64);
+    // Only the running version is listed.
+    METRICS.config_info.reset();
+    METRICS
+        .config_info
+        .with_label_values(&[source, version, &format!("{hash:x}")])
+        .set(1);
     HEALTH.config_loaded.store(true, Ordering::SeqCst);
 }
 

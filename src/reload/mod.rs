@@ -1,93 +1,59 @@
-//! Hot reload: watches the config directory and hands the daemon each new [`Operator`] that
+//! Hot reload: follows the config's source and hands the daemon each new [`Operator`] that
 //! loads cleanly.
 //!
-//! The directory is polled: every [`POLL_INTERVAL`] the content of every file under it is hashed
-//! (reading through symlinks). Polling catches what file-event APIs miss with a mounted
-//! ConfigMap, where kubelet never writes a watched file but atomically swaps the `..data`
-//! symlink that the visible names point through. Entries whose names start with `.` are skipped
-//! as names (kubelet's `..data` and `..<timestamp>` directories, editor swap files); their
-//! content still counts through the visible symlinks. A change is acted on once the directory
-//! has held still for one more poll, so a half-written save is not loaded.
+//! Two sources ([`Source`]): a file or directory on disk, polled ([`dir`]), or a ConfigMap read
+//! and watched through the API ([`configmap`]), which reaches every replica as soon as the API
+//! server has the change, with no kubelet volume sync in between.
 //!
 //! A change that loads is sent to the daemon, which swaps it in (see [`crate::daemon`]). One that
 //! does not is reported by [`Failures`] and nothing else happens: the last good config keeps
 //! running, and the next change is tried again. This module never touches the cluster's
 //! objects.
 
+pub mod configmap;
+pub mod dir;
+
+pub use dir::{fingerprint, watched_dir};
+
 use crate::operator::Operator;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::watch as latest;
-use tokio_util::sync::CancellationToken;
 
-/// How often the config directory is hashed.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// Where `khai run` reads its config from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A file, or a directory holding `operator.toml` (a mounted ConfigMap included).
+    Path(PathBuf),
+    /// A ConfigMap read and watched through the API, written `configmap:NAMESPACE/NAME`.
+    ConfigMap(configmap::Ref),
+}
 
-/// How deep below the config directory files are hashed.
-const MAX_DEPTH: usize = 4;
+impl std::str::FromStr for Source {
+    type Err = String;
 
-/// How many files are hashed at most, so pointing `--config` at a large tree stays cheap.
-const MAX_FILES: usize = 2_000;
-
-/// The directory that holds the config at `path` (a file, or a directory holding one).
-pub fn watched_dir(path: &Path) -> PathBuf {
-    if path.is_dir() {
-        path.to_path_buf()
-    } else {
-        path.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.strip_prefix(configmap::PREFIX) {
+            Some(rest) => rest.parse().map(Source::ConfigMap),
+            None => Ok(Source::Path(PathBuf::from(s))),
+        }
     }
 }
 
-/// A hash of the name and content of every file under `root`, following symlinks. Unreadable
-/// entries count as their error, so a file appearing or disappearing changes the hash.
-pub fn fingerprint(root: &Path) -> u64 {
-    let mut files = Vec::new();
-    collect(root, Path::new(""), 0, &mut files);
-    files.sort();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for rel in &files {
-        rel.hash(&mut h);
-        match std::fs::read(root.join(rel)) {
-            Ok(bytes) => bytes.hash(&mut h),
-            Err(e) => e.kind().to_string().hash(&mut h),
-        }
-    }
-    h.finish()
-}
-
-fn collect(root: &Path, rel: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if out.len() >= MAX_FILES {
-            return;
-        }
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let rel = rel.join(&name);
-        // `metadata` follows symlinks: a ConfigMap key is a symlink to `..data/<key>`.
-        match std::fs::metadata(root.join(&rel)) {
-            Ok(m) if m.is_dir() => {
-                if depth < MAX_DEPTH {
-                    collect(root, &rel, depth + 1, out);
-                }
-            }
-            _ => out.push(rel),
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Path(p) => write!(f, "{}", p.display()),
+            Source::ConfigMap(r) => write!(f, "{r}"),
         }
     }
 }
 
 /// Where a failed reload is reported besides the log and the metric: a Warning Event regarding
-/// khai's own Pod, when `POD_NAME` and `POD_NAMESPACE` say which Pod that is.
+/// the config's ConfigMap (API source), or khai's own Pod when `POD_NAME` and `POD_NAMESPACE`
+/// say which Pod that is (directory source).
 #[derive(Clone)]
 pub struct Failures {
     event: Option<(Recorder, ObjectReference)>,
@@ -100,22 +66,33 @@ impl Failures {
         let ns = std::env::var("POD_NAMESPACE")
             .ok()
             .filter(|s| !s.is_empty());
-        let event = pod.zip(ns).map(|(name, namespace)| {
+        let regarding = pod.zip(ns).map(|(name, namespace)| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name),
+            namespace: Some(namespace),
+            ..ObjectReference::default()
+        });
+        Self::regarding(client, operator, regarding)
+    }
+
+    /// Failures recorded as Events regarding `object` (the config's ConfigMap), or only logged
+    /// and counted without one.
+    pub fn regarding(
+        client: &kube::Client,
+        operator: &str,
+        object: Option<ObjectReference>,
+    ) -> Self {
+        let event = object.map(|object| {
+            let instance = std::env::var("POD_NAME").ok().filter(|s| !s.is_empty());
             let recorder = Recorder::new(
                 client.clone(),
                 Reporter {
                     controller: format!("khai-{operator}"),
-                    instance: Some(name.clone()),
+                    instance,
                 },
             );
-            let pod = ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name),
-                namespace: Some(namespace),
-                ..ObjectReference::default()
-            };
-            (recorder, pod)
+            (recorder, object)
         });
         Self { event }
     }
@@ -126,7 +103,7 @@ impl Failures {
         // Counted before it is logged, so whoever reads the log line finds the count up to date.
         crate::metrics::config_reloaded(false);
         tracing::error!(%error, "config reload failed; still running the last good config");
-        let Some((recorder, pod)) = &self.event else {
+        let Some((recorder, regarding)) = &self.event else {
             return;
         };
         let event = Event {
@@ -136,22 +113,22 @@ impl Failures {
             action: "Reload".into(),
             secondary: None,
         };
-        if let Err(e) = recorder.publish(&event, pod).await {
+        if let Err(e) = recorder.publish(&event, regarding).await {
             tracing::debug!(error = %e, "failed to publish the reload failure event");
         }
     }
 }
 
-/// The newest version that loaded, as published by [`watch`]. Only the newest counts: a
+/// The newest version that loaded, as a source's watch publishes it. Only the newest counts: a
 /// follower that was busy (a standby replica, a controller draining) skips straight to it.
 pub type Versions = latest::Receiver<Option<Arc<Operator>>>;
 
-/// Where [`watch`] publishes each version that loads.
-pub fn versions() -> (latest::Sender<Option<Arc<Operator>>>, Versions) {
+/// Where a source's watch publishes each version that loads.
+pub fn versions() -> (Publisher, Versions) {
     latest::channel(None)
 }
 
-/// What the daemon receives from a running [`watch`]: each new version that loaded, and where to
+/// What the daemon receives from a source's running watch: each new version that loaded, and where to
 /// report a version that loaded but could not be started (an unknown kind, a CRD the API server
 /// rejected).
 pub struct Updates {
@@ -159,101 +136,5 @@ pub struct Updates {
     pub failures: Failures,
 }
 
-/// Polls the config at `path` until `shutdown`, publishing every new version that loads to
-/// `tx` (the daemon's controllers and the webhook server follow it). `current` is the
-/// fingerprint of the version already running.
-pub async fn watch(
-    path: PathBuf,
-    current: u64,
-    tx: latest::Sender<Option<Arc<Operator>>>,
-    failures: Failures,
-    shutdown: CancellationToken,
-) {
-    let root = watched_dir(&path);
-    tracing::info!(dir = %root.display(), interval = ?POLL_INTERVAL, "watching the config for changes");
-    let mut tried = current;
-    let mut seen = current;
-    let mut tick = tokio::time::interval(POLL_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = shutdown.cancelled() => return,
-        }
-        let r = root.clone();
-        let Ok(now) = tokio::task::spawn_blocking(move || fingerprint(&r)).await else {
-            continue;
-        };
-        // Act once the directory held still for a poll, and only on what was not tried yet.
-        let settled = now == seen;
-        seen = now;
-        if !settled || now == tried {
-            continue;
-        }
-        tried = now;
-        tracing::info!(dir = %root.display(), "config changed; reloading");
-        let p = path.clone();
-        let loaded = tokio::task::spawn_blocking(move || Operator::load(&p)).await;
-        match loaded {
-            Ok(Ok(op)) => {
-                tx.send_replace(Some(Arc::new(op)));
-            }
-            Ok(Err(e)) => failures.report(&e.to_string()).await,
-            Err(e) => {
-                failures
-                    .report(&format!("loading the config panicked: {e}"))
-                    .await
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::symlink;
-
-    #[test]
-    fn fingerprint_changes_with_content_and_with_new_files_only() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("operator.toml"), "a").unwrap();
-        let first = fingerprint(dir.path());
-        assert_eq!(
-            fingerprint(dir.path()),
-            first,
-            "unchanged directory hashed differently"
-        );
-        std::fs::write(dir.path().join("operator.toml"), "b").unwrap();
-        let second = fingerprint(dir.path());
-        assert_ne!(second, first);
-        std::fs::create_dir(dir.path().join("scripts")).unwrap();
-        std::fs::write(dir.path().join("scripts/x.rhai"), "").unwrap();
-        assert_ne!(fingerprint(dir.path()), second);
-    }
-
-    #[test]
-    fn fingerprint_sees_a_configmap_style_data_symlink_swap() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        std::fs::create_dir(d.join("..2026_01")).unwrap();
-        std::fs::write(d.join("..2026_01/operator.toml"), "old").unwrap();
-        symlink("..2026_01", d.join("..data")).unwrap();
-        symlink("..data/operator.toml", d.join("operator.toml")).unwrap();
-        let before = fingerprint(d);
-        std::fs::create_dir(d.join("..2026_02")).unwrap();
-        std::fs::write(d.join("..2026_02/operator.toml"), "new").unwrap();
-        symlink("..2026_02", d.join("..data_tmp")).unwrap();
-        std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
-        assert_ne!(fingerprint(d), before);
-    }
-
-    #[test]
-    fn the_watched_dir_of_a_file_is_its_parent() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("operator.toml");
-        std::fs::write(&file, "").unwrap();
-        assert_eq!(watched_dir(&file), dir.path());
-        assert_eq!(watched_dir(dir.path()), dir.path());
-        assert_eq!(watched_dir(Path::new("operator.toml")), Path::new("."));
-    }
-}
+/// The sending side of [`Versions`].
+pub type Publisher = latest::Sender<Option<Arc<Operator>>>;

@@ -78,18 +78,20 @@ pub fn load(config: &Config, limits: &Limits) -> (Vec<Handler>, Vec<Problem>) {
     let mut problems = Vec::new();
     for (i, hook) in config.model.webhooks.iter().enumerate() {
         let file = config.resolve(&hook.script);
-        let script = match Script::compile_file(engine.clone(), limits, &file) {
-            Ok(s) => s,
-            Err(e @ ScriptError::Read { .. }) => {
-                let d = config.diagnostic_at("webhook", i, "script", e.to_string());
-                problems.push(Problem::Config(d));
-                continue;
-            }
-            Err(e) => {
-                problems.push(Problem::Script(e));
-                continue;
-            }
-        };
+        let read = crate::operator::read_script(config, &hook.script);
+        let script =
+            match read.and_then(|(f, src)| Script::compile(engine.clone(), limits, &f, &src)) {
+                Ok(s) => s,
+                Err(e @ ScriptError::Read { .. }) => {
+                    let d = config.diagnostic_at("webhook", i, "script", e.to_string());
+                    problems.push(Problem::Config(d));
+                    continue;
+                }
+                Err(e) => {
+                    problems.push(Problem::Script(e));
+                    continue;
+                }
+            };
         for (key, function, params) in functions(hook) {
             if !script.has_function(function, params.len()) {
                 let msg = format!(

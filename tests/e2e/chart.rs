@@ -1,28 +1,21 @@
-//! The Helm chart in `charts/khai`, rendered, compared with `khai generate manifests`, and
-//! dry-run applied on a real API server.
+//! The Helm chart in `charts/khai`, checked with the real Helm (`scripts/helm` installs it):
+//! `helm lint`, `helm template` compared with `khai generate manifests`, and a server-side dry
+//! run of what it renders. `tests/e2e/helm.rs` installs, upgrades and uninstalls it.
 //!
-//! Helm itself cannot be installed where khai is developed, so `scripts/helm-template` renders
-//! the chart with the engine Helm is made of: Go's text/template with sprig (the function
-//! library Helm ships) plus Helm's own functions, values merging and output format
-//! (`tools/helm-template`, built offline from Debian's Go packages on first use and cached).
-//! [`helm_template_follows_helm_semantics`] pins the Helm behaviour the chart relies on.
-//!
-//! [`chart_and_generator_produce_the_same_objects`] renders the chart with values that say what
-//! `khai generate manifests` is told (release `khai-<operator>`, namespace, image, replicas,
-//! watched namespaces, the config files, and the CRDs and RBAC rules `khai generate crds|rbac`
-//! print, as the README tells chart users to pass them), then requires the same objects
-//! (kind, namespace, name) with equal content once [`normalise`] has removed what legitimately
-//! differs between a Helm release and the generator. Then the rendered chart must pass a
-//! server-side dry run.
+//! [`chart_and_generator_produce_the_same_objects`] renders the chart with the values
+//! `khai generate values` prints (plus what `khai generate manifests` is told besides the
+//! config: release `khai-<operator>`, namespace, image, replicas), then requires the same
+//! objects (kind, namespace, name) with equal content once [`normalise`] has removed what
+//! legitimately differs between a Helm release and the generator. Then the rendered chart must
+//! pass a server-side dry run.
 
-use crate::support::TestNamespace;
+use crate::support::{TestNamespace, helm};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 
-fn chart() -> PathBuf {
-    crate::support::repo_root().join("charts/khai")
+fn chart() -> std::path::PathBuf {
+    helm::chart()
 }
 
 fn read(rel: &str) -> String {
@@ -31,24 +24,6 @@ fn read(rel: &str) -> String {
 
 fn chart_meta() -> Value {
     serde_saphyr::from_str(&read("Chart.yaml")).unwrap()
-}
-
-/// Runs `scripts/helm-template` (building it on first use); `Err` holds its stderr.
-fn helm_template(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(crate::support::repo_root().join("scripts/helm-template"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("failed to run scripts/helm-template");
-    if out.status.success() {
-        Ok(String::from_utf8(out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
-}
-
-fn render(args: &[&str]) -> String {
-    helm_template(args).unwrap_or_else(|e| panic!("scripts/helm-template {args:?} failed:\n{e}"))
 }
 
 fn docs(yaml: &str) -> Vec<Value> {
@@ -66,17 +41,15 @@ struct Case {
     operator: &'static str,
     /// The files the generator puts in the ConfigMap: operator.toml and the scripts it names.
     files: &'static [&'static str],
-    /// The config declares `[[webhook]]`s (the chart's `webhook.enabled`).
-    webhooks: bool,
     /// `--image`; `None` leaves both at their default (this version's image).
     image: Option<&'static str>,
     replicas: u32,
     /// How many extra namespaces to watch (`--watch-namespace`, `operator.watchNamespaces`).
     watched: usize,
     /// Run the example with `[webhook_server] tls = "files"` and `service` naming the release's
-    /// Service: the webhook configurations are then part of the output (the chart's
-    /// `webhook.configurations`, from `khai generate webhooks`), and khai takes its URL from the
-    /// config (the chart's `webhook.setUrl: false`).
+    /// Service, and with `install_crds = false`: the webhook configurations and the CRDs are
+    /// then part of the release (`khai generate values` puts them in `webhook.configurations`
+    /// and `crds`), and khai takes its URL from the config (`webhook.setUrl: false`).
     tls_files: bool,
 }
 
@@ -85,7 +58,6 @@ const CASES: &[Case] = &[
         example: "hello",
         operator: "hello",
         files: &["operator.toml", "scripts/hello.rhai"],
-        webhooks: false,
         image: None,
         replicas: 1,
         watched: 0,
@@ -99,7 +71,6 @@ const CASES: &[Case] = &[
             "scripts/cache.rhai",
             "scripts/webhooks.rhai",
         ],
-        webhooks: true,
         image: Some("registry.example/khai:dev"),
         replicas: 2,
         watched: 0,
@@ -114,7 +85,6 @@ const CASES: &[Case] = &[
             "scripts/cache.rhai",
             "scripts/webhooks.rhai",
         ],
-        webhooks: true,
         image: None,
         replicas: 1,
         watched: 2,
@@ -128,7 +98,6 @@ const CASES: &[Case] = &[
             "scripts/cache.rhai",
             "scripts/webhooks.rhai",
         ],
-        webhooks: true,
         image: None,
         replicas: 1,
         watched: 0,
@@ -136,7 +105,8 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// A copy of the case's files with `[webhook_server] tls = "files"` and a `service` in `ns`.
+/// A copy of the case's files with `[webhook_server] tls = "files"`, a `service` in `ns`, and
+/// `install_crds = false`.
 fn with_tls_files(case: &Case, ns: &str, into: &Path) {
     let from = crate::support::repo_root()
         .join("examples")
@@ -146,7 +116,11 @@ fn with_tls_files(case: &Case, ns: &str, into: &Path) {
         std::fs::copy(from.join(f), into.join(f)).unwrap();
     }
     let toml = into.join("operator.toml");
-    let mut text = std::fs::read_to_string(&toml).unwrap();
+    let mut text = std::fs::read_to_string(&toml).unwrap().replacen(
+        "[operator]\n",
+        "[operator]\ninstall_crds = false\n",
+        1,
+    );
     text.push_str(&format!(
         "\n[webhook_server]\ntls = \"files\"\ncert_file = \"/certs/tls.crt\"\n\
          key_file = \"/certs/tls.key\"\nservice = {{ name = \"khai-{}\", namespace = \"{ns}\" }}\n",
@@ -164,14 +138,13 @@ fn with_tls_files(case: &Case, ns: &str, into: &Path) {
 /// - `app.kubernetes.io/managed-by` is `Helm` in a release (`.Release.Service`) and `khai` from
 ///   the generator; the chart's `Helm` is rewritten to `khai` (the CRDs, passed through as
 ///   `khai generate crds` prints them, already say `khai`).
-/// - The pod template annotation `checksum/config` (a sha256): Helm's idiom to roll the pods on
-///   `helm upgrade` when the config changes; the generator's output is applied by hand or by
-///   kustomize, which has its own means (configMapGenerator hashes).
 ///
 /// Nothing else is touched: key order is irrelevant (objects compare as maps), list order is
-/// compared as is. The generator's Namespace is left out by the caller: a Helm release goes
-/// into an existing namespace (`helm install -n NS --create-namespace` makes it) and charts do
-/// not template their release namespace.
+/// compared as is. The caller leaves out two kinds of the generator's: its Namespace (a Helm
+/// release goes into an existing namespace, `helm install -n NS --create-namespace` makes it,
+/// and charts do not template their release namespace), and its CRDs when the config installs
+/// them itself (`install_crds`, the default: `khai generate values` leaves them to khai, so that
+/// `helm uninstall` never deletes every custom resource).
 fn normalise(obj: &mut Value, release: &str) {
     let meta = chart_meta();
     let expected = [
@@ -215,16 +188,8 @@ fn normalise(obj: &mut Value, release: &str) {
     if obj["kind"] == "Deployment" {
         let template = &mut obj["spec"]["template"]["metadata"];
         fix_labels(&mut template["labels"]);
-        let annotations = template["annotations"].as_object_mut().unwrap();
-        let checksum = annotations.remove("checksum/config").unwrap();
-        let checksum = checksum.as_str().unwrap();
-        assert!(
-            checksum.len() == 64 && checksum.chars().all(|c| c.is_ascii_hexdigit()),
-            "{what}: checksum/config {checksum:?}"
-        );
-        if annotations.is_empty() {
-            template.as_object_mut().unwrap().remove("annotations");
-        }
+        // No checksum/config: a config change is hot-reloaded, not a rollout.
+        assert!(template.get("annotations").is_none(), "{what}: {template}");
     }
 }
 
@@ -246,24 +211,6 @@ fn by_key(objects: Vec<Value>) -> BTreeMap<(String, String, String), Value> {
         assert!(out.insert(key.clone(), o).is_none(), "{key:?} twice");
     }
     out
-}
-
-/// The rules of the first `kind` object (not the leader election Role) in `khai generate rbac`.
-fn rules_of(rbac: &[Value], kind: &str) -> Value {
-    rbac.iter()
-        .find(|o| {
-            o["kind"] == kind
-                && !o["metadata"]["name"]
-                    .as_str()
-                    .unwrap()
-                    .ends_with("-leader-election")
-        })
-        .map_or(json!([]), |o| o["rules"].clone())
-}
-
-/// The chart's `--set-file` key for a config file: dots escaped, slashes kept.
-fn file_key(path: &str) -> String {
-    format!("config.files.{}", path.replace('.', "\\."))
 }
 
 #[tokio::test]
@@ -306,61 +253,29 @@ async fn chart_and_generator_produce_the_same_objects() {
         }
         let generated = docs(&crate::support::khai_stdout(&gen_args));
 
-        // The same, as chart values.
-        let mut rbac_args = vec!["generate", "rbac", dir];
-        rbac_args.extend(&common);
-        let rbac = docs(&crate::support::khai_stdout(&rbac_args));
-        let crds = tmp.path().join("crds.yaml");
-        std::fs::write(
-            &crds,
-            crate::support::khai_stdout(&["generate", "crds", dir]),
-        )
-        .unwrap();
-        let mut values = json!({
-            "operator": {
-                "name": case.operator,
-                "watchNamespaces": watched.iter().map(|w| w.name.clone()).collect::<Vec<_>>(),
-            },
-            "replicaCount": case.replicas,
-            "webhook": { "enabled": case.webhooks, "setUrl": !case.tls_files },
-            "rbac": {
-                "clusterRules": rules_of(&rbac, "ClusterRole"),
-                "namespacedRules": rules_of(&rbac, "Role"),
-            },
-        });
+        // The same, as chart values: `khai generate values` plus what is not in the config.
+        let values_file = tmp.path().join("values.yaml");
+        let mut values_args = vec!["generate", "values", dir];
+        for w in &watched {
+            values_args.extend(["--watch-namespace", w.name.as_str()]);
+        }
+        std::fs::write(&values_file, crate::support::khai_stdout(&values_args)).unwrap();
+        let replicas_value = format!("replicaCount={}", case.replicas);
+        let mut helm_args = vec![
+            "-n",
+            ns.name.as_str(),
+            "-f",
+            helm::arg(&values_file),
+            "--set",
+            replicas_value.as_str(),
+        ];
+        let image_values;
         if let Some(image) = case.image {
             let (repository, tag) = image.rsplit_once(':').unwrap();
-            values["image"] = json!({ "repository": repository, "tag": tag });
+            image_values = format!("image.repository={repository},image.tag={tag}");
+            helm_args.extend(["--set", image_values.as_str()]);
         }
-        // JSON is YAML: a values file as `-f` takes it.
-        let values_file = tmp.path().join("values.yaml");
-        std::fs::write(&values_file, values.to_string()).unwrap();
-        let mut helm_args = vec![
-            release.clone(),
-            chart().to_str().unwrap().to_string(),
-            "-n".into(),
-            ns.name.clone(),
-            "-f".into(),
-            values_file.to_str().unwrap().to_string(),
-            "--set-file".into(),
-            format!("crds={}", crds.to_str().unwrap()),
-        ];
-        if case.tls_files {
-            let webhooks = tmp.path().join("webhooks.yaml");
-            std::fs::write(
-                &webhooks,
-                crate::support::khai_stdout(&["generate", "webhooks", dir]),
-            )
-            .unwrap();
-            helm_args.push("--set-file".into());
-            helm_args.push(format!("webhook.configurations={}", webhooks.display()));
-        }
-        for f in case.files {
-            helm_args.push("--set-file".into());
-            helm_args.push(format!("{}={dir}/{f}", file_key(f)));
-        }
-        let helm_args: Vec<&str> = helm_args.iter().map(String::as_str).collect();
-        let rendered_yaml = render(&helm_args);
+        let rendered_yaml = helm::template(&release, &helm_args);
         assert!(
             rendered_yaml.contains("# Source: khai/templates/deployment.yaml\n"),
             "{rendered_yaml}"
@@ -370,6 +285,7 @@ async fn chart_and_generator_produce_the_same_objects() {
             generated
                 .into_iter()
                 .filter(|o| o["kind"] != "Namespace")
+                .filter(|o| case.tls_files || o["kind"] != "CustomResourceDefinition")
                 .collect(),
         );
         let rendered = by_key(
@@ -382,12 +298,12 @@ async fn chart_and_generator_produce_the_same_objects() {
                 .collect(),
         );
         if case.tls_files {
-            assert!(
-                generated
-                    .keys()
-                    .any(|(kind, _, _)| kind == "ValidatingWebhookConfiguration"),
-                "{what}: no webhook configurations to compare"
-            );
+            for kind in ["ValidatingWebhookConfiguration", "CustomResourceDefinition"] {
+                assert!(
+                    generated.keys().any(|(k, _, _)| k == kind),
+                    "{what}: no {kind} to compare"
+                );
+            }
         }
         let keys =
             |m: &BTreeMap<(String, String, String), Value>| m.keys().cloned().collect::<Vec<_>>();
@@ -413,7 +329,6 @@ async fn chart_and_generator_produce_the_same_objects() {
         let applied = crate::support::dry_run_apply(&kubectl, &rendered_yaml, &what);
         assert!(
             applied.contains(&format!("deployment.apps/{release}"))
-                && applied.contains("customresourcedefinition.apiextensions.k8s.io/")
                 && applied.contains("(server dry run)"),
             "{what}: {applied}"
         );
@@ -421,44 +336,60 @@ async fn chart_and_generator_produce_the_same_objects() {
 }
 
 #[test]
-fn chart_defaults_render_and_cover_the_optional_objects() {
-    let out = render(&[
-        "khai-hello",
-        chart().to_str().unwrap(),
-        "-n",
-        "ops",
-        "--set",
-        "serviceMonitor.enabled=true,podDisruptionBudget.enabled=true,metrics.port=9090",
-        "--set",
-        "webhook.enabled=true,webhook.port=8443,logLevel=debug,image.pullPolicy=Always",
-        "--set-string",
-        "service.type=NodePort",
-        "--notes",
-    ]);
-    let (manifests, notes) = out.split_once("NOTES:\n").unwrap();
+fn helm_lint_passes_strict() {
+    let out = helm::ok(&["lint", "--strict", helm::arg(&chart())]);
     assert!(
-        notes.contains("rbac.clusterRules and rbac.namespacedRules are empty"),
-        "{notes}"
+        out.contains("1 chart(s) linted, 0 chart(s) failed"),
+        "{out}"
     );
-    let objs = docs(manifests);
-    let kinds: Vec<&str> = objs.iter().map(|o| o["kind"].as_str().unwrap()).collect();
-    // Helm's install order: ServiceAccount, ConfigMap, ... Service, Deployment, then kinds it
-    // does not know.
+}
+
+#[test]
+fn chart_defaults_render_and_cover_the_optional_objects() {
+    let out = helm::template(
+        "khai-hello",
+        &[
+            "-n",
+            "ops",
+            "--set",
+            "serviceMonitor.enabled=true,podDisruptionBudget.enabled=true,metrics.port=9090",
+            "--set",
+            "webhook.enabled=true,webhook.port=8443,logLevel=debug,image.pullPolicy=Always",
+            "--set-string",
+            "service.type=NodePort",
+        ],
+    );
+    let objs = docs(&out);
+    let kinds: Vec<(&str, &str)> = objs
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // Helm's install order: ServiceAccount, ConfigMap, Roles, ... Service, Deployment, then
+    // kinds it does not know.
     assert_eq!(
         kinds,
         [
-            "PodDisruptionBudget",
-            "ServiceAccount",
-            "ConfigMap",
-            "Role",
-            "RoleBinding",
-            "Service",
-            "Deployment",
-            "ServiceMonitor"
+            ("PodDisruptionBudget", "khai-hello"),
+            ("ServiceAccount", "khai-hello"),
+            ("ConfigMap", "khai-hello-config"),
+            ("Role", "khai-hello-leader-election"),
+            ("Role", "khai-hello-config"),
+            ("RoleBinding", "khai-hello-leader-election"),
+            ("RoleBinding", "khai-hello-config"),
+            ("Service", "khai-hello"),
+            ("Deployment", "khai-hello"),
+            ("ServiceMonitor", "khai-hello"),
         ]
     );
     let find = |kind: &str| objs.iter().find(|o| o["kind"] == kind).unwrap();
-    let c = &find("Deployment")["spec"]["template"]["spec"]["containers"][0];
+    let d = find("Deployment");
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
     let args: Vec<&str> = c["args"]
         .as_array()
         .unwrap()
@@ -470,18 +401,28 @@ fn chart_defaults_render_and_cover_the_optional_objects() {
         [
             "run",
             "--config",
-            "/config",
+            "configmap:ops/khai-hello-config",
             "--log-format",
             "json",
             "--log-level",
             "debug",
             "--metrics-bind",
             "0.0.0.0:9090",
+            "--leader-elect",
             "--webhook-bind",
             "0.0.0.0:8443"
         ]
     );
+    // The config comes through the API: no volume, no checksum annotation to roll the pods.
+    assert!(pod.get("volumes").is_none(), "{pod}");
+    assert!(
+        d["spec"]["template"]["metadata"]
+            .get("annotations")
+            .is_none(),
+        "{d}"
+    );
     assert_eq!(c["imagePullPolicy"], "Always");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(
         c["env"][2],
         json!({ "name": "KHAI_WEBHOOK_URL", "value": "https://khai-hello.ops.svc:443" })
@@ -491,8 +432,29 @@ fn chart_defaults_render_and_cover_the_optional_objects() {
         find("PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
         json!({ "app.kubernetes.io/name": "hello" })
     );
-    // A release named otherwise gets `<release>-khai`, as `helm create` charts do.
-    let other = docs(&render(&["prod", chart().to_str().unwrap()]));
+    let reader = objs
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "khai-hello-config")
+        .unwrap();
+    assert_eq!(
+        reader["rules"][0],
+        json!({ "apiGroups": [""], "resources": ["configmaps"],
+                "resourceNames": ["khai-hello-config"], "verbs": ["get", "list", "watch"] })
+    );
+    let notes = helm::ok(&[
+        "install",
+        "khai-hello",
+        helm::arg(&chart()),
+        "--dry-run=client",
+        "-n",
+        "ops",
+    ]);
+    assert!(
+        notes.contains("rbac.clusterRules and rbac.namespacedRules are empty"),
+        "{notes}"
+    );
+    // Any release name: `<release>-khai`, as `helm create` charts do.
+    let other = docs(&helm::template("prod", &[]));
     assert!(
         other.iter().all(|o| o["metadata"]["name"]
             .as_str()
@@ -500,151 +462,66 @@ fn chart_defaults_render_and_cover_the_optional_objects() {
             .starts_with("prod-khai")),
         "{other:?}"
     );
-    let missing = helm_template(&[
+    let chart = chart();
+    let missing = helm::run(&[
+        "template",
         "x",
-        chart().to_str().unwrap(),
+        helm::arg(&chart),
         "--set",
         "operator.name=null",
     ])
     .unwrap_err();
-    assert!(missing.contains("operator.name is required"), "{missing}");
+    assert!(
+        missing.contains("operator.name is required: the [operator] name of operator.toml"),
+        "{missing}"
+    );
+    let bad = helm::run(&[
+        "template",
+        "x",
+        helm::arg(&chart),
+        "--set",
+        "config.source=disk",
+    ])
+    .unwrap_err();
+    assert!(bad.contains("config.source must be api or mount"), "{bad}");
 }
 
-/// A chart of its own exercising the Helm behaviour the khai chart relies on, with what Helm
-/// renders for it.
+/// `config.source: mount` mounts the whole ConfigMap (a script added later appears in the pod)
+/// and grants no API access to it; `rollOnChange` rolls the pods on a config change.
 #[test]
-fn helm_template_follows_helm_semantics() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = tmp.path().join("fx");
-    std::fs::create_dir_all(c.join("templates")).unwrap();
-    std::fs::create_dir_all(c.join("files")).unwrap();
-    let write = |rel: &str, text: &str| std::fs::write(c.join(rel), text).unwrap();
-    write(
-        "Chart.yaml",
-        "apiVersion: v2\nname: fx\nversion: 1.2.3+build\nappVersion: \"9\"\n",
+fn mount_mode_mounts_the_whole_configmap_and_roll_on_change_is_opt_in() {
+    let objs = docs(&helm::template(
+        "khai-hello",
+        &[
+            "-n",
+            "ops",
+            "--set",
+            "config.source=mount,config.rollOnChange=true",
+            "--set-string",
+            "config.files.operator\\.toml=x",
+        ],
+    ));
+    let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["containers"][0]["args"][2], "/config");
+    assert_eq!(
+        pod["volumes"],
+        json!([{ "name": "config", "configMap": { "name": "khai-hello-config" } }]),
+        "the whole ConfigMap, no items"
     );
-    write(
-        "values.yaml",
-        "a:\n  b: 1\n  c: [x, y]\n  d: {e: 3}\ngone: 5\nport: 8080\nlist: [1]\n",
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([{ "name": "config", "mountPath": "/config", "readOnly": true }])
     );
-    write("files/note.txt", "from a file\n");
-    write(
-        "templates/_helpers.tpl",
-        "{{- define \"fx.name\" -}}{{ .Release.Name }}-{{ .Chart.Name }}{{- end }}\nnot rendered\n",
-    );
-    write(
-        "templates/cm.yaml",
-        r#"apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {{ include "fx.name" . }}
-  namespace: {{ .Release.Namespace }}
-data:
-  missing: "{{ .Values.nope }}"
-  merged: {{ toJson .Values.a | quote }}
-  gone: "{{ .Values.gone }}"
-  port: "{{ .Values.port }} {{ int .Values.port | add 1 }}"
-  list: {{ toJson .Values.list | quote }}
-  file: {{ .Values.f | quote }}
-  chartFile: {{ .Files.Get "files/note.txt" | quote }}
-  tpl: {{ tpl "{{ .Chart.Name }}-{{ .Values.s }}" . | quote }}
-  release: "{{ .Release.Service }} {{ .Release.IsInstall }} {{ .Chart.Version }} {{ .Template.Name }}"
-  kube: "{{ .Capabilities.KubeVersion.Version }} {{ .Capabilities.APIVersions.Has "apps/v1" }}"
-  yaml: |
-    {{- toYaml .Values.a | nindent 4 }}
----
-# a document of only a comment is still a document to Helm; an empty one is dropped
----
-"#,
-    );
-    write(
-        "templates/sa.yaml",
-        "{{- if true }}\napiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: sa\n{{- end }}\n",
-    );
-    write(
-        "templates/empty.yaml",
-        "{{- if false }}\nkind: X\n{{- end }}\n",
-    );
-    write("templates/NOTES.txt", "Installed {{ .Release.Name }}.\n");
-    let overrides = tmp.path().join("over.yaml");
-    std::fs::write(
-        &overrides,
-        "a:\n  d: {f: 4}\n  c: [z]\ngone: null\nlist: []\n",
-    )
-    .unwrap();
-    let file = tmp.path().join("f.txt");
-    std::fs::write(&file, "line 1\nline \"2\"\n").unwrap();
-    let out = render(&[
-        "rel",
-        c.to_str().unwrap(),
-        "-n",
-        "space",
-        "-f",
-        overrides.to_str().unwrap(),
-        "--set",
-        "a.b=2,s=y",
-        "--set-file",
-        &format!("f={}", file.display()),
-        "--notes",
-    ]);
-    let expected = r#"---
-# Source: fx/templates/sa.yaml
-apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: sa
----
-# Source: fx/templates/cm.yaml
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: rel-fx
-  namespace: space
-data:
-  missing: ""
-  merged: "{\"b\":2,\"c\":[\"z\"],\"d\":{\"e\":3,\"f\":4}}"
-  gone: ""
-  port: "8080 8081"
-  list: "[]"
-  file: "line 1\nline \"2\"\n"
-  chartFile: "from a file\n"
-  tpl: "fx-y"
-  release: "Helm true 1.2.3+build fx/templates/cm.yaml"
-  kube: "v1.20.0 true"
-  yaml: |
-    b: 2
-    c:
-    - z
-    d:
-      e: 3
-      f: 4
----
-# Source: fx/templates/cm.yaml
-# a document of only a comment is still a document to Helm; an empty one is dropped
-NOTES:
-Installed rel.
-
-"#;
-    assert_eq!(out, expected);
-
-    write(
-        "templates/req.yaml",
-        "x: {{ required \"z is required\" .Values.z }}\n",
-    );
-    let err = helm_template(&["rel", c.to_str().unwrap()]).unwrap_err();
+    let checksum = d["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        .as_str()
+        .unwrap();
+    assert_eq!(checksum.len(), 64, "{checksum}");
     assert!(
-        err.contains("execution error at (fx/templates/req.yaml:1:")
-            && err.contains("z is required"),
-        "{err}"
-    );
-    write("templates/req.yaml", "x: {{ .Values.a.nope.deeper }}\n");
-    let err = helm_template(&["rel", c.to_str().unwrap()]).unwrap_err();
-    assert!(err.contains("nil pointer evaluating"), "{err}");
-    write("templates/req.yaml", "x: [\n");
-    let err = helm_template(&["rel", c.to_str().unwrap()]).unwrap_err();
-    assert!(
-        err.contains("YAML parse error on fx/templates/req.yaml"),
-        "{err}"
+        !objs
+            .iter()
+            .any(|o| o["kind"] == "Role" && o["metadata"]["name"] == "khai-hello-config"),
+        "no Role to read the ConfigMap through the API"
     );
 }
 

@@ -400,3 +400,67 @@ async fn rbac_verify_passes_with_the_generated_rules_and_names_a_missing_one() {
         "{out}"
     );
 }
+
+/// `khai rbac verify --file`: offline, against the rules `khai generate rbac` printed; a rule
+/// taken out of the file is named, and the exit status says so.
+#[test]
+fn rbac_verify_file_checks_a_rules_file_offline() {
+    let dir = hello_with_events();
+    let ns = "ops";
+    let rules = tempfile::NamedTempFile::new().unwrap();
+    let verify = |file: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+            .args(["rbac", "verify"])
+            .arg(dir.path())
+            .args(["--namespace", ns, "--watch-namespace", ns, "--file"])
+            .arg(file)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap()
+    };
+    let docs = generate_rbac(dir.path(), ns);
+    let yaml: String = docs
+        .iter()
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    std::fs::write(rules.path(), &yaml).unwrap();
+    let out = verify(rules.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("ok: all ")
+            && stdout.contains(&format!("granted by {}", rules.path().display())),
+        "{stdout}"
+    );
+
+    // The Role in `ops` loses its status rule.
+    let mut fewer = docs.clone();
+    for d in &mut fewer {
+        if d["kind"] == "Role" {
+            let kept: Vec<Value> = d["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["resources"] != json!(["hellos/status"]))
+                .cloned()
+                .collect();
+            d["rules"] = json!(kept);
+        }
+    }
+    let yaml: String = fewer
+        .iter()
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    std::fs::write(rules.path(), &yaml).unwrap();
+    let out = verify(rules.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with("missing: patch hellos/status.examples.khai.dev in namespace ops\n"),
+        "{stdout}"
+    );
+}

@@ -68,6 +68,50 @@ pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
     out
 }
 
+/// The audit events (one JSON object per completed write) since `from` that `keep` accepts, in
+/// the order the API server logged them. Each has `verb`, `userAgent`, `objectRef`,
+/// `requestReceivedTimestamp` and `stageTimestamp` (the API server's clock, in microseconds).
+pub fn entries(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+    let mut file = std::fs::File::open(log_path()).expect("open the audit log");
+    file.seek(SeekFrom::Start(from.0)).unwrap();
+    BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(&line).ok())
+        .filter(|e| e["stage"] == "ResponseComplete" && keep(e))
+        .collect()
+}
+
+/// Waits (polling the log, until the deadline) for an audit event since `from` that `find`
+/// accepts, and returns it. The API server logs a request's `ResponseComplete` stage after it
+/// has answered, so a watcher may see the change before the log has the line.
+pub async fn wait_for_entry(
+    from: Mark,
+    what: &str,
+    find: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + super::DEADLINE;
+    loop {
+        if let Some(e) = entries(from, &find).into_iter().next() {
+            return e;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {:?} waiting for the audit log to show {what}",
+            super::DEADLINE
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// An audit event's timestamp field (`requestReceivedTimestamp`, `stageTimestamp`).
+pub fn timestamp(entry: &serde_json::Value, field: &str) -> jiff::Timestamp {
+    entry[field]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("audit event without {field}: {entry}"))
+}
+
 /// The total of `writes`.
 pub fn total(writes: &Writes) -> u64 {
     writes.values().sum()

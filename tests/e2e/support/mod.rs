@@ -7,6 +7,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod audit;
+pub mod helm;
 pub mod metrics;
 
 use kube::api::{Api, DynamicObject, PostParams};
@@ -206,7 +207,7 @@ impl Khai {
         kubeconfig: &Path,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut child = Command::new(khai_bin())
+        let child = Command::new(khai_bin())
             .arg("run")
             .arg("--config")
             .arg(config)
@@ -227,6 +228,27 @@ impl Khai {
             .stderr(Stdio::piped())
             .spawn()
             .expect("failed to start khai");
+        Self::attach(child)
+    }
+
+    /// Starts `program` (`khai`, or a container runtime running it) with exactly `args` and
+    /// `env` on top of this process's environment (less RUST_LOG and KUBECONFIG); nothing is
+    /// added, so the run is what a Deployment or an image says.
+    pub fn start_exact(program: &Path, args: &[String], env: &[(String, String)]) -> Self {
+        let child = Command::new(program)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("KUBECONFIG")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("failed to start {}: {e}", program.display()));
+        Self::attach(child)
+    }
+
+    fn attach(mut child: Child) -> Self {
         let log = std::sync::Arc::new((Mutex::new(Vec::new()), std::sync::Condvar::new()));
         let stderr = child.stderr.take().expect("stderr");
         let sink = log.clone();
@@ -248,18 +270,24 @@ impl Khai {
 
     /// Sends SIGTERM and waits (with a deadline) for the process to exit; returns its exit code
     /// and every log line it wrote.
-    pub async fn terminate(mut self) -> (Option<i32>, Vec<String>) {
+    pub async fn terminate(self) -> (Option<i32>, Vec<String>) {
         let pid = self.child.id().to_string();
         let sent = Command::new("kill")
             .args(["-TERM", &pid])
             .status()
             .expect("run kill");
         assert!(sent.success(), "failed to send SIGTERM to khai");
+        self.wait().await
+    }
+
+    /// Waits (with a deadline) for the process to exit by itself; returns its exit code and
+    /// every log line it wrote.
+    pub async fn wait(mut self) -> (Option<i32>, Vec<String>) {
         let mut child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
         let status =
             tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(move || child.wait()))
                 .await
-                .expect("khai did not exit within the deadline after SIGTERM")
+                .expect("khai did not exit within the deadline")
                 .unwrap()
                 .unwrap();
         if let Some(r) = self.reader.take() {

@@ -1,0 +1,142 @@
+//! The values for the Helm chart (`charts/khai`) that deploy one operator, as
+//! `khai generate values` prints them: with these, `helm install NAME charts/khai -f values.yaml`
+//! makes the same objects as `khai generate manifests` (named after the release).
+//!
+//! No I/O: the caller loads the config, reads its files and renders the YAML.
+
+use super::deploy::File;
+use super::rbac::Plan;
+use crate::config::model::Model;
+use crate::config::webhook::TlsMode;
+use crate::webhook::manifests::{self, Target};
+use serde_json::{Map, Value, json};
+
+/// What the values are made of.
+#[derive(Debug)]
+pub struct Input<'a> {
+    pub model: &'a Model,
+    /// The config file and every file it names, by path relative to the config file.
+    pub files: &'a [File],
+    /// The RBAC plan of the config (`khai generate rbac`).
+    pub plan: &'a Plan,
+    /// The CRDs as YAML, when the release installs them (`install_crds = false`).
+    pub crds: Option<String>,
+    /// The webhook configurations as YAML, when the release installs them (`tls = "files"`).
+    pub webhook_configurations: Option<String>,
+}
+
+/// The chart's values for `input`.
+pub fn values(input: &Input<'_>) -> Value {
+    let model = input.model;
+    let files: Map<String, Value> = input
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), json!(f.content)))
+        .collect();
+    let mut webhook = json!({
+        "enabled": !model.webhooks.is_empty(),
+        // With `[webhook_server] service`, khai takes its URL from the config.
+        "setUrl": model.webhook_server.service.is_none(),
+    });
+    if let Some(c) = &input.webhook_configurations {
+        webhook["configurations"] = json!(c);
+    }
+    let mut values = json!({
+        "operator": {
+            "name": model.operator.name,
+            "watchNamespaces": input.plan.namespaces,
+        },
+        "config": { "files": files },
+        "rbac": {
+            "clusterRules": input.plan.cluster.policy_rules(),
+            "namespacedRules": input.plan.namespaced.policy_rules(),
+        },
+        "webhook": webhook,
+    });
+    if let Some(crds) = &input.crds {
+        values["crds"] = json!(crds);
+    }
+    values
+}
+
+/// The webhook configurations the release must install: those of `tls = "files"` with a
+/// `[webhook_server] service` (with a self-signed certificate khai installs its own).
+pub fn webhook_configurations(model: &Model) -> Vec<Value> {
+    match (&model.webhook_server.tls, &model.webhook_server.service) {
+        (TlsMode::Files, Some(svc)) if !model.webhooks.is_empty() => {
+            manifests::configurations(model, &Target::Service(svc.clone()), None)
+        }
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse;
+    use crate::manifest::rbac;
+    use std::path::Path;
+
+    const SRC: &str = r#"
+[operator]
+name = "shop"
+namespaces = ["a"]
+
+[[crd]]
+group = "shop.khai.dev"
+kind = "Order"
+versions = ["v1"]
+
+[[controller]]
+for = "Order"
+script = "scripts/order.rhai"
+"#;
+
+    #[test]
+    fn values_name_the_operator_and_carry_its_files_and_rules() {
+        let model = parse(Path::new("operator.toml"), SRC).unwrap();
+        let plan = rbac::plan(&rbac::Input {
+            model: &model,
+            finalizes: vec![false],
+            namespace: "x".into(),
+            watch_namespaces: Vec::new(),
+            config_map: None,
+        });
+        let files = [
+            File {
+                path: "operator.toml".into(),
+                content: SRC.into(),
+            },
+            File {
+                path: "scripts/order.rhai".into(),
+                content: "fn reconcile(o, c) {}".into(),
+            },
+        ];
+        let v = values(&Input {
+            model: &model,
+            files: &files,
+            plan: &plan,
+            crds: None,
+            webhook_configurations: None,
+        });
+        assert_eq!(
+            v["operator"],
+            json!({ "name": "shop", "watchNamespaces": ["a"] })
+        );
+        assert_eq!(
+            v["config"]["files"]["scripts/order.rhai"],
+            "fn reconcile(o, c) {}"
+        );
+        assert_eq!(
+            v["rbac"]["namespacedRules"],
+            json!(plan.namespaced.policy_rules())
+        );
+        assert_eq!(
+            v["rbac"]["clusterRules"],
+            json!(plan.cluster.policy_rules())
+        );
+        assert_eq!(v["webhook"], json!({ "enabled": false, "setUrl": true }));
+        assert!(v.get("crds").is_none(), "khai installs its CRDs itself");
+        assert!(webhook_configurations(&model).is_empty());
+    }
+}

@@ -1,0 +1,502 @@
+//! The user's path with the real Helm, end to end: the README's two commands
+//! (`khai generate values DIR > values.yaml`, `helm install NAME charts/khai -f values.yaml`),
+//! khai started exactly as the release's Deployment says, a script change through
+//! `helm upgrade` live in under 2 s with no restart, a broken script reported while the last
+//! good one keeps reconciling, and `helm uninstall` leaving nothing of the release.
+//!
+//! There is no kubelet, so the test plays it: it reads the Deployment the release made and runs
+//! the `khai` binary with the container's args and env (fieldRefs resolved as the kubelet would)
+//! and a ServiceAccount token from a TokenRequest for the pod's ServiceAccount. What it
+//! substitutes is the pod network only: a pod has ports of its own and is reached through its
+//! Service, so here khai listens on free loopback ports (`KHAI_METRICS_BIND`,
+//! `KHAI_WEBHOOK_BIND`) and the API server calls the webhooks at that loopback address
+//! (`KHAI_WEBHOOK_URL`) instead of the Service's DNS name.
+
+use crate::support::metrics::{http_get, metrics_until};
+use crate::support::{self, DEADLINE, Khai, TestNamespace, audit, helm};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How soon a `helm upgrade` must reach the running daemon's reconciles (issue 15).
+const RELOAD_BUDGET: Duration = Duration::from_secs(2);
+
+/// A copy of examples/cache whose operator name and API group are this test's own, so its CRD,
+/// webhook configurations and Lease touch no other test's. Returns the config directory.
+fn cache_copy(into: &Path, operator: &str, group: &str) -> PathBuf {
+    let from = support::repo_root().join("examples/cache");
+    for f in [
+        "operator.toml",
+        "cache.yaml",
+        "scripts/cache.rhai",
+        "scripts/webhooks.rhai",
+    ] {
+        let text = std::fs::read_to_string(from.join(f)).unwrap();
+        let text = text
+            .replace("examples.khai.dev", group)
+            .replace("name = \"cache\"", &format!("name = \"{operator}\""));
+        std::fs::create_dir_all(into.join(f).parent().unwrap()).unwrap();
+        std::fs::write(into.join(f), text).unwrap();
+    }
+    into.to_path_buf()
+}
+
+/// `khai generate values DIR > OUT`, exactly as the README says.
+fn generate_values(dir: &Path, out: &Path) {
+    let values = support::khai_stdout(&["generate", "values", dir.to_str().unwrap()]);
+    std::fs::write(out, values).unwrap();
+}
+
+/// The test cluster's API server URL and CA file, from its kubeconfig.
+fn cluster_endpoint() -> (String, String) {
+    let kc: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(support::kubeconfig()).unwrap()).unwrap();
+    let cluster = &kc["clusters"][0]["cluster"];
+    (
+        cluster["server"].as_str().unwrap().to_string(),
+        cluster["certificate-authority"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    )
+}
+
+/// A kubeconfig holding a token from a TokenRequest for `namespace/service_account`, as the
+/// kubelet projects one into the pod.
+async fn service_account_kubeconfig(
+    client: &kube::Client,
+    namespace: &str,
+    service_account: &str,
+    into: &Path,
+) -> PathBuf {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = sas
+        .create_token_request(service_account, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
+    let token = answer.status.expect("a TokenRequest status").token;
+    let (server, ca) = cluster_endpoint();
+    let kc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{ "name": "c", "cluster": { "server": server, "certificate-authority": ca } }],
+        "users": [{ "name": service_account, "user": { "token": token } }],
+        "contexts": [{ "name": "c", "context": { "cluster": "c", "user": service_account, "namespace": namespace } }],
+        "current-context": "c",
+    });
+    let path = into.join("sa-kubeconfig");
+    std::fs::write(&path, kc.to_string()).unwrap();
+    path
+}
+
+/// What the kubelet would run for the Deployment's one container.
+struct Container {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    service_account: String,
+}
+
+/// The container of `deploy` with its env resolved for a pod named `pod` in `namespace`.
+fn container_of(deploy: &Deployment, pod: &str, namespace: &str) -> Container {
+    let spec = deploy
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(spec.containers.len(), 1, "one container");
+    let c = &spec.containers[0];
+    assert!(
+        c.command.is_none(),
+        "the chart runs the image's entrypoint (khai)"
+    );
+    let env = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            let value = match (&e.value, &e.value_from) {
+                (Some(v), None) => v.clone(),
+                (None, Some(from)) => {
+                    match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+                        Some("metadata.name") => pod.to_string(),
+                        Some("metadata.namespace") => namespace.to_string(),
+                        other => panic!("env {}: unsupported valueFrom {other:?}", e.name),
+                    }
+                }
+                other => panic!("env {}: unsupported {other:?}", e.name),
+            };
+            (e.name.clone(), value)
+        })
+        .collect();
+    Container {
+        args: c.args.clone().unwrap_or_default(),
+        env,
+        service_account: spec.service_account_name.clone().unwrap(),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The release's one Deployment, found by Helm's instance label.
+async fn release_deployment(client: &kube::Client, ns: &str, release: &str) -> Deployment {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("app.kubernetes.io/instance={release}"));
+    let mut list = deployments.list(&lp).await.unwrap().items;
+    assert_eq!(list.len(), 1, "the release makes one Deployment");
+    list.remove(0)
+}
+
+/// The value of `khai_config_info`'s `version` label.
+fn info_version(metrics: &str) -> Option<String> {
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("khai_config_info{"))?;
+    let rest = line.split("version=\"").nth(1)?;
+    Some(rest.split('"').next()?.to_string())
+}
+
+fn failures(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("khai_config_reloads_total{result=\"failure\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Every object of the release, as `helm get manifest` lists them: (apiVersion, kind,
+/// namespace, name).
+fn release_objects(release: &str, ns: &str) -> Vec<(String, String, Option<String>, String)> {
+    let manifest = helm::ok(&["get", "manifest", release, "-n", ns]);
+    serde_saphyr::from_multiple::<Value>(&manifest)
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .map(|d| {
+            (
+                d["apiVersion"].as_str().unwrap().to_string(),
+                d["kind"].as_str().unwrap().to_string(),
+                d["metadata"]["namespace"].as_str().map(str::to_string),
+                d["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
+    let client = support::client().await;
+    let ns = TestNamespace::new(&client, "helm").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let suffix = ns.name.rsplit('-').next().unwrap().to_string();
+    let operator = format!("cache{suffix}");
+    let group = format!("h{suffix}.khai.dev");
+    let dir = cache_copy(&tmp.path().join("v1"), &operator, &group);
+    // Any release name: object names come from it.
+    let release = "cache";
+
+    // The README's two commands.
+    let values = tmp.path().join("values.yaml");
+    generate_values(&dir, &values);
+    let chart = helm::chart();
+    helm::ok(&[
+        "install",
+        release,
+        helm::arg(&chart),
+        "-f",
+        helm::arg(&values),
+        "-n",
+        &ns.name,
+    ]);
+
+    // khai, as the Deployment says.
+    let deploy = release_deployment(&client, &ns.name, release).await;
+    let deploy_name = deploy.metadata.name.clone().unwrap();
+    assert_eq!(deploy_name, "cache-khai");
+    let pod = format!("{deploy_name}-7d9f8-x2x4q");
+    let c = container_of(&deploy, &pod, &ns.name);
+    let config_map = format!("{deploy_name}-config");
+    assert_eq!(
+        c.args,
+        [
+            "run",
+            "--config",
+            &format!("configmap:{}/{config_map}", ns.name),
+            "--log-format",
+            "json",
+            "--leader-elect"
+        ],
+        "the chart's args"
+    );
+    let kubeconfig =
+        service_account_kubeconfig(&client, &ns.name, &c.service_account, tmp.path()).await;
+    let port = free_port();
+    let mut env = c.env.clone();
+    for (k, v) in &mut env {
+        if k == "KHAI_WEBHOOK_URL" {
+            assert_eq!(
+                *v,
+                format!("https://{deploy_name}.{}.svc:443", ns.name),
+                "the release's Service"
+            );
+            *v = format!("https://127.0.0.1:{port}");
+        }
+    }
+    env.extend([
+        ("KUBECONFIG".into(), kubeconfig.display().to_string()),
+        ("KHAI_METRICS_BIND".into(), "127.0.0.1:0".into()),
+        ("KHAI_WEBHOOK_BIND".into(), format!("127.0.0.1:{port}")),
+    ]);
+    let khai_bin = PathBuf::from(env!("CARGO_BIN_EXE_khai"));
+    let khai = Khai::start_exact(&khai_bin, &c.args, &env);
+    let metrics = khai.metrics_addr().await;
+    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    support::wait_for_crd(&client, &format!("caches.{group}")).await;
+
+    // A Cache reconciles.
+    let gvk = GroupVersionKind::gvk(&group, "v1", "Cache");
+    let caches: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(&gvk, "caches"),
+    );
+    let sample: DynamicObject =
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("cache.yaml")).unwrap()).unwrap();
+    caches
+        .create(&PostParams::default(), &sample)
+        .await
+        .unwrap();
+    let deployments: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::erase::<Deployment>(&()),
+    );
+    support::wait_exists(&deployments, "sessions", "the Cache's Deployment").await;
+    support::wait_for(
+        &caches,
+        "sessions",
+        "the Cache's status",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"] == "Progressing"),
+    )
+    .await;
+    let first = http_get(&metrics, "/metrics").await.1;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let cm_version = |cm: ConfigMap| cm.metadata.resource_version.unwrap();
+    assert_eq!(
+        info_version(&first),
+        Some(cm_version(configmaps.get(&config_map).await.unwrap())),
+        "khai_config_info shows the ConfigMap version running"
+    );
+
+    // `helm upgrade` with a changed script: live in under 2 s, no restart, no rollout.
+    let v2 = cache_copy(&tmp.path().join("v2"), &operator, &group);
+    let script = v2.join("scripts/cache.rhai");
+    let text = std::fs::read_to_string(&script).unwrap();
+    let changed = text.replace(
+        "kind: \"Deployment\",\n        metadata: #{ name: name, labels: labels },",
+        "kind: \"Deployment\",\n        metadata: #{ name: name, labels: labels, annotations: #{ \"khai.dev/script\": \"v2\" } },",
+    );
+    assert_ne!(changed, text, "the script change applies");
+    std::fs::write(&script, changed).unwrap();
+    let values_v2 = tmp.path().join("values-v2.yaml");
+    generate_values(&v2, &values_v2);
+    let generation = deploy.metadata.generation;
+    let mark = audit::mark();
+    let started = Instant::now();
+    helm::ok(&[
+        "upgrade",
+        release,
+        helm::arg(&chart),
+        "-f",
+        helm::arg(&values_v2),
+        "-n",
+        &ns.name,
+    ]);
+    let has_v2 = |o: Option<&DynamicObject>| {
+        o.is_some_and(|o| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.get("khai.dev/script").is_some_and(|v| v == "v2"))
+        })
+    };
+    support::wait_for(
+        &deployments,
+        "sessions",
+        "the v2 script's annotation",
+        has_v2,
+    )
+    .await;
+    let wall = started.elapsed();
+    // Measured on the API server's clock: from Helm's write of the ConfigMap to khai's write of
+    // the changed child.
+    let in_ns = |e: &Value| e["objectRef"]["namespace"] == ns.name.as_str();
+    let agent = |e: &Value, prefix: &str| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with(prefix))
+    };
+    let helm_write = audit::wait_for_entry(mark, "Helm's write of the ConfigMap", |e| {
+        in_ns(e)
+            && e["objectRef"]["resource"] == "configmaps"
+            && e["objectRef"]["name"] == config_map.as_str()
+            && agent(e, "Helm/")
+    })
+    .await;
+    // khai's write that changed the child: its first to the Deployment after the upgrade (khai
+    // writes nothing to a child that has not changed).
+    let khai_write = audit::wait_for_entry(mark, "khai's write of the Deployment", |e| {
+        in_ns(e)
+            && e["objectRef"]["resource"] == "deployments"
+            && e["objectRef"]["name"] == "sessions"
+            && agent(e, "khai/")
+    })
+    .await;
+    let took = audit::timestamp(&khai_write, "stageTimestamp")
+        .duration_since(audit::timestamp(&helm_write, "requestReceivedTimestamp"));
+    let took = Duration::try_from(took).unwrap();
+    eprintln!(
+        "ConfigMap written by helm upgrade -> child changed by khai: {took:?} \
+         (helm upgrade started -> change seen by the test: {wall:?})"
+    );
+    assert!(
+        took < RELOAD_BUDGET,
+        "the changed script reached the existing Cache's children {took:?} after helm upgrade wrote the ConfigMap, over {RELOAD_BUDGET:?}"
+    );
+    let after = release_deployment(&client, &ns.name, release).await;
+    assert_eq!(
+        after.metadata.generation, generation,
+        "helm upgrade changed the pod template, so the pods would roll"
+    );
+    khai.wait_for_log(0, "the reload", |l| l.contains("config reloaded"))
+        .await;
+    let v2_version = cm_version(configmaps.get(&config_map).await.unwrap());
+    let v2_metrics = metrics_until(&metrics, "khai_config_info of the upgrade", |m| {
+        info_version(m).as_deref() == Some(v2_version.as_str())
+    })
+    .await;
+    let failed_before = failures(&v2_metrics);
+
+    // A broken script through `helm upgrade`: an Event on the ConfigMap, the metric, and the
+    // last good script keeps reconciling.
+    let broken = tmp.path().join("broken.rhai");
+    std::fs::write(&broken, "fn reconcile(obj, ctx) {\n").unwrap();
+    helm::ok(&[
+        "upgrade",
+        release,
+        helm::arg(&chart),
+        "-f",
+        helm::arg(&values_v2),
+        "--set-file",
+        &format!("config.files.scripts/cache\\.rhai={}", broken.display()),
+        "-n",
+        &ns.name,
+    ]);
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let event = support::wait_for_any(events, "the ConfigReloadFailed Event", |e| {
+        e.reason.as_deref() == Some("ConfigReloadFailed")
+            && e.regarding
+                .as_ref()
+                .is_some_and(|r| r.name.as_deref() == Some(config_map.as_str()))
+    })
+    .await;
+    let note = event.note.unwrap_or_default();
+    assert!(
+        note.starts_with(&format!(
+            "configmap:{}/{config_map}/scripts/cache.rhai:",
+            ns.name
+        )),
+        "{note}"
+    );
+    let broken_metrics = metrics_until(&metrics, "a failed reload counted", |m| {
+        failures(m) > failed_before
+    })
+    .await;
+    assert_eq!(
+        info_version(&broken_metrics),
+        Some(v2_version),
+        "khai_config_info still shows the last good version"
+    );
+    let mut second = sample.clone();
+    second.metadata.name = Some("second".into());
+    caches
+        .create(&PostParams::default(), &second)
+        .await
+        .unwrap();
+    support::wait_for(
+        &deployments,
+        "second",
+        "the last good script's child",
+        has_v2,
+    )
+    .await;
+
+    // `helm uninstall` leaves no object of the release.
+    let objects = release_objects(release, &ns.name);
+    assert!(objects.len() >= 8, "the release's objects: {objects:?}");
+    helm::ok(&["uninstall", release, "-n", &ns.name]);
+    for (api_version, kind, namespace, name) in &objects {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (ar, caps) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+        let api: Api<DynamicObject> = match (caps.scope, namespace) {
+            (kube::discovery::Scope::Namespaced, Some(n)) => {
+                Api::namespaced_with(client.clone(), n, &ar)
+            }
+            (kube::discovery::Scope::Namespaced, None) => {
+                Api::namespaced_with(client.clone(), &ns.name, &ar)
+            }
+            (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &ar),
+        };
+        assert!(
+            api.get_opt(name).await.unwrap().is_none(),
+            "{kind} {name} of the release is still there after helm uninstall"
+        );
+    }
+    let (code, log) = tokio::time::timeout(DEADLINE, khai.terminate())
+        .await
+        .expect("khai stops");
+    let starts = log.iter().filter(|l| l.contains("khai starting")).count();
+    assert_eq!(starts, 1, "khai started once: {code:?}");
+
+    // What khai itself made outside the namespace (not objects of the release).
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let name = format!("khai-{operator}");
+    let _ = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&name, &Default::default())
+        .await;
+    let _ = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete(&name, &Default::default())
+        .await;
+    let _ = Api::<CustomResourceDefinition>::all(client.clone())
+        .delete(&format!("caches.{group}"), &Default::default())
+        .await;
+}
