@@ -27,13 +27,13 @@ fn requested<T: queue::Request>(pending: &queue::Pending) -> impl FnMut(&T) + Se
 /// prune none that should go), and one against a watched cache would see lookups come back
 /// empty. kube-runtime itself waits only for the primary kind's store.
 pub(crate) async fn start(p: Prepared, shutdown: CancellationToken) {
-    let stores: Vec<_> = p.ctx.caches.visible.iter().map(|i| i.store()).collect();
-    let synced = futures::future::join_all(stores.iter().map(|s| s.wait_until_ready()));
+    let caches = &p.ctx.caches.visible;
+    let synced = futures::future::join_all(caches.iter().map(|i| i.synced()));
     tokio::select! {
         _ = synced => {}
         () = shutdown.cancelled() => return,
     }
-    tracing::debug!(caches = stores.len(), "caches synced; starting controller");
+    tracing::debug!(caches = caches.len(), "caches synced; starting controller");
     run(p, shutdown).await;
 }
 

@@ -32,13 +32,19 @@ fn config_hash(op: &Operator) -> u64 {
 
 /// Marks the process ready once every informer has its first full list.
 pub(super) async fn report_synced(informers: Vec<Arc<Informer>>) {
-    let stores: Vec<_> = informers.iter().map(|i| i.store()).collect();
-    let all = futures::future::join_all(stores.iter().map(|s| s.wait_until_ready())).await;
-    if all.iter().all(Result::is_ok) {
-        tracing::info!(informers = stores.len(), "caches synced; ready");
-        crate::metrics::caches_synced(true);
-    }
+    let waiting = informers.iter().map(|i| async move {
+        if tokio::time::timeout(SLOW_SYNC, i.synced()).await.is_err() {
+            tracing::warn!(kind = %i.kind.resource.kind, namespace = ?i.namespace, after = ?SLOW_SYNC, "still waiting for the first full list of this kind; not ready yet");
+            i.synced().await;
+        }
+    });
+    futures::future::join_all(waiting).await;
+    tracing::info!(informers = informers.len(), "caches synced; ready");
+    crate::metrics::caches_synced(true);
 }
+
+/// How long a first list may take before khai says which kind it is still waiting for.
+const SLOW_SYNC: Duration = Duration::from_secs(10);
 
 /// Waits for this replica to lead, runs the controllers while it does, and releases the lease on
 /// shutdown. Losing the lease stops the controllers at once (in-flight reconciles are dropped,

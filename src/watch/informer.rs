@@ -54,6 +54,8 @@ pub struct Informer {
     subscribers: Subscribers,
     controlled: Arc<RwLock<Controlled>>,
     written: Memo,
+    /// `true` once the first full list is in the store.
+    synced: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Namespace and name of a cached object.
@@ -171,6 +173,23 @@ impl Informer {
         lock(&self.written).len()
     }
 
+    /// Waits until the first full list is in the cache.
+    ///
+    /// Any number of tasks may wait. (kube-runtime's `Store::wait_until_ready` wakes only the
+    /// last task that polled it: its `DelayedInit` holds a oneshot receiver, which keeps one
+    /// waker. With the controller and khai's readiness report both waiting, one of them slept
+    /// for ever on some starts, which left `/readyz` at 503 while reconciles ran.)
+    pub async fn synced(&self) {
+        let mut rx = self.synced.clone();
+        // The sender lives as long as the watch task; if that ends, so does waiting.
+        let _ = rx.wait_for(|synced| *synced).await;
+    }
+
+    /// Whether the first full list is in the cache.
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
     /// The cached objects whose controller owner has `uid`.
     pub fn controlled_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
         let names: Vec<Name> = read(&self.controlled)
@@ -247,6 +266,7 @@ impl Informers {
             return inf.clone();
         }
         let writer = Writer::new(kind.resource.clone());
+        let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
         let informer = Arc::new(Informer {
             kind: kind.clone(),
             namespace: namespace.clone(),
@@ -254,6 +274,7 @@ impl Informers {
             subscribers: Arc::default(),
             controlled: Arc::default(),
             written: Arc::default(),
+            synced: synced_rx,
         });
         let api = super::api(&self.client, kind, namespace.as_deref());
         let mut config = watcher::Config::default();
@@ -271,6 +292,7 @@ impl Informers {
                 subscribers: informer.subscribers.clone(),
                 controlled: informer.controlled.clone(),
                 written: informer.written.clone(),
+                synced: synced_tx,
             },
             key.clone(),
         ));
@@ -303,6 +325,7 @@ struct Shared {
     subscribers: Subscribers,
     controlled: Arc<RwLock<Controlled>>,
     written: Memo,
+    synced: tokio::sync::watch::Sender<bool>,
 }
 
 /// Forgets the writes remembered about `o`, which is gone.
@@ -314,6 +337,9 @@ fn forget(written: &Memo, o: &DynamicObject) {
 }
 
 /// Drives one watch: updates the cache, then tells subscribers.
+///
+/// A panic while handling an event (a bug) must not stop the watch for good, leaving a cache
+/// that never changes again: it is logged and the watch starts over with a fresh list.
 async fn run(
     api: kube::Api<DynamicObject>,
     config: watcher::Config,
@@ -321,12 +347,36 @@ async fn run(
     shared: Shared,
     key: Key,
 ) {
+    use futures::FutureExt;
+    loop {
+        let once = watch(api.clone(), config.clone(), &mut writer, &shared, &key);
+        if std::panic::AssertUnwindSafe(once)
+            .catch_unwind()
+            .await
+            .is_err()
+        {
+            tracing::error!(kind = %key.kind, namespace = ?key.namespace, "watch panicked; starting it over with a new list");
+            crate::metrics::watch_restarted(&key.kind);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// One watch, until its stream ends.
+async fn watch(
+    api: kube::Api<DynamicObject>,
+    config: watcher::Config,
+    writer: &mut Writer<DynamicObject>,
+    shared: &Shared,
+    key: &Key,
+) {
     let Shared {
         subscribers: subs,
         controlled,
         written,
+        synced,
     } = shared;
-    let forget = |o: &DynamicObject| forget(&written, o);
+    let forget = |o: &DynamicObject| forget(written, o);
     // `metadata.managedFields` is often the larger half of an object and nothing in khai reads
     // it (scripts never see it, change detection compares fields): not caching it is the
     // biggest memory saving a cache of many objects can have.
@@ -359,7 +409,7 @@ async fn run(
         writer.apply_watcher_event(&event);
         // The index follows the store before anyone hears of the change.
         let index = |f: &dyn Fn(&mut Controlled)| {
-            f(&mut write(&controlled));
+            f(&mut write(controlled));
         };
         let changed: Vec<Arc<DynamicObject>> = match event {
             watcher::Event::Apply(o) => {
@@ -374,12 +424,13 @@ async fn run(
             watcher::Event::InitDone => {
                 let all = writer.as_reader().state();
                 index(&|c| c.rebuild(&all));
-                lock(&written).clear();
+                lock(written).clear();
+                synced.send_replace(true);
                 all
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => continue,
         };
-        lock(&subs).retain(|tx| changed.iter().all(|o| tx.send(o.clone()).is_ok()));
+        lock(subs).retain(|tx| changed.iter().all(|o| tx.send(o.clone()).is_ok()));
     }
 }
 
@@ -453,6 +504,7 @@ mod tests {
             subscribers: Arc::default(),
             controlled: Arc::default(),
             written: Arc::default(),
+            synced: tokio::sync::watch::channel(false).1,
         }
     }
 
@@ -481,5 +533,62 @@ mod tests {
             "forgotten once a newer version was seen"
         );
         assert_eq!(inf.remembered_writes(), 0);
+    }
+
+    /// Issue 11: `/readyz` stayed at 503 on some starts. kube-runtime's readiness wakes only
+    /// the last of several waiters; khai's own signal wakes every one.
+    #[tokio::test(start_paused = true)]
+    async fn every_task_waiting_for_the_first_list_wakes_up() {
+        use std::time::Duration;
+        let ar = kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        );
+        // kube-runtime's Store: two waiters, one wake-up.
+        let mut writer: Writer<DynamicObject> = Writer::new(ar);
+        let store = writer.as_reader();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let s = store.clone();
+                tokio::spawn(async move { s.wait_until_ready().await.is_ok() })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let mut woken = 0;
+        for w in waiters {
+            if tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .is_ok()
+            {
+                woken += 1;
+            }
+        }
+        assert_eq!(
+            woken, 1,
+            "kube-runtime's Store woke {woken} of 2 waiters; if both, khai could use it again"
+        );
+
+        // khai's informer signal: every waiter wakes.
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let inf = Arc::new(Informer {
+            synced: rx,
+            ..informer()
+        });
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let i = inf.clone();
+                tokio::spawn(async move { i.synced().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        assert!(!inf.is_synced());
+        tx.send_replace(true);
+        for w in waiters {
+            tokio::time::timeout(Duration::from_secs(5), w)
+                .await
+                .expect("a task waiting for the first list was never woken")
+                .unwrap();
+        }
     }
 }

@@ -29,21 +29,7 @@ const RELOAD_BUDGET: Duration = Duration::from_secs(2);
 /// A copy of examples/cache whose operator name and API group are this test's own, so its CRD,
 /// webhook configurations and Lease touch no other test's. Returns the config directory.
 fn cache_copy(into: &Path, operator: &str, group: &str) -> PathBuf {
-    let from = support::repo_root().join("examples/cache");
-    for f in [
-        "operator.toml",
-        "cache.yaml",
-        "scripts/cache.rhai",
-        "scripts/webhooks.rhai",
-    ] {
-        let text = std::fs::read_to_string(from.join(f)).unwrap();
-        let text = text
-            .replace("examples.khai.dev", group)
-            .replace("name = \"cache\"", &format!("name = \"{operator}\""));
-        std::fs::create_dir_all(into.join(f).parent().unwrap()).unwrap();
-        std::fs::write(into.join(f), text).unwrap();
-    }
-    into.to_path_buf()
+    support::example_copy("cache", into, operator, group)
 }
 
 /// `khai generate values DIR > OUT`, exactly as the README says.

@@ -287,10 +287,14 @@ fn free_port() -> u16 {
 async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rbac() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "rbac-cache").await;
-    let config = crate::support::repo_root().join("examples/cache");
+    // Self-signed mode installs cluster-wide webhook configurations and the CRD's conversion
+    // webhook: a copy under its own operator name and group keeps them away from other tests.
+    let dir = tempfile::tempdir().unwrap();
+    let group = "rbaccache.khai.dev";
+    let config = crate::support::example_copy("cache", dir.path(), "rbaccache", group);
     let docs = generate_rbac(&config, &ns.name);
     apply(&client, &ns.name, &docs).await;
-    let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-cache").await;
+    let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-rbaccache").await;
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}");
@@ -305,11 +309,9 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
         l.contains("webhook configurations installed")
     })
     .await;
-    crate::support::wait_for_crd(&client, "caches.examples.khai.dev").await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("examples.khai.dev", "v1", "Cache"),
-        "caches",
-    );
+    crate::support::wait_for_crd(&client, &format!("caches.{group}")).await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Cache"), "caches");
     let caches: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
     let text = std::fs::read_to_string(config.join("cache.yaml")).unwrap();
     let sample: DynamicObject = serde_saphyr::from_str(&text).unwrap();
@@ -318,7 +320,7 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
         .await
         .unwrap();
     assert_eq!(
-        created.metadata.annotations.unwrap_or_default()["examples.khai.dev/owner"],
+        created.metadata.annotations.unwrap_or_default()[&format!("{group}/owner")],
         "admin",
         "the mutating webhook ran"
     );

@@ -373,11 +373,15 @@ impl Khai {
                     return found;
                 }
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
-                assert!(
-                    !left.is_zero(),
-                    "timed out after {DEADLINE:?} waiting for khai to log {what} ({} of {n} seen)",
-                    found.len()
-                );
+                if left.is_zero() {
+                    let from = guard.len().saturating_sub(40);
+                    panic!(
+                        "timed out after {DEADLINE:?} waiting for khai to log {what} ({} of {n} \
+                         seen); khai's log ends:\n{}",
+                        found.len(),
+                        guard[from..].join("\n")
+                    );
+                }
                 guard = changed.wait_timeout(guard, left).unwrap().0;
             }
         })
@@ -390,6 +394,41 @@ impl Drop for Khai {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A copy of `examples/<name>` in `into` whose operator name and API group are `operator` and
+/// `group`, so its CRDs, webhook configurations (cluster-wide objects named after the operator)
+/// and Lease touch no other test's on the shared API server. Returns `into`.
+pub fn example_copy(name: &str, into: &Path, operator: &str, group: &str) -> PathBuf {
+    let from = repo_root().join("examples").join(name);
+    let config = std::fs::read_to_string(from.join("operator.toml")).unwrap();
+    let original = config
+        .lines()
+        .find_map(|l| l.strip_prefix("name = \""))
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_string();
+    copy_tree(&from, into, &|text| {
+        text.replace("examples.khai.dev", group).replace(
+            &format!("name = \"{original}\""),
+            &format!("name = \"{operator}\""),
+        )
+    });
+    into.to_path_buf()
+}
+
+fn copy_tree(from: &Path, to: &Path, edit: &dyn Fn(&str) -> String) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target, edit);
+        } else {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            std::fs::write(target, edit(&text)).unwrap();
+        }
     }
 }
 
