@@ -16,6 +16,8 @@ pub(crate) struct Ctx {
     pub caches: Caches,
     pub services: Services,
     pub backoff: queue::Backoff,
+    /// Per-object write history, to slow down reconciles that keep writing.
+    pub spin: super::spin::Spin,
     /// Requests waiting for a reconcile, for the workqueue metrics.
     pub pending: queue::Pending,
 }
@@ -71,5 +73,16 @@ impl Caches {
             owned: &self.owned,
             namespaces: &self.namespaces,
         }
+    }
+}
+
+impl Ctx {
+    /// Forgets what the controller keeps per object (backoff, write history) for `obj`, which
+    /// is gone.
+    pub fn forget(&self, obj: &kube::api::DynamicObject) {
+        use kube::ResourceExt;
+        let key = obj.uid().unwrap_or_else(|| obj.name_any());
+        self.backoff.succeed(&key);
+        self.spin.forget(&key);
     }
 }

@@ -43,8 +43,12 @@ fn run(p: Prepared, shutdown: CancellationToken) -> impl std::future::Future<Out
     let parent = ctx.spec.kind.clone();
     let pending = ctx.pending.clone();
     crate::metrics::controller_started(&name, p.concurrency);
-    let trigger =
-        queue::primary(p.primary.subscribe(), p.reconcile_on_status).inspect(requested(&pending));
+    let forget = {
+        let ctx = ctx.clone();
+        move |o: &kube::api::DynamicObject| ctx.forget(o)
+    };
+    let trigger = queue::primary(p.primary.subscribe(), p.reconcile_on_status, forget)
+        .inspect(requested(&pending));
     let mut c =
         Controller::for_shared_stream_with(trigger, p.primary.store(), parent.resource.clone())
             .with_config(ControllerConfig::default().concurrency(p.concurrency));

@@ -8,6 +8,7 @@ mod drive;
 mod prepare;
 mod reconcile;
 mod report;
+mod spin;
 
 pub(crate) use drive::start;
 pub(crate) use prepare::{Error, Fingerprint, Prepared, prepare};

@@ -255,6 +255,7 @@ impl Env<'_> {
                 recorder: shared.recorder.clone(),
             },
             backoff: queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
+            spin: Default::default(),
             pending: queue::Pending::new(&name),
         });
         Prepared {

@@ -4,6 +4,7 @@
 use super::context::Ctx;
 use super::prepare::FINALIZE;
 use super::report::{ReconcileError, object_span, publish, report_failure, result_label};
+use super::spin::{Recorded, Verdict};
 use crate::reconcile::conditions::{self, Health};
 use crate::reconcile::lookup::CacheLookup;
 use crate::script::{ScriptCtx, object_view};
@@ -161,6 +162,10 @@ async fn selected(obj: &DynamicObject, ctx: &Ctx) -> bool {
 /// The normal path: run `reconcile`, then carry out its plan.
 async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
     let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    if let Verdict::CoolDown(left) = ctx.spin.check(&key) {
+        tracing::debug!(retry_in = ?left, "cooling down after a hot loop; not reconciling yet");
+        return Ok(Action::requeue(left));
+    }
     let mut plan = crate::reconcile::plan(
         &ctx.spec.script,
         &ctx.spec.function,
@@ -186,6 +191,18 @@ async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError>
         outcome.status_written,
     );
     ctx.backoff.succeed(&key);
+    let wrote = outcome.children_applied + outcome.children_pruned > 0 || outcome.status_written;
+    if let Recorded::Hot { writes, cooldown } = ctx.spin.record(&key, wrote) {
+        let message = format!(
+            "{writes} reconciles wrote within {}s: something this object's reconcile writes \
+             triggers it again (a child or label it changes every time?); pausing it for {}s",
+            super::spin::WINDOW.as_secs(),
+            cooldown.as_secs()
+        );
+        tracing::warn!(writes, cooldown = ?cooldown, "hot loop: {message}");
+        crate::metrics::hot_loop(&ctx.spec.controller);
+        publish(ctx, obj, EventType::Warning, "HotLoop", &message).await;
+    }
     for e in &plan.events {
         let kind = if e.warning {
             EventType::Warning

@@ -150,7 +150,9 @@ async fn supervise(
         }
         config_loaded(&op);
         crate::metrics::config_reloaded(true);
+        let unwatched = env.informers.retain(|i| running.uses(i));
         tracing::info!(
+            unwatched,
             config = %op.config.file.display(),
             restarted = swap.restarted,
             kept = swap.kept,

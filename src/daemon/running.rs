@@ -6,8 +6,10 @@
 //! (a panic included) is reported.
 
 use crate::controller::Fingerprint;
+use crate::watch::Informer;
 use futures::future::BoxFuture;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -18,6 +20,10 @@ pub(super) trait Unit: Send + 'static {
     fn fingerprint(&self) -> Fingerprint;
     /// How logs name it.
     fn name(&self) -> String;
+    /// The informers it reads, kept running while it runs.
+    fn caches(&self) -> Vec<Arc<Informer>> {
+        Vec::new()
+    }
 }
 
 impl Unit for crate::controller::Prepared {
@@ -26,6 +32,9 @@ impl Unit for crate::controller::Prepared {
     }
     fn name(&self) -> String {
         self.ctx.spec.controller.clone()
+    }
+    fn caches(&self) -> Vec<Arc<Informer>> {
+        self.ctx.caches.visible.clone()
     }
 }
 
@@ -38,9 +47,16 @@ pub(super) struct Running<U> {
     tasks: JoinSet<Fingerprint>,
     /// The fingerprint of each task, to know which one failed when a task panics.
     ids: HashMap<tokio::task::Id, Fingerprint>,
-    live: HashMap<Fingerprint, (String, CancellationToken)>,
+    live: HashMap<Fingerprint, Live>,
     shutdown: CancellationToken,
     start: Start<U>,
+}
+
+/// One running unit.
+struct Live {
+    name: String,
+    stop: CancellationToken,
+    caches: Vec<Arc<Informer>>,
 }
 
 /// What replacing the running set did.
@@ -70,10 +86,11 @@ impl<U: Unit> Running<U> {
     fn launch(&mut self, u: U) {
         let fp = u.fingerprint();
         let name = u.name();
+        let caches = u.caches();
         let stop = self.shutdown.child_token();
         let run = (self.start)(u, stop.clone());
         let span = tracing::info_span!("controller", controller = %name);
-        self.live.insert(fp, (name, stop));
+        self.live.insert(fp, Live { name, stop, caches });
         let task = self.tasks.spawn(
             async move {
                 run.await;
@@ -91,7 +108,7 @@ impl<U: Unit> Running<U> {
             Err(e) => (e.id(), Some(e)),
         };
         let fp = self.ids.remove(&id)?;
-        if let Some((name, stop)) = self.live.remove(&fp) {
+        if let Some(Live { name, stop, .. }) = self.live.remove(&fp) {
             match panicked {
                 Some(e) => {
                     tracing::error!(controller = %name, error = %e, "controller failed; its objects are not reconciled until the next config version or restart");
@@ -125,10 +142,10 @@ impl<U: Unit> Running<U> {
     pub async fn replace(&mut self, next: Vec<U>) -> Swap {
         let wanted: HashSet<Fingerprint> = next.iter().map(Unit::fingerprint).collect();
         let mut stopping: HashSet<Fingerprint> = HashSet::new();
-        for (fp, (name, stop)) in &self.live {
+        for (fp, live) in &self.live {
             if !wanted.contains(fp) {
-                tracing::info!(controller = %name, "stopping controller: its config or script changed");
-                stop.cancel();
+                tracing::info!(controller = %live.name, "stopping controller: its config or script changed");
+                live.stop.cancel();
                 stopping.insert(*fp);
             }
         }
@@ -154,6 +171,13 @@ impl<U: Unit> Running<U> {
             }
         }
         swap
+    }
+
+    /// Whether a running unit reads `informer`.
+    pub fn uses(&self, informer: &Arc<Informer>) -> bool {
+        self.live
+            .values()
+            .any(|l| l.caches.iter().any(|c| Arc::ptr_eq(c, informer)))
     }
 
     /// Fingerprints of the units running now.

@@ -44,6 +44,7 @@ struct Metrics {
     watch_restarts: IntCounterVec,
     controller_failures: IntCounterVec,
     reconcile_overlaps: IntCounterVec,
+    hot_loops: IntCounterVec,
     leader: IntGaugeVec,
     config_reloads: IntCounterVec,
     config_hash: Gauge,
@@ -250,6 +251,12 @@ impl Metrics {
                 "Reconciles that started while another reconcile of the same object by the same controller ran (always 0 unless khai has a bug)",
                 ctl,
             ),
+            hot_loops: counter(
+                &r,
+                "khai_hot_loops_total",
+                "Objects paused because their reconciles kept writing (each pause counts once)",
+                ctl,
+            ),
             leader: gauge(
                 &r,
                 "leader_election_master_status",
@@ -308,6 +315,7 @@ pub fn controller_started(controller: &str, concurrency: u16) {
         &m.status_writes,
         &m.controller_failures,
         &m.reconcile_overlaps,
+        &m.hot_loops,
     ] {
         c.with_label_values(&[controller]);
     }
@@ -445,6 +453,11 @@ pub fn reconcile_overlap(controller: &str) {
         .reconcile_overlaps
         .with_label_values(&[controller])
         .inc();
+}
+
+/// An object of `controller` was paused for a hot loop.
+pub fn hot_loop(controller: &str) {
+    METRICS.hot_loops.with_label_values(&[controller]).inc();
 }
 
 /// A watch of `kind` failed and is being restarted.

@@ -7,8 +7,8 @@
 
 use crate::script::Script;
 use crate::sync::lock;
-use crate::watch::Kind;
 use crate::watch::predicate::Changes;
+use crate::watch::{Kind, Subscription};
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -17,34 +17,36 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 type Ref = ObjectRef<DynamicObject>;
 
-/// Turns an unbounded receiver into a stream.
-pub fn receiver_stream<T: Send + 'static>(
-    rx: UnboundedReceiver<T>,
-) -> impl Stream<Item = T> + Send {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|v| (v, rx)) })
-}
-
 /// Primary objects that changed in a way that matters (see [`Changes`]); every change when
-/// `all` is set.
+/// `all` is set. `gone` is told of each object deleted, so per-object state elsewhere (backoff)
+/// can be forgotten with it.
 pub fn primary(
-    rx: UnboundedReceiver<Arc<DynamicObject>>,
+    sub: Subscription,
     all: bool,
+    gone: impl Fn(&DynamicObject) + Send + 'static,
 ) -> impl Stream<Item = Arc<DynamicObject>> + Send {
     let mut changes = Changes::default();
-    receiver_stream(rx).filter(move |o| futures::future::ready(all || changes.matters(o)))
+    sub.into_stream().filter_map(move |c| {
+        // A deleted object has nothing left to reconcile (one on its way out, with finalizers,
+        // was announced by the update that set its deletionTimestamp).
+        let pass = if c.deleted {
+            changes.forget(&c.object);
+            gone(&c.object);
+            false
+        } else {
+            all || changes.matters(&c.object)
+        };
+        futures::future::ready(pass.then_some(c.object))
+    })
 }
 
 /// Children mapped to the parent of kind `parent` that controls them.
-pub fn owners(
-    rx: UnboundedReceiver<Arc<DynamicObject>>,
-    parent: Kind,
-) -> impl Stream<Item = Ref> + Send {
-    receiver_stream(rx)
-        .filter_map(move |child| futures::future::ready(controller_of(&child, &parent)))
+pub fn owners(sub: Subscription, parent: Kind) -> impl Stream<Item = Ref> + Send {
+    sub.into_stream()
+        .filter_map(move |c| futures::future::ready(controller_of(&c.object, &parent)))
 }
 
 /// Maps a child to the parent of kind `parent` that controls it, if any. A namespaced parent
@@ -70,12 +72,9 @@ fn parent_ref(parent: &Kind, name: &str, namespace: Option<String>) -> Ref {
 
 /// Related objects mapped to the parent named by their `label` (in the same namespace, for a
 /// namespaced parent).
-pub fn by_label(
-    rx: UnboundedReceiver<Arc<DynamicObject>>,
-    label: String,
-    parent: Kind,
-) -> impl Stream<Item = Ref> + Send {
-    receiver_stream(rx).filter_map(move |o| {
+pub fn by_label(sub: Subscription, label: String, parent: Kind) -> impl Stream<Item = Ref> + Send {
+    sub.into_stream().filter_map(move |c| {
+        let o = c.object;
         let r = o
             .labels()
             .get(&label)
@@ -86,13 +85,14 @@ pub fn by_label(
 
 /// Related objects mapped to parents by the script function `function(obj)`.
 pub fn by_script(
-    rx: UnboundedReceiver<Arc<DynamicObject>>,
+    sub: Subscription,
     script: Script,
     function: String,
     parent: Kind,
 ) -> impl Stream<Item = Ref> + Send {
-    receiver_stream(rx)
-        .then(move |o| {
+    sub.into_stream()
+        .then(move |c| {
+            let o = c.object;
             let (script, function, parent) = (script.clone(), function.clone(), parent.clone());
             async move {
                 let view = crate::script::object_view(&o).unwrap_or(Value::Null);

@@ -14,6 +14,7 @@
 //! after khai wrote it is written again when it is wanted again.
 
 use super::Kind;
+use super::subscription::{self, Changed, Publisher, Subscription};
 use crate::sync::{lock, read, write};
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -22,10 +23,9 @@ use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::task::JoinHandle;
 
-type Subscribers = Arc<Mutex<Vec<UnboundedSender<Arc<DynamicObject>>>>>;
+type Subscribers = Arc<Mutex<Vec<Publisher>>>;
 
 /// Which part of an object a remembered write went to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -114,18 +114,20 @@ impl Informer {
         self.store.clone()
     }
 
-    /// A stream of every object that changes (or is deleted) from now on, seeded with the current
-    /// cache when the initial list has already completed.
-    pub fn subscribe(&self) -> UnboundedReceiver<Arc<DynamicObject>> {
-        let (tx, rx) = unbounded_channel();
+    /// Every object that changes (or is deleted) from now on, seeded with the current cache
+    /// when the initial list has already completed; see [`Subscription`].
+    pub fn subscribe(&self) -> Subscription {
+        let (publisher, subscription) = subscription::channel();
         let mut subs = lock(&self.subscribers);
-        // Seeding under the lock orders it before any event fanned out after this point; an
-        // object in both the seed and a later event is merely seen twice.
-        for obj in self.store.state() {
-            let _ = tx.send(obj);
+        // Seeding under the lock orders it before any event fanned out after this point.
+        for object in self.store.state() {
+            publisher.send(Changed {
+                object,
+                deleted: false,
+            });
         }
-        subs.push(tx);
-        rx
+        subs.push(publisher);
+        subscription
     }
 
     /// Remembers that khai wrote `hash` to `slot` of the object `namespace/name` while the cache
@@ -233,7 +235,7 @@ struct Key {
 pub struct Informers {
     client: kube::Client,
     running: Mutex<HashMap<Key, Arc<Informer>>>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    tasks: Mutex<HashMap<Key, JoinHandle<()>>>,
 }
 
 impl Informers {
@@ -241,7 +243,7 @@ impl Informers {
         Self {
             client,
             running: Mutex::new(HashMap::new()),
-            tasks: Mutex::new(Vec::new()),
+            tasks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -296,7 +298,7 @@ impl Informers {
             },
             key.clone(),
         ));
-        lock(&self.tasks).push(task);
+        lock(&self.tasks).insert(key.clone(), task);
         running.insert(key, informer.clone());
         informer
     }
@@ -308,9 +310,30 @@ impl Informers {
 
     /// Stops every watch.
     pub fn shutdown(&self) {
-        for t in lock(&self.tasks).drain(..) {
+        for (_, t) in lock(&self.tasks).drain() {
             t.abort();
         }
+    }
+
+    /// Stops the watches no one uses any more (`in_use` is false for them), such as those of
+    /// kinds a reloaded config no longer names; returns how many stopped. Their caches go with
+    /// them; asked for again, a kind gets a fresh watch.
+    pub fn retain(&self, in_use: impl Fn(&Arc<Informer>) -> bool) -> usize {
+        let mut running = lock(&self.running);
+        let mut tasks = lock(&self.tasks);
+        let unused: Vec<Key> = running
+            .iter()
+            .filter(|(_, i)| !in_use(i))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in &unused {
+            running.remove(key);
+            if let Some(t) = tasks.remove(key) {
+                t.abort();
+            }
+            tracing::info!(kind = %key.kind, namespace = ?key.namespace, "stopped watching: no controller uses this kind any more");
+        }
+        unused.len()
     }
 }
 
@@ -397,6 +420,9 @@ async fn watch(
             }
         })
         .boxed();
+    // What the cache held when a relist began: objects missing from the new list were deleted
+    // while the watch was down, and subscribers must hear of that too.
+    let mut before_relist: Vec<Arc<DynamicObject>> = Vec::new();
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(ev) => ev,
@@ -406,31 +432,52 @@ async fn watch(
                 continue;
             }
         };
+        if matches!(event, watcher::Event::Init) {
+            before_relist = writer.as_reader().state();
+        }
         writer.apply_watcher_event(&event);
         // The index follows the store before anyone hears of the change.
         let index = |f: &dyn Fn(&mut Controlled)| {
             f(&mut write(controlled));
         };
-        let changed: Vec<Arc<DynamicObject>> = match event {
+        let applied = |object| Changed {
+            object,
+            deleted: false,
+        };
+        let changed: Vec<Changed> = match event {
             watcher::Event::Apply(o) => {
                 index(&|c| c.update(&o, false));
-                vec![Arc::new(o)]
+                vec![applied(Arc::new(o))]
             }
             watcher::Event::Delete(o) => {
                 index(&|c| c.update(&o, true));
                 forget(&o);
-                vec![Arc::new(o)]
+                vec![Changed {
+                    object: Arc::new(o),
+                    deleted: true,
+                }]
             }
             watcher::Event::InitDone => {
                 let all = writer.as_reader().state();
                 index(&|c| c.rebuild(&all));
                 lock(written).clear();
                 synced.send_replace(true);
-                all
+                let listed: HashSet<Name> = all
+                    .iter()
+                    .map(|o| (o.metadata.namespace.clone(), o.name_any()))
+                    .collect();
+                let gone = std::mem::take(&mut before_relist)
+                    .into_iter()
+                    .filter(|o| !listed.contains(&(o.metadata.namespace.clone(), o.name_any())))
+                    .map(|object| Changed {
+                        object,
+                        deleted: true,
+                    });
+                all.into_iter().map(applied).chain(gone).collect()
             }
             watcher::Event::Init | watcher::Event::InitApply(_) => continue,
         };
-        lock(subs).retain(|tx| changed.iter().all(|o| tx.send(o.clone()).is_ok()));
+        lock(subs).retain(|p| changed.iter().all(|c| p.send(c.clone())));
     }
 }
 

@@ -9,8 +9,10 @@
 pub mod builtin;
 pub mod informer;
 pub mod predicate;
+pub mod subscription;
 
 pub use informer::{Filter, Informer, Informers, Slot};
+pub use subscription::{Changed, Subscription};
 
 use crate::config::model::{Model, Scope};
 use kube::api::{Api, DynamicObject};

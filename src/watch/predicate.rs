@@ -18,16 +18,19 @@ pub struct Changes {
 }
 
 impl Changes {
+    /// Forgets `obj`, which is gone: the set holds the objects that exist, not every object
+    /// ever seen.
+    pub fn forget(&mut self, obj: &DynamicObject) {
+        self.seen.remove(&key(obj));
+    }
+
     /// Whether `obj` differs from the last version seen in a way that matters to reconcile.
     pub fn matters(&mut self, obj: &DynamicObject) -> bool {
         let meta = &obj.metadata;
         let Some(generation) = meta.generation else {
             return true;
         };
-        let key = meta
-            .uid
-            .clone()
-            .unwrap_or_else(|| format!("{:?}/{:?}", meta.namespace, meta.name));
+        let key = key(obj);
         let mut h = DefaultHasher::new();
         generation.hash(&mut h);
         format!(
@@ -39,6 +42,13 @@ impl Changes {
         let print = h.finish();
         self.seen.insert(key, print) != Some(print)
     }
+}
+
+fn key(obj: &DynamicObject) -> String {
+    let meta = &obj.metadata;
+    meta.uid
+        .clone()
+        .unwrap_or_else(|| format!("{:?}/{:?}", meta.namespace, meta.name))
 }
 
 #[cfg(test)]
@@ -72,5 +82,18 @@ mod tests {
             !c.matters(&obj(2, "Ready", json!({ "a": "b" }))),
             "no change"
         );
+    }
+
+    /// Issue 17: the set kept every object ever seen, growing under create/delete churn.
+    #[test]
+    fn a_deleted_object_is_forgotten() {
+        let mut c = Changes::default();
+        for i in 0..100 {
+            let mut o = obj(1, "", json!({}));
+            o.metadata.uid = Some(format!("u{i}"));
+            assert!(c.matters(&o));
+            c.forget(&o);
+        }
+        assert!(c.seen.is_empty());
     }
 }

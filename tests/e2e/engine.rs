@@ -665,3 +665,58 @@ fn reconcile(obj, ctx) {
         .unwrap();
     crate::support::wait_exists(&cms, "w-0", "the child, wanted again").await;
 }
+
+/// Issue 17: a reconcile that bumped a label on its own child ran 200 reconciles and 200 writes
+/// a second. khai pauses such an object, longer each time, says so, and leaves others alone.
+#[tokio::test]
+async fn an_object_whose_reconciles_keep_writing_is_paused_and_others_go_on() {
+    let group = "hotloop.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "hotloop").await;
+    let script = r#"
+fn reconcile(obj, ctx) {
+    let n = 0;
+    if obj.spec.message == "loop" {
+        for cm in ctx.owned("ConfigMap") { n = parse_int(cm.metadata?.labels?.n ?? "0") + 1; }
+    }
+    #{ children: [#{ apiVersion: "v1", kind: "ConfigMap",
+                     metadata: #{ name: `${obj.metadata.name}-child`, labels: #{ n: `${n}` } } }],
+       status: #{ phase: "Ready" } }
+}
+"#;
+    let op = operator(group, script);
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    let start = crate::support::audit::mark();
+    create_widget(&api, group, "hot", json!({ "message": "loop" })).await;
+    let pauses = khai
+        .wait_for_logs(0, "two pauses of the looping object", 2, |l| {
+            l.contains("hot loop") && l.contains("name=hot")
+        })
+        .await;
+    assert!(pauses[0].contains("pausing it for 5s"), "{}", pauses[0]);
+    assert!(
+        pauses[1].contains("pausing it for 10s"),
+        "doubled: {}",
+        pauses[1]
+    );
+    let child_writes = crate::support::audit::writes(start, |e| {
+        e["objectRef"]["name"] == "hot-child" && e["objectRef"]["namespace"] == ns.name.as_str()
+    });
+    let n: u64 = child_writes.values().sum();
+    assert!(
+        n <= 2 * 11 + 2,
+        "the loop went on at full speed: {n} writes before the second pause"
+    );
+    // Another object of the same controller is reconciled meanwhile.
+    create_widget(&api, group, "calm", json!({})).await;
+    wait_for(&api, "calm", "the calm Widget to be Ready", ready).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    crate::support::wait_for_any(events, "a HotLoop Warning event for the hot Widget", |e| {
+        e.reason.as_deref() == Some("HotLoop")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("hot")
+            && e.type_.as_deref() == Some("Warning")
+    })
+    .await;
+}

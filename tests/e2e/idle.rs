@@ -139,6 +139,12 @@ fn reconcile(obj, ctx) {
         waited >= 2.0 * OBJECTS as f64,
         "queue duration samples: {waited}"
     );
+    // Eight workers over a thousand objects and their children, and never two reconciles of
+    // one object at once.
+    assert_eq!(
+        crate::support::metrics::sum(&body, "khai_reconcile_overlaps_total"),
+        0.0
+    );
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0));
 }

@@ -307,6 +307,21 @@ fn reconcile(obj, ctx) {
         move |o: Option<&DynamicObject>| o.is_some_and(|o| o.metadata.uid != uid),
     )
     .await;
+    // v3 no longer owns ServiceAccounts: no controller reads that watch, so it stops instead of
+    // running until exit (issue 17).
+    let seen = khai.log_len();
+    std::fs::write(dir.path().join("widget.rhai.new"), script("v3")).unwrap();
+    replace(&dir.path().join("operator.toml"), &config(group));
+    std::fs::rename(
+        dir.path().join("widget.rhai.new"),
+        dir.path().join("widget.rhai"),
+    )
+    .unwrap();
+    child_version(&cms, "a", "v3").await;
+    khai.wait_for_log(seen, "the unused ServiceAccount watch to stop", |l| {
+        l.contains("stopped watching") && l.contains("ServiceAccount")
+    })
+    .await;
     let (code, log) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai did not exit cleanly");
     assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
