@@ -20,6 +20,8 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod daemon;
+#[cfg(test)]
+mod fake_api;
 pub mod leader;
 pub mod manifest;
 pub mod metrics;

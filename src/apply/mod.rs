@@ -613,4 +613,102 @@ mod tests {
         // `xxhash.xxh3_64_hexdigest` gives the same).
         assert_eq!(content_hash(&child), "80f47ab0b0581ce0");
     }
+
+    mod against_a_fake_api {
+        use super::super::*;
+        use crate::fake_api::FakeApi;
+        use kube::core::{ApiResource, GroupVersionKind};
+
+        fn configmaps() -> Kind {
+            Kind {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                    "configmaps",
+                ),
+                namespaced: true,
+            }
+        }
+
+        fn parent() -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "x.dev/v1", "kind": "App",
+                "metadata": { "name": "p", "namespace": "ns", "uid": "p1" },
+            }))
+            .unwrap()
+        }
+
+        fn child(name: &str) -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": name, "namespace": "ns", "uid": format!("u-{name}"),
+                    "labels": { OWNER_LABEL: "p1" },
+                    "ownerReferences": [{ "apiVersion": "x.dev/v1", "kind": "App", "name": "p",
+                        "uid": "p1", "controller": true }] },
+            }))
+            .unwrap()
+        }
+
+        /// Log lines written while `f` runs.
+        async fn logs<F: std::future::Future>(f: F) -> (F::Output, String) {
+            #[derive(Clone, Default)]
+            struct Sink(Arc<Mutex<Vec<u8>>>);
+            impl std::io::Write for Sink {
+                fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                    lock(&self.0).extend_from_slice(b);
+                    Ok(b.len())
+                }
+                fn flush(&mut self) -> std::io::Result<()> {
+                    Ok(())
+                }
+            }
+            let sink = Sink::default();
+            let writer = sink.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_max_level(tracing::Level::DEBUG)
+                .finish();
+            let _guard = tracing::subscriber::set_default(subscriber);
+            let out = f.await;
+            let text = String::from_utf8_lossy(&lock(&sink.0)).into_owned();
+            (out, text)
+        }
+
+        /// Issue 11: pruning logged "pruned child" even when the delete found the child gone
+        /// (404) or replaced (409).
+        #[tokio::test]
+        async fn a_child_already_gone_or_replaced_is_not_reported_pruned() {
+            let api = FakeApi::default();
+            // "gone" is in khai's cache but no longer on the server; "replaced" was deleted and
+            // made again by someone else (another uid).
+            let mut replaced = serde_json::to_value(child("replaced")).unwrap();
+            replaced["metadata"]["uid"] = json!("someone-elses");
+            api.put("/api/v1/namespaces/ns/configmaps/replaced", replaced);
+            api.put(
+                "/api/v1/namespaces/ns/configmaps/stale",
+                serde_json::to_value(child("stale")).unwrap(),
+            );
+            let owned = [Informer::with_objects(
+                configmaps(),
+                Some("ns"),
+                vec![child("gone"), child("replaced"), child("stale")],
+            )];
+            let applier = Applier::new(api.client(), crate::config::Model::default());
+            let (pruned, log) = logs(applier.prune(&parent(), &[], &owned)).await;
+            assert_eq!(pruned.unwrap(), 1, "only the stale child was deleted");
+            assert_eq!(
+                log.matches("pruned child no longer desired").count(),
+                1,
+                "{log}"
+            );
+            assert!(
+                log.contains("child to prune was already gone or replaced"),
+                "{log}"
+            );
+            assert!(
+                api.get("/api/v1/namespaces/ns/configmaps/replaced")
+                    .is_some(),
+                "not ours"
+            );
+        }
+    }
 }

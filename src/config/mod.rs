@@ -10,6 +10,7 @@
 pub mod diag;
 pub mod duration;
 pub mod files;
+pub mod handlers;
 pub mod model;
 mod schema_file;
 mod validate;

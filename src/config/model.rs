@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// The whole operator, as written by its author.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Model {
     /// Settings of the daemon as a whole.
@@ -32,6 +32,18 @@ pub struct Model {
     /// The webhook server: TLS mode, certificate files, the Service it is reached through.
     #[serde(default)]
     pub webhook_server: super::webhook::WebhookServer,
+    /// Functions run on changes to objects: create, update, delete, resume, field, event.
+    #[serde(default, rename = "handler")]
+    pub handlers: Vec<super::handlers::Handler>,
+    /// Functions run every interval for each object.
+    #[serde(default, rename = "timer")]
+    pub timers: Vec<super::handlers::Timer>,
+    /// Per-object loops with state.
+    #[serde(default, rename = "daemon")]
+    pub daemons: Vec<super::handlers::Daemon>,
+    /// Lookup tables over a kind, read by every script as `ctx.index(name, key)`.
+    #[serde(default, rename = "index")]
+    pub indexes: Vec<super::handlers::Index>,
 }
 
 /// `[operator]`
@@ -57,6 +69,11 @@ pub struct OperatorSettings {
     /// the scripts reach that the config cannot show.
     #[serde(default)]
     pub extra_rbac: Vec<RbacRule>,
+    /// `fn name(ctx)` run once when khai starts, before anything is reconciled (to fill
+    /// `ctx.memo`, which every object's memo starts from).
+    pub startup: Option<super::handlers::Hook>,
+    /// `fn name(ctx)` run once when khai stops.
+    pub cleanup: Option<super::handlers::Hook>,
 }
 
 /// One `[[operator.extra_rbac]]` rule, as in a Kubernetes PolicyRule.
@@ -85,6 +102,8 @@ impl Default for OperatorSettings {
             force_apply: true,
             namespaces: Vec::new(),
             extra_rbac: Vec::new(),
+            startup: None,
+            cleanup: None,
         }
     }
 }

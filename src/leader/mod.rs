@@ -326,4 +326,87 @@ mod tests {
         assert_eq!(seconds(Duration::from_millis(300)), 1);
         assert_eq!(seconds(Duration::from_secs(4)), 4);
     }
+
+    use crate::fake_api::FakeApi;
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/n/leases/l";
+
+    fn elector(api: &FakeApi, identity: &str) -> Elector {
+        let settings = Settings {
+            identity: identity.into(),
+            ..settings(15, 10, 2)
+        };
+        Elector::new(api.client(), settings)
+    }
+
+    fn holder(api: &FakeApi) -> Option<String> {
+        api.get(LEASE)?["spec"]["holderIdentity"]
+            .as_str()
+            .map(str::to_string)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn of_two_replicas_one_leads_and_the_other_takes_over_only_once_the_lease_expires() {
+        let api = FakeApi::default();
+        let mut a = elector(&api, "a");
+        a.acquire().await;
+        assert_eq!(holder(&api).as_deref(), Some("a"));
+        let started = Instant::now();
+        let b = tokio::spawn(async move {
+            let mut b = elector(&api, "b");
+            b.acquire().await;
+            (Instant::now(), holder(&api))
+        });
+        // "a" renews nothing from here on: "b" must wait out the whole lease, from the moment
+        // it saw the record, judged by its own clock.
+        let (took, held) = tokio::time::timeout(Duration::from_secs(60), b)
+            .await
+            .expect("b never took the lease")
+            .unwrap();
+        let waited = took - started;
+        assert!(
+            waited >= Duration::from_secs(15) && waited <= Duration::from_secs(15 + 2),
+            "took over after {waited:?}"
+        );
+        assert_eq!(held.as_deref(), Some("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_lease_is_taken_at_the_next_retry() {
+        let api = FakeApi::default();
+        let mut a = elector(&api, "a");
+        a.acquire().await;
+        let started = Instant::now();
+        let waiting = {
+            let api = api.clone();
+            tokio::spawn(async move {
+                elector(&api, "b").acquire().await;
+                Instant::now()
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        a.release().await;
+        let took = waiting.await.unwrap() - started;
+        assert!(
+            took <= Duration::from_secs(3 + 2 + 1),
+            "the successor waited {took:?} instead of its next retry"
+        );
+        assert_eq!(holder(&api).as_deref(), Some("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_cannot_renew_stops_before_anyone_else_may_lead() {
+        let api = FakeApi::default();
+        let mut a = elector(&api, "a");
+        a.acquire().await;
+        let started = Instant::now();
+        api.fail(LEASE, 500, 100);
+        let why = a.hold().await;
+        let held = Instant::now() - started;
+        assert!(why.contains("renew deadline"), "{why}");
+        assert!(
+            held < Duration::from_secs(15),
+            "still leading after {held:?}: another replica could have taken over"
+        );
+    }
 }

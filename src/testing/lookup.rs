@@ -191,14 +191,7 @@ mod tests {
     use serde_json::json;
 
     fn lookup(objects: Vec<Value>) -> MemoryLookup {
-        let model = Model {
-            operator: Default::default(),
-            crds: Vec::new(),
-            controllers: Vec::new(),
-            params: Default::default(),
-            webhooks: Vec::new(),
-            webhook_server: Default::default(),
-        };
+        let model = Model::default();
         MemoryLookup {
             visible: ["apps/v1/Deployment", "Pod"]
                 .iter()

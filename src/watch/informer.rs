@@ -192,6 +192,32 @@ impl Informer {
         *self.synced.borrow()
     }
 
+    /// An informer holding `objects`, with no watch behind it, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn with_objects(
+        kind: Kind,
+        namespace: Option<&str>,
+        objects: Vec<DynamicObject>,
+    ) -> Arc<Self> {
+        let mut writer = Writer::new(kind.resource.clone());
+        let mut controlled = Controlled::default();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for o in objects {
+            controlled.update(&o, false);
+            writer.apply_watcher_event(&watcher::Event::InitApply(o));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        Arc::new(Self {
+            kind,
+            namespace: namespace.map(str::to_string),
+            store: writer.as_reader(),
+            subscribers: Arc::default(),
+            controlled: Arc::new(RwLock::new(controlled)),
+            written: Arc::default(),
+            synced: tokio::sync::watch::channel(true).1,
+        })
+    }
+
     /// The cached objects whose controller owner has `uid`.
     pub fn controlled_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
         let names: Vec<Name> = read(&self.controlled)

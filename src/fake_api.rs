@@ -1,0 +1,183 @@
+//! An in-memory stand-in for the Kubernetes API, for unit tests of code that talks to it.
+//!
+//! It keeps objects by their path and answers what khai's API-facing code sends: get, create
+//! (POST), replace (PUT) with resourceVersion conflicts, JSON merge patches and server-side
+//! apply (both applied as a merge), and deletes with uid preconditions. Every write bumps one
+//! global resourceVersion. Anything else gets a 404 or 405 in the API server's shape. Requests
+//! are recorded, so tests can assert what was sent. End-to-end behaviour is proven against a
+//! real API server in `tests/e2e`; this exists to control time and failures in unit tests.
+
+use http::{Method, Request, Response, StatusCode};
+use kube::client::Body;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+/// One recorded request: method and path.
+pub type Sent = (String, String);
+
+/// The fake server's state, shared by every client made from it.
+#[derive(Clone, Default)]
+pub struct FakeApi {
+    inner: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    objects: BTreeMap<String, Value>,
+    version: u64,
+    sent: Vec<Sent>,
+    /// Answers forced for the next requests to a path: (path, code).
+    failures: Vec<(String, u16)>,
+}
+
+impl FakeApi {
+    /// A client whose every request this fake answers.
+    pub fn client(&self) -> kube::Client {
+        let api = self.clone();
+        let service = tower::service_fn(move |req: Request<Body>| {
+            let api = api.clone();
+            async move { Ok::<_, Infallible>(api.handle(req).await) }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// The object at `path` (as `/api/v1/namespaces/ns/configmaps/name`), if any.
+    pub fn get(&self, path: &str) -> Option<Value> {
+        crate::sync::lock(&self.inner).objects.get(path).cloned()
+    }
+
+    /// Puts `obj` at `path`, as if someone else had created it.
+    pub fn put(&self, path: &str, mut obj: Value) {
+        let mut s = crate::sync::lock(&self.inner);
+        s.version += 1;
+        obj["metadata"]["resourceVersion"] = json!(s.version.to_string());
+        s.objects.insert(path.to_string(), obj);
+    }
+
+    /// Removes the object at `path`, as if someone else had deleted it.
+    pub fn remove(&self, path: &str) {
+        crate::sync::lock(&self.inner).objects.remove(path);
+    }
+
+    /// The next `times` requests to `path` are answered with `code` and nothing else happens.
+    pub fn fail(&self, path: &str, code: u16, times: usize) {
+        let mut s = crate::sync::lock(&self.inner);
+        for _ in 0..times {
+            s.failures.push((path.to_string(), code));
+        }
+    }
+
+    /// Every request so far.
+    pub fn sent(&self) -> Vec<Sent> {
+        crate::sync::lock(&self.inner).sent.clone()
+    }
+
+    async fn handle(&self, req: Request<Body>) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        let bytes = body.collect_bytes().await.unwrap_or_default();
+        let path = parts.uri.path().trim_end_matches('/').to_string();
+        let content_type = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let mut s = crate::sync::lock(&self.inner);
+        s.sent.push((parts.method.to_string(), path.clone()));
+        if let Some(i) = s.failures.iter().position(|(p, _)| *p == path) {
+            let (_, code) = s.failures.remove(i);
+            return status(code, "Failure", "forced by the test");
+        }
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        match parts.method {
+            Method::GET => match s.objects.get(&path) {
+                Some(o) => ok(StatusCode::OK, o),
+                None => not_found(&path),
+            },
+            Method::POST => {
+                let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                let at = format!("{path}/{name}");
+                if s.objects.contains_key(&at) {
+                    return status(409, "AlreadyExists", &format!("{name} already exists"));
+                }
+                let stored = s.store(&at, body);
+                ok(StatusCode::CREATED, &stored)
+            }
+            Method::PUT => {
+                let Some(current) = s.objects.get(&path) else {
+                    return not_found(&path);
+                };
+                let sent_rv = body["metadata"]["resourceVersion"].as_str();
+                if sent_rv
+                    .is_some_and(|rv| Some(rv) != current["metadata"]["resourceVersion"].as_str())
+                {
+                    return status(409, "Conflict", "the object has been modified");
+                }
+                let stored = s.store(&path, body);
+                ok(StatusCode::OK, &stored)
+            }
+            Method::PATCH => {
+                let (target, sub) = match path.strip_suffix("/status") {
+                    Some(p) => (p.to_string(), Some("status")),
+                    None => (path.clone(), None),
+                };
+                let apply = content_type.contains("apply-patch");
+                let mut current = match s.objects.get(&target) {
+                    Some(o) => o.clone(),
+                    None if apply => json!({}),
+                    None => return not_found(&path),
+                };
+                match sub {
+                    Some(field) => json_patch::merge(&mut current[field], &body[field]),
+                    None => json_patch::merge(&mut current, &body),
+                }
+                let stored = s.store(&target, current);
+                ok(StatusCode::OK, &stored)
+            }
+            Method::DELETE => {
+                let Some(current) = s.objects.get(&path) else {
+                    return not_found(&path);
+                };
+                let want_uid = body["preconditions"]["uid"].as_str();
+                if want_uid.is_some_and(|u| Some(u) != current["metadata"]["uid"].as_str()) {
+                    return status(409, "Conflict", "Precondition failed: UID in precondition");
+                }
+                let gone = s.objects.remove(&path).unwrap_or_default();
+                ok(StatusCode::OK, &gone)
+            }
+            _ => status(405, "MethodNotAllowed", "not supported by the fake API"),
+        }
+    }
+}
+
+impl State {
+    fn store(&mut self, path: &str, mut obj: Value) -> Value {
+        self.version += 1;
+        obj["metadata"]["resourceVersion"] = json!(self.version.to_string());
+        if obj["metadata"]["uid"].is_null() {
+            obj["metadata"]["uid"] = json!(format!("uid-{}", self.version));
+        }
+        self.objects.insert(path.to_string(), obj.clone());
+        obj
+    }
+}
+
+fn ok(code: StatusCode, v: &Value) -> Response<Body> {
+    let mut r = Response::new(Body::from(serde_json::to_vec(v).unwrap_or_default()));
+    *r.status_mut() = code;
+    r
+}
+
+fn not_found(path: &str) -> Response<Body> {
+    status(404, "NotFound", &format!("{path} not found"))
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
+    let v = json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": message, "reason": reason, "code": code });
+    let mut r = Response::new(Body::from(serde_json::to_vec(&v).unwrap_or_default()));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
