@@ -3,8 +3,7 @@
 //! It keeps objects by their path and answers what khai's API-facing code sends: get, create
 //! (POST), replace (PUT) with resourceVersion conflicts, JSON merge patches and server-side
 //! apply (both applied as a merge), and deletes with uid preconditions. Every write bumps one
-//! global resourceVersion. Anything else gets a 404 or 405 in the API server's shape. Requests
-//! are recorded, so tests can assert what was sent. End-to-end behaviour is proven against a
+//! global resourceVersion. Anything else gets a 404 or 405 in the API server's shape. End-to-end behaviour is proven against a
 //! real API server in `tests/e2e`; this exists to control time and failures in unit tests.
 
 use http::{Method, Request, Response, StatusCode};
@@ -13,9 +12,6 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-
-/// One recorded request: method and path.
-pub type Sent = (String, String);
 
 /// The fake server's state, shared by every client made from it.
 #[derive(Clone, Default)]
@@ -27,7 +23,6 @@ pub struct FakeApi {
 struct State {
     objects: BTreeMap<String, Value>,
     version: u64,
-    sent: Vec<Sent>,
     /// Answers forced for the next requests to a path: (path, code).
     failures: Vec<(String, u16)>,
 }
@@ -56,22 +51,12 @@ impl FakeApi {
         s.objects.insert(path.to_string(), obj);
     }
 
-    /// Removes the object at `path`, as if someone else had deleted it.
-    pub fn remove(&self, path: &str) {
-        crate::sync::lock(&self.inner).objects.remove(path);
-    }
-
     /// The next `times` requests to `path` are answered with `code` and nothing else happens.
     pub fn fail(&self, path: &str, code: u16, times: usize) {
         let mut s = crate::sync::lock(&self.inner);
         for _ in 0..times {
             s.failures.push((path.to_string(), code));
         }
-    }
-
-    /// Every request so far.
-    pub fn sent(&self) -> Vec<Sent> {
-        crate::sync::lock(&self.inner).sent.clone()
     }
 
     async fn handle(&self, req: Request<Body>) -> Response<Body> {
@@ -85,7 +70,6 @@ impl FakeApi {
             .unwrap_or_default()
             .to_string();
         let mut s = crate::sync::lock(&self.inner);
-        s.sent.push((parts.method.to_string(), path.clone()));
         if let Some(i) = s.failures.iter().position(|(p, _)| *p == path) {
             let (_, code) = s.failures.remove(i);
             return status(code, "Failure", "forced by the test");
