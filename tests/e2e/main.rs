@@ -21,5 +21,6 @@ mod manifests;
 mod operations;
 mod rbac;
 mod reload;
+mod servers;
 mod webhooks;
 mod workflow;

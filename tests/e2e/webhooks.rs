@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -173,16 +173,29 @@ fn connector(ca: &str) -> tokio_rustls::TlsConnector {
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
-/// POSTs `body` to `path` over TLS trusting `ca`; returns status and body, or the TLS error.
-async fn post(port: u16, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, Value), String> {
+/// A TLS connection to 127.0.0.1:`port` trusting `ca`, or the connection or TLS error.
+pub(crate) async fn connect_tls(
+    port: u16,
+    ca: &str,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
-        .unwrap();
+        .map_err(|e| e.to_string())?;
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let tls = connector(ca)
+    connector(ca)
         .connect(name, tcp)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+/// POSTs `body` to `path` over TLS trusting `ca`; returns status and body, or the TLS error.
+pub(crate) async fn post(
+    port: u16,
+    ca: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(u16, Value), String> {
+    let tls = connect_tls(port, ca).await?;
     let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
         .await
         .unwrap();
@@ -199,7 +212,7 @@ async fn post(port: u16, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, Va
 }
 
 /// Writes a fresh CA-signed certificate for 127.0.0.1 to `dir`; returns the CA PEM.
-fn write_cert(dir: &Path) -> String {
+pub(crate) fn write_cert(dir: &Path) -> String {
     let (pair, ca) = khai::webhook::tls::self_signed(&["127.0.0.1".into()]).unwrap();
     // Write to temporary names and rename, as a Secret update swaps files at once.
     for (name, text) in [("tls.crt", &pair.cert), ("tls.key", &pair.key)] {
@@ -257,8 +270,8 @@ async fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
     assert_eq!(
         huge,
         (
-            400,
-            json!({ "error": "request body is larger than 4096 bytes" })
+            413,
+            json!({ "error": "request body is larger than 4096 bytes (max_body_bytes)" })
         )
     );
     let nowhere = post(port, &ca, "/nope", review("u0")).await.unwrap();

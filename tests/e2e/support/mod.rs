@@ -179,7 +179,13 @@ impl Khai {
         extra: &[&str],
         kubeconfig: &Path,
     ) -> Self {
-        Self::spawn(config, namespace, extra, kubeconfig, &[])
+        Self::spawn(config, namespace, extra, kubeconfig, &[], &[])
+    }
+
+    /// Like [`Khai::start`], run through `wrapper` (e.g. `prlimit --nofile=64:64`), which must
+    /// exec khai so that [`Khai::pid`] is khai's.
+    pub fn start_wrapped(config: &Path, namespace: &str, extra: &[&str], wrapper: &[&str]) -> Self {
+        Self::spawn(config, namespace, extra, kubeconfig(), &[], wrapper)
     }
 
     /// Like [`Khai::start`], with extra environment variables (e.g. `POD_NAME`).
@@ -189,7 +195,7 @@ impl Khai {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
-        Self::spawn(config, namespace, extra, kubeconfig(), env)
+        Self::spawn(config, namespace, extra, kubeconfig(), env, &[])
     }
 
     fn spawn(
@@ -198,8 +204,17 @@ impl Khai {
         extra: &[&str],
         kubeconfig: &Path,
         env: &[(&str, &str)],
+        wrapper: &[&str],
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_khai"))
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(khai_bin());
+                c
+            }
+            None => Command::new(khai_bin()),
+        };
+        let mut child = command
             .arg("run")
             .arg("--config")
             .arg(config)
@@ -349,6 +364,13 @@ impl Drop for Khai {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The khai binary the daemon tests run: this build's, or `KHAI_TEST_BIN` when set (e.g. an
+/// older build, to watch a regression test fail against it).
+pub fn khai_bin() -> PathBuf {
+    std::env::var_os("KHAI_TEST_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_khai")), PathBuf::from)
 }
 
 /// Waits until the CRD `name` exists and is Established; panics after the deadline.
