@@ -444,3 +444,129 @@ async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_
             .ends_with("count above 50")
     );
 }
+
+/// A client for the test cluster that impersonates `user` in `groups`, with `extra` user info.
+async fn impersonating(user: &str, groups: &[&str], extra: (&str, &str)) -> kube::Client {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let kc = Kubeconfig::read_from(crate::support::kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    config.auth_info.impersonate = Some(user.into());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    config.auth_info.impersonate_user_extra =
+        Some([(extra.0.to_string(), vec![extra.1.to_string()])].into());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Issue 13 (webhook parity with Kopf): rules can cover a subresource (Kopf's `subresource=`),
+/// and scripts see who is asking (`req.userInfo`: username, groups, extra) as the API server
+/// sends it. A validate webhook on `widgets/status` rejects a status update; one on the object
+/// itself names the impersonated user, their groups and extra info in its denial.
+#[tokio::test]
+async fn status_subresource_rules_and_the_callers_user_info_reach_scripts() {
+    use kube::api::{Patch, PatchParams};
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "wh-status").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "status.webhooks.khai.dev";
+    std::fs::write(
+        dir.path().join("w.rhai"),
+        r#"
+fn validate(req) {
+    let u = req.userInfo;
+    if req.object.spec.count > 5 {
+        deny(`count ${req.object.spec.count} is too high for ${u.username} (groups: ${u.groups}, team: ${u.extra?.team})`)
+    }
+}
+fn validate_status(req) {
+    if req.object.status?.phase == "Broken" {
+        deny(`${req.subResource}: ${req.kind.kind} ${req.name} cannot be Broken (was ${req.oldObject.status?.phase ?? "unset"})`)
+    }
+}
+"#,
+    )
+    .unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "status"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.count = {{ type = "integer" }}
+status.phase = {{ type = "string" }}
+
+[[webhook]]
+name = "widget"
+for = "Widget"
+script = "w.rhai"
+validate = "validate"
+
+[[webhook]]
+name = "widget-status"
+for = "Widget"
+script = "w.rhai"
+validate = "validate_status"
+subresources = ["status"]
+operations = ["UPDATE"]
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    let (_khai, _) = start(dir.path(), &ns.name, true).await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));
+    let widget = |name: &str, count: u32| {
+        json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": { "name": name }, "spec": { "count": count } })
+    };
+
+    // Who asks: alice may create Widgets here, and says so through impersonation.
+    crate::operations::apply_rbac(
+        &client,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": "widgets", "namespace": ns.name },
+            "rules": [{ "apiGroups": [group], "resources": ["widgets"], "verbs": ["create"] }],
+        }),
+    )
+    .await;
+    crate::operations::apply_rbac(&client, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": "alice", "namespace": ns.name },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "widgets" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice" }],
+    }))
+    .await;
+    let alice = impersonating("alice", &["team-a"], ("team", "storage")).await;
+    let as_alice: Api<DynamicObject> = Api::namespaced_with(alice, &ns.name, &ar);
+    assert_eq!(
+        rejection(&as_alice, widget("big", 10)).await,
+        "admission webhook \"validate-widget.status.khai.dev\" denied the request: count 10 is \
+         too high for alice (groups: [\"team-a\", \"system:authenticated\"], team: [\"storage\"])"
+    );
+
+    // The status webhook sees status updates, with `subResource` set, and rejects one.
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    api.create(&PostParams::default(), &object(widget("w", 1)))
+        .await
+        .unwrap();
+    let status = |phase: &str| Patch::Merge(json!({ "status": { "phase": phase } }));
+    let params = PatchParams::default();
+    api.patch_status("w", &params, &status("Ready"))
+        .await
+        .expect("a status update the webhook allows");
+    let denied = match api.patch_status("w", &params, &status("Broken")).await {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("expected the status webhook to reject the update, got {other:?}"),
+    };
+    assert_eq!(
+        denied,
+        "admission webhook \"validate-widget-status.status.khai.dev\" denied the request: status: \
+         Widget w cannot be Broken (was Ready)"
+    );
+    let stored = api.get("w").await.unwrap();
+    assert_eq!(stored.data["status"]["phase"], "Ready");
+}
