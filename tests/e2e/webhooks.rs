@@ -24,7 +24,7 @@ pub(crate) fn free_port() -> u16 {
 
 /// khai on `config` with its webhook server on a free port; with `install`, khai points the API
 /// server at it (self-signed mode installs its configurations).
-async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
+pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}");
