@@ -124,7 +124,8 @@ pub struct WebhookServer {
     #[serde(default = "default_max_concurrent_conversions")]
     pub max_concurrent_conversions: usize,
     /// Reviews of each sort (admission, conversion) that may wait for their turn; more are
-    /// answered 503 at once.
+    /// answered 503 at once. A waiting review holds only its connection, so this may be as
+    /// large as `max_connections`: the default is.
     #[serde(default = "default_max_queued_reviews")]
     pub max_queued_reviews: usize,
 }
@@ -166,7 +167,7 @@ fn default_max_concurrent_conversions() -> usize {
     2
 }
 fn default_max_queued_reviews() -> usize {
-    64
+    128
 }
 
 /// `tls = "self-signed"` (khai makes a CA and a serving certificate at start) or `"files"`.
