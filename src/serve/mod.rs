@@ -10,4 +10,5 @@ mod accept;
 mod slots;
 
 pub use accept::Accept;
+pub(crate) use accept::Throttle;
 pub use slots::{Busy, Guarded, Slot, Slots};

@@ -18,7 +18,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 type Handlers = Arc<HashMap<String, Handler>>;
@@ -54,6 +54,7 @@ pub struct Routes {
     limits: Limits,
     admissions: Gate,
     conversions: Gate,
+    refusals: Mutex<crate::serve::Throttle>,
 }
 
 /// What a path asks for.
@@ -69,6 +70,7 @@ impl Routes {
             handlers: RwLock::new(by_name(handlers)),
             admissions: Gate::new(limits.admissions, limits.queued),
             conversions: Gate::new(limits.conversions, limits.queued),
+            refusals: Mutex::new(crate::serve::Throttle::new(Duration::from_secs(10))),
             limits,
         }
     }
@@ -107,6 +109,8 @@ impl Routes {
 
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        // The caller gives up on the request after the timeout; a conversion stops then too.
+        let deadline = std::time::Instant::now() + self.limits.timeout;
         let path = req.uri().path().to_string();
         let handlers = self.current();
         let Some((name, call)) = Self::route(&handlers, &path) else {
@@ -128,6 +132,17 @@ impl Routes {
         let turn = match gate.enter().await {
             Ok(turn) => turn,
             Err(GateFull) => {
+                let now = tokio::time::Instant::now();
+                let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(suppressed) = refusals.ready(now) {
+                    tracing::warn!(
+                        sort,
+                        waiting = self.limits.queued,
+                        suppressed,
+                        "too many reviews waiting; answering 503 (see max_queued_reviews)"
+                    );
+                }
+                drop(refusals);
                 let msg = format!("too many {sort} reviews in progress; try again");
                 return error(StatusCode::SERVICE_UNAVAILABLE, msg);
             }
@@ -151,7 +166,6 @@ impl Routes {
                 reply(StatusCode::OK, &answer)
             }
             Call::Convert => {
-                let deadline = std::time::Instant::now() + self.limits.timeout;
                 let job = move || {
                     // The turn ends when the work does, even if the client has gone.
                     let _turn = turn;

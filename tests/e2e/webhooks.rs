@@ -570,3 +570,66 @@ operations = ["UPDATE"]
     let stored = api.get("w").await.unwrap();
     assert_eq!(stored.data["status"]["phase"], "Ready");
 }
+
+/// A configuration khai no longer needs is deleted: with the last `mutate` gone from the config
+/// (here by a hot reload), the API server would otherwise keep calling `/mutate/<name>`, which
+/// khai no longer serves, and reject every write under `failure_policy = "Fail"`. Seen failing
+/// against the build before the fix: the mutating configuration stayed.
+#[tokio::test]
+async fn a_webhook_configuration_the_config_no_longer_needs_is_deleted() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "wh-stale").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "stale.webhooks.khai.dev";
+    let script = "fn validate(req) { allow() }\n\
+                  fn mutate(req) { let o = req.object; o.metadata.labels = #{ m: \"yes\" }; o }\n";
+    let config = widget_operator(dir.path(), group, script);
+    register_mutate(&config);
+    let port = free_port();
+    let (bind, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}"),
+    );
+    let khai = Khai::start(
+        &config,
+        &ns.name,
+        &["--watch", "--webhook-bind", &bind, "--webhook-url", &url],
+    );
+    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    let gvk = GroupVersionKind::gvk(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+    );
+    let mutating: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    crate::support::wait_exists(&mutating, "khai-stale", "the mutating configuration").await;
+
+    let seen = khai.log_len();
+    widget_operator(dir.path(), group, script);
+    khai.wait_for_log(seen, "the configurations to be installed again", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    crate::support::wait_until_gone(
+        &mutating,
+        "khai-stale",
+        "the mutating configuration to be deleted",
+    )
+    .await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget")),
+    );
+    let obj = json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": "w" }, "spec": { "count": 1 } });
+    let stored = api
+        .create(&PostParams::default(), &object(obj))
+        .await
+        .expect("writes pass once the mutating configuration is gone");
+    assert!(stored.labels().get("m").is_none(), "{:?}", stored.labels());
+}
