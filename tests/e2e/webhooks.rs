@@ -46,6 +46,37 @@ pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16)
     (khai, port)
 }
 
+/// Deletes khai's webhook configurations `name` when dropped (the test passed or panicked), so
+/// they do not outlive the khai that served them: configurations are cluster-wide, and one
+/// pointing at a stopped khai would reject other tests' writes of the same kind.
+struct Registered(&'static str);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let name = self.0;
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let client = crate::support::client().await;
+                for kind in [
+                    "ValidatingWebhookConfiguration",
+                    "MutatingWebhookConfiguration",
+                ] {
+                    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+                    let api: Api<DynamicObject> =
+                        Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+                    let _ = api.delete(name, &Default::default()).await;
+                }
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
 fn cache_api(client: &kube::Client, ns: &str, version: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("examples.khai.dev", version, "Cache");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "caches");
@@ -68,6 +99,8 @@ async fn rejection(api: &Api<DynamicObject>, obj: Value) -> String {
 async fn cache_example_validates_mutates_and_converts_through_the_api_server() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "wh-cache").await;
+    // examples::cache_example_... and the chart tests write Caches too.
+    let _registered = Registered("khai-cache");
     let example = crate::support::repo_root().join("examples/cache");
     let (_khai, _) = start(&example, &ns.name, true).await;
     crate::support::wait_for_crd(&client, "caches.examples.khai.dev").await;
