@@ -57,7 +57,7 @@ pub enum Error {
     },
     #[error("{key}: {message}")]
     Setting { key: &'static str, message: String },
-    #[error("the webhook server failed: {0}")]
+    #[error("failed to serve webhooks: {0}")]
     Stopped(String),
 }
 
@@ -318,7 +318,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(async { panic!("boom") });
         let err = supervise(server, shutdown.clone()).await.unwrap_err();
-        assert_eq!(err.to_string(), "the webhook server failed: panicked: boom");
+        assert_eq!(err.to_string(), "failed to serve webhooks: panicked: boom");
         assert!(shutdown.is_cancelled(), "khai is told to shut down");
     }
 
