@@ -10,7 +10,8 @@
 //! the controllers.
 //! [`testing`] runs a controller's script offline for `khai test`, along the same path as the
 //! daemon; [`scaffold`] holds the files `khai new` writes.
-//! [`webhook`] serves admission and conversion webhooks through scripts, over TLS.
+//! [`webhook`] serves admission and conversion webhooks through scripts, over TLS; [`serve`] holds
+//! what it shares with the metrics server to survive hostile load.
 //! [`manifest`] derives the RBAC and deployment manifests `khai generate` prints.
 //! [`reload`] watches the config directory and hands the daemon each new version that loads.
 
@@ -32,6 +33,7 @@ pub mod reload;
 pub mod scaffold;
 pub mod schema;
 pub mod script;
+pub mod serve;
 pub mod sync;
 pub mod testing;
 pub mod watch;

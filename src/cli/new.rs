@@ -17,7 +17,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum What {
-    /// Create the folder <NAME> with operator.toml, a script, test cases, a sample and a README.
+    /// Create the folder <NAME> with operator.toml, a script, test cases, a sample and a README
+    /// (and admission webhooks with `--webhooks`).
     Operator(OperatorArgs),
     /// Add a CRD, a controller, a script, a sample and test cases to an existing operator folder.
     // `--version` names the CRD version here, so clap's own version flag is off.
@@ -35,6 +36,9 @@ pub struct OperatorArgs {
     /// Kind of the CRD [default: <NAME> in PascalCase]
     #[arg(long)]
     pub kind: Option<String>,
+    /// Also write admission webhooks (validate, mutate) for the kind, with test cases.
+    #[arg(long)]
+    pub webhooks: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -48,6 +52,9 @@ pub struct ControllerArgs {
     /// Version of the new CRD.
     #[arg(long, default_value = "v1")]
     pub version: String,
+    /// Also write admission webhooks (validate, mutate) for the kind, with test cases.
+    #[arg(long)]
+    pub webhooks: bool,
     /// The operator folder, holding operator.toml.
     #[arg(value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,
@@ -66,9 +73,14 @@ fn operator(args: &OperatorArgs) -> anyhow::Result<ExitCode> {
     if dir.exists() {
         bail!("{}: already exists; choose another name", dir.display());
     }
-    write_all(&dir, &scaffold::operator_files(&names))?;
+    write_all(&dir, &scaffold::operator_files(&names, args.webhooks))?;
+    let run = if args.webhooks {
+        " --webhook-bind 127.0.0.1:9443 --webhook-url https://127.0.0.1:9443"
+    } else {
+        ""
+    };
     println!(
-        "created operator {} (kind {}, group {}) in {}/\n\nnext:\n  khai check {d}\n  khai test {d}\n  khai run --config {d}\n  kubectl apply -f {d}/{}.yaml",
+        "created operator {} (kind {}, group {}) in {}/\n\nnext:\n  khai check {d}\n  khai test {d}\n  khai run --config {d}{run}\n  kubectl apply -f {d}/{}.yaml",
         names.operator,
         names.kind,
         names.group,
@@ -97,8 +109,8 @@ fn controller(args: &ControllerArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| scaffold::default_group(&model)),
         version: args.version.clone(),
     };
-    let edited = scaffold::append_controller(&file, &src, &names)?;
-    let files = scaffold::controller_files(&names);
+    let edited = scaffold::append_controller(&file, &src, &names, args.webhooks)?;
+    let files = scaffold::controller_files(&names, args.webhooks);
     refuse_existing(&args.dir, &files)?;
     write_all(&args.dir, &files)?;
     std::fs::write(&file, edited).with_context(|| format!("{}: cannot write", file.display()))?;

@@ -97,7 +97,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let webhooks = args.webhooks.start(&op, &client, reloads, &shutdown).await?;
         daemon::run(op, client, opts, updates, shutdown).await?;
         if let Some(server) = webhooks {
-            let _ = server.await;
+            // A failed webhook server has already cancelled `shutdown`; exit non-zero.
+            server.await.context("the webhook server task failed")??;
         }
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)

@@ -30,14 +30,15 @@ pub struct WebhookFlags {
 
 impl WebhookFlags {
     /// Starts the webhook server if the operator has webhooks; `None` otherwise. With
-    /// `reloads`, the server follows each new version of the config.
+    /// `reloads`, the server follows each new version of the config. The task ends with an
+    /// error if the server failed (khai is then shutting down).
     pub async fn start(
         &self,
         op: &Operator,
         client: &kube::Client,
         reloads: Option<Versions>,
         shutdown: &CancellationToken,
-    ) -> anyhow::Result<Option<JoinHandle<()>>> {
+    ) -> anyhow::Result<Option<JoinHandle<Result<(), webhook::Error>>>> {
         if op.webhooks.is_empty() {
             return Ok(None);
         }

@@ -23,6 +23,11 @@ pub struct Webhook {
     pub mutate: Option<String>,
     /// Name of `convert(obj, to_version)`, for a CRD of this file with more than one version.
     pub convert: Option<String>,
+    /// Subresources the admission rules cover instead of the object itself: `status`, `scale`,
+    /// any other name, `"*"` for every subresource, and `""` for the object itself. Empty (the
+    /// default) covers the object only.
+    #[serde(default)]
+    pub subresources: Vec<String>,
     /// Operations the admission webhooks see.
     #[serde(default = "default_operations")]
     pub operations: Vec<Operation>,
@@ -105,9 +110,24 @@ pub struct WebhookServer {
     /// Largest request body accepted, in bytes.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
-    /// How long one request may take, TLS handshake and script included (`"10s"`).
+    /// How long one request may take, TLS handshake and script included (`"10s"`); also how
+    /// long a client may take to send its headers and a kept-alive connection may stay idle.
     #[serde(default = "default_request_timeout")]
     pub request_timeout: String,
+    /// Connections open at once; beyond it the oldest idle connection is closed to make room.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Admission reviews answered at once.
+    #[serde(default = "default_max_concurrent_reviews")]
+    pub max_concurrent_reviews: usize,
+    /// Conversion reviews converted at once; each may hold a large list of objects.
+    #[serde(default = "default_max_concurrent_conversions")]
+    pub max_concurrent_conversions: usize,
+    /// Reviews of each sort (admission, conversion) that may wait for their turn; more are
+    /// answered 503 at once. A waiting review holds only its connection, so this may be as
+    /// large as `max_connections`: the default is.
+    #[serde(default = "default_max_queued_reviews")]
+    pub max_queued_reviews: usize,
 }
 
 impl Default for WebhookServer {
@@ -120,6 +140,10 @@ impl Default for WebhookServer {
             service: None,
             max_body_bytes: default_max_body_bytes(),
             request_timeout: default_request_timeout(),
+            max_connections: default_max_connections(),
+            max_concurrent_reviews: default_max_concurrent_reviews(),
+            max_concurrent_conversions: default_max_concurrent_conversions(),
+            max_queued_reviews: default_max_queued_reviews(),
         }
     }
 }
@@ -132,6 +156,18 @@ fn default_max_body_bytes() -> usize {
 }
 fn default_request_timeout() -> String {
     "10s".into()
+}
+fn default_max_connections() -> usize {
+    128
+}
+fn default_max_concurrent_reviews() -> usize {
+    16
+}
+fn default_max_concurrent_conversions() -> usize {
+    2
+}
+fn default_max_queued_reviews() -> usize {
+    128
 }
 
 /// `tls = "self-signed"` (khai makes a CA and a serving certificate at start) or `"files"`.

@@ -311,7 +311,12 @@ pub fn plan(input: &Input<'_>) -> Plan {
         ] {
             if used {
                 p.cluster.add(reg, resource, &["create"]);
-                p.cluster.add_named(reg, resource, &name, &["get", "patch"]);
+                p.cluster.add_named(reg, resource, &name, &["get", "patch", "delete"]);
+            } else if !model.webhooks.is_empty() {
+                // khai deletes its own configuration of a kind the config stopped using (a
+                // reload that removed the last `mutate`), or the API server would call a path
+                // khai no longer serves.
+                p.cluster.add_named(reg, resource, &name, &["get", "delete"]);
             }
         }
         let converted: Vec<String> = model
@@ -558,9 +563,13 @@ script = "h.rhai"
         let reg = "admissionregistration.k8s.io";
         assert_eq!(
             rule(&p.cluster, reg, "validatingwebhookconfigurations"),
-            ["create", "get", "patch"]
+            ["create", "delete", "get", "patch"]
         );
-        assert!(rule(&p.cluster, reg, "mutatingwebhookconfigurations").is_empty());
+        // Not used: only what deleting a leftover from an earlier version needs.
+        assert_eq!(
+            rule(&p.cluster, reg, "mutatingwebhookconfigurations"),
+            ["delete", "get"]
+        );
         let named = p
             .cluster
             .policy_rules()

@@ -5,16 +5,30 @@
 //! the controllers, so a 200 proves the process is alive and the runtime is still scheduling
 //! work. `/readyz` answers 503 until the config is loaded and every informer has its first full
 //! list, then 200; it does not depend on leadership, so standby replicas are ready too.
+//!
+//! Hostile clients cannot lock probes out: a client gets [`HEADER_TIMEOUT`] to send its
+//! headers (and a kept-alive connection as long to stay idle), at most [`MAX_CONNECTIONS`] are
+//! open at once with the oldest idle one closed to make room, and running out of file
+//! descriptors makes the accept loop back off and log instead of spinning (see [`crate::serve`]).
 
+use crate::serve::{Accept, Guarded, Slots};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::time::Duration;
 use tokio::net::TcpListener;
+
+/// Connections open at once; beyond it the oldest idle one is closed (see [`crate::serve`]).
+/// Probes and scrapes each need one, briefly.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send its request headers, and how long a kept-alive
+/// connection may stay idle before it is closed.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds `addr` and creates every metric, so a taken port fails `khai run` at start and the
 /// first scrape lists every family.
@@ -26,20 +40,37 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// Serves connections from `listener` for the life of the process, so probes and scrapes are
 /// answered during a graceful shutdown too.
 pub async fn serve(listener: TcpListener) {
+    let mut accept = Accept::new(listener, "metrics");
+    // Answers are computed at once, so a request busy for longer than the header timeout is a
+    // client that does not read its answer.
+    let slots = Slots::new("metrics", MAX_CONNECTIONS, HEADER_TIMEOUT);
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::debug!(error = %e, "metrics: accept failed");
-                continue;
-            }
+        let stream = accept.next().await;
+        let Some(slot) = slots.admit() else {
+            continue;
         };
         tokio::spawn(async move {
-            let conn = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service_fn(handle))
-                .await;
-            if let Err(e) = conn {
-                tracing::debug!(error = %e, "metrics: connection ended with an error");
+            let tracker = slot.tracker();
+            let service = service_fn(move |req| {
+                let busy = tracker.busy();
+                async move {
+                    handle(req)
+                        .await
+                        .map(|res| res.map(|b| Guarded::new(b, busy)))
+                }
+            });
+            let mut builder = http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                () = slot.closed() => {
+                    tracing::debug!("metrics: closed an idle connection to make room for a new one");
+                }
+                done = conn => if let Err(e) = done {
+                    tracing::debug!(error = %e, "metrics: connection ended with an error");
+                }
             }
         });
     }

@@ -164,40 +164,67 @@ fn check_version(version: &str) -> Result<(), Error> {
     })
 }
 
-/// Every file of a new operator folder.
-pub fn operator_files(names: &Names) -> Vec<File> {
+/// Every file of a new operator folder; with `webhooks`, admission webhooks for its kind too.
+pub fn operator_files(names: &Names, webhooks: bool) -> Vec<File> {
     let mut files = vec![
         (
             PathBuf::from("operator.toml"),
             names.fill(&format!(
                 "{}\n{}",
                 templates::OPERATOR_HEADER,
-                templates::CRD_AND_CONTROLLER
+                config_tables(webhooks)
             )),
         ),
         (PathBuf::from("README.md"), names.fill(templates::README)),
     ];
-    files.extend(controller_files(names));
+    files.extend(controller_files(names, webhooks));
     files
 }
 
-/// The files one more controller brings: its script, its sample object and its test cases.
-pub fn controller_files(names: &Names) -> Vec<File> {
+/// The tables one kind brings to `operator.toml`.
+fn config_tables(webhooks: bool) -> String {
+    let mut text = templates::CRD_AND_CONTROLLER.to_string();
+    if webhooks {
+        text.push_str(templates::WEBHOOK_CONFIG);
+    }
+    text
+}
+
+/// The files one more controller brings: its script, its sample object and its test cases;
+/// with `webhooks`, the webhook script and its validate and mutate cases.
+pub fn controller_files(names: &Names, webhooks: bool) -> Vec<File> {
     let s = names.singular();
-    [
+    let mut files = vec![
         (format!("scripts/{s}.rhai"), templates::SCRIPT),
         (format!("{s}.yaml"), templates::SAMPLE),
         (format!("tests/{s}_new.yaml"), templates::CASE_NEW),
         (format!("tests/{s}_ready.yaml"), templates::CASE_READY),
-    ]
-    .into_iter()
-    .map(|(path, t)| (PathBuf::from(path), names.fill(t)))
-    .collect()
+    ];
+    if webhooks {
+        files.extend([
+            (
+                format!("scripts/{s}_webhooks.rhai"),
+                templates::WEBHOOK_SCRIPT,
+            ),
+            (format!("tests/{s}_validate.yaml"), templates::CASE_VALIDATE),
+            (format!("tests/{s}_mutate.yaml"), templates::CASE_MUTATE),
+        ]);
+    }
+    files
+        .into_iter()
+        .map(|(path, t)| (PathBuf::from(path), names.fill(t)))
+        .collect()
 }
 
-/// `src` (the text of `file`) with a `[[crd]]` and a `[[controller]]` for `names` appended.
-/// Refuses a kind the config already declares, and a config that does not parse.
-pub fn append_controller(file: &Path, src: &str, names: &Names) -> Result<String, Error> {
+/// `src` (the text of `file`) with a `[[crd]]` and a `[[controller]]` for `names` appended (and
+/// a `[[webhook]]` with `webhooks`). Refuses a kind the config already declares, and a config
+/// that does not parse.
+pub fn append_controller(
+    file: &Path,
+    src: &str,
+    names: &Names,
+    webhooks: bool,
+) -> Result<String, Error> {
     names.check()?;
     let model: Model = config::parse(file, src).map_err(|d| Error::Config {
         file: file.display().to_string(),
@@ -214,7 +241,7 @@ pub fn append_controller(file: &Path, src: &str, names: &Names) -> Result<String
         out.push('\n');
     }
     out.push('\n');
-    out.push_str(&names.fill(templates::CRD_AND_CONTROLLER));
+    out.push_str(&names.fill(&config_tables(webhooks)));
     Ok(out)
 }
 
@@ -257,7 +284,7 @@ mod tests {
 
     #[test]
     fn generated_config_parses_and_names_the_kind() {
-        let files = operator_files(&names());
+        let files = operator_files(&names(), false);
         let (_, toml) = files
             .iter()
             .find(|(p, _)| p == Path::new("operator.toml"))
@@ -272,15 +299,39 @@ mod tests {
         );
     }
 
+    /// Issue 11: `khai new` wrote webhook stubs as `validate(obj, ctx)`, where the contract is
+    /// `validate(req)`. What `--webhooks` writes loads, as `khai check` loads it, and its cases
+    /// pass, as `khai test` runs them.
+    #[test]
+    fn webhook_files_load_with_the_webhook_contract_and_their_cases_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in operator_files(&names(), true) {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let op = crate::operator::Operator::load(dir.path()).unwrap();
+        assert_eq!(op.webhooks.len(), 1);
+        assert!(op.webhooks[0].script.has_function("validate", 1));
+        assert!(op.webhooks[0].script.has_function("mutate", 1));
+        let cases = crate::testing::case::find(dir.path()).unwrap();
+        assert_eq!(cases.len(), 4);
+        for file in cases {
+            let case = crate::testing::case::load(&file).unwrap();
+            let found = crate::testing::run_case(&op, &case).unwrap();
+            assert!(found.is_empty(), "{}: {found:?}", file.display());
+        }
+    }
+
     #[test]
     fn appending_a_controller_keeps_comments_and_refuses_duplicates() {
-        let (_, toml) = operator_files(&names()).remove(0);
+        let (_, toml) = operator_files(&names(), false).remove(0);
         let src = format!("# my notes\n{toml}");
         let more = Names {
             kind: "Backup".into(),
             ..names()
         };
-        let out = append_controller(Path::new("operator.toml"), &src, &more).unwrap();
+        let out = append_controller(Path::new("operator.toml"), &src, &more, true).unwrap();
         assert!(
             out.starts_with(&src),
             "the original text must be kept as is"
@@ -288,7 +339,8 @@ mod tests {
         let model = config::parse(Path::new("operator.toml"), &out).unwrap();
         assert_eq!(model.crds.len(), 2);
         assert_eq!(model.controllers[1].for_kind, "Backup");
-        let err = append_controller(Path::new("operator.toml"), &out, &more).unwrap_err();
+        assert_eq!(model.webhooks[0].for_kind, "Backup");
+        let err = append_controller(Path::new("operator.toml"), &out, &more, false).unwrap_err();
         assert_eq!(
             err.to_string(),
             "operator.toml: kind \"Backup\" is already declared"

@@ -48,17 +48,80 @@ fn reconcile(obj, ctx) {
     }
 }
 
-// Admission webhooks: uncomment and declare them in operator.toml once you need them.
-//
-// // Refuse an invalid __KIND__: return () to allow it, or a message saying what is wrong.
-// fn validate(obj, ctx) {
-//     if obj.spec.message == "" { return "spec.message must not be empty"; }
-// }
-//
-// // Change a __KIND__ before it is stored: return the object as it should be stored.
-// fn mutate(obj, ctx) {
-//     obj
-// }
+// Admission webhooks (validate, mutate) live in a script of their own, declared by a
+// [[webhook]] in operator.toml: `khai new operator --webhooks` writes one, with test cases.
+"#;
+
+/// A `[[webhook]]` for the kind; appended after [`CRD_AND_CONTROLLER`] with `--webhooks`.
+pub const WEBHOOK_CONFIG: &str = r#"
+# Admission webhooks for __KIND__: khai serves them over HTTPS (`khai run --webhook-bind`) and,
+# with `--webhook-url`, registers them with the API server itself.
+[[webhook]]
+for = "__KIND__"
+script = "scripts/__SINGULAR___webhooks.rhai"
+validate = "validate"
+mutate = "mutate"
+"#;
+
+pub const WEBHOOK_SCRIPT: &str = r#"// Admission webhooks for __KIND__: the API server calls them before it stores a __KIND__.
+// `req` is the AdmissionReview request: req.operation ("CREATE", "UPDATE", ...), req.object,
+// req.oldObject (on UPDATE and DELETE), req.userInfo (username, groups), req.namespace, ...
+// `khai test .` runs them against the validate and mutate cases in tests/.
+
+// Allow with nothing or allow(); refuse with deny(message), which the user sees as is.
+fn validate(req) {
+    let message = req.object.spec.message;
+    if message.len() > 64 {
+        return deny(`spec.message must be at most 64 characters, got ${message.len()}`);
+    }
+}
+
+// Return the object as it should be stored; khai sends the API server the JSON Patch.
+fn mutate(req) {
+    let obj = req.object;
+    if obj.metadata.annotations == () {
+        obj.metadata.annotations = #{};
+    }
+    obj.metadata.annotations["__GROUP__/last-updated-by"] = req.userInfo.username;
+    obj
+}
+"#;
+
+pub const CASE_VALIDATE: &str = r#"# A validate case: the request as the API server would send it, and the expected answer.
+description: a __KIND__ with a message longer than 64 characters is denied
+validate:
+  operation: CREATE
+  object:
+    apiVersion: __GROUP__/__VERSION__
+    kind: __KIND__
+    metadata:
+      name: first
+    spec:
+      message: This message is far too long to fit in the sixty-four characters allowed.
+expect:
+  allowed: false
+  message: spec.message must be at most 64 characters, got 73
+"#;
+
+pub const CASE_MUTATE: &str = r#"# A mutate case: `expect.object` is the object after khai's patch, as it would be stored.
+description: a new __KIND__ records who wrote it last
+mutate:
+  operation: CREATE
+  userInfo:
+    username: alice
+  object:
+    apiVersion: __GROUP__/__VERSION__
+    kind: __KIND__
+    metadata:
+      name: first
+    spec: {}
+expect:
+  object:
+    metadata:
+      annotations:
+        __GROUP__/last-updated-by: alice
+    spec:
+      message: Hello from __OPERATOR__
 "#;
 
 pub const SAMPLE: &str = r#"apiVersion: __GROUP__/__VERSION__

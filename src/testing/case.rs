@@ -1,7 +1,9 @@
 //! One `khai test` case: the YAML file authors write under `<operator>/tests/`.
 //!
-//! A case names the input object, what khai's caches hold, and what the reconcile should
-//! answer. Unknown keys are errors, so a misspelled `expect.stauts` cannot pass silently.
+//! A case names what to call and with what, and what the answer should be: `object` (and the
+//! `cache`) for a reconcile, or `validate`, `mutate` or `convert` with a request for a webhook.
+//! Unknown keys are errors, so a misspelled `expect.stauts` cannot pass silently, and so is an
+//! expectation that cannot apply to the case's call (`expect.children` of a `validate` case).
 
 use super::Error;
 use serde::{Deserialize, Deserializer};
@@ -16,11 +18,75 @@ pub struct Case {
     pub description: Option<String>,
     /// Which controller reconciles `object`, by name; needed only when it is ambiguous.
     pub controller: Option<String>,
-    /// The reconciled object, as a user would `kubectl apply` it.
+    /// Which `[[webhook]]` answers a webhook case, by name; needed only when it is ambiguous.
+    pub webhook: Option<String>,
+    /// The reconciled object, as a user would `kubectl apply` it; for a webhook case, the
+    /// object of its request (`oldObject` for a DELETE), whose kind picks the webhook.
     pub object: Value,
     /// Other objects visible through `ctx.get`, `ctx.list` and `ctx.owned`.
     pub cache: Vec<Value>,
+    /// What the case calls.
+    pub call: Call,
     pub expect: Expect,
+}
+
+/// What a case calls.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// The controller's `reconcile(obj, ctx)` with `object`.
+    Reconcile,
+    /// A webhook's `validate(req)`.
+    Validate(AdmissionInput),
+    /// A webhook's `mutate(req)`.
+    Mutate(AdmissionInput),
+    /// A webhook's `convert(obj, to_version)`.
+    Convert(ConvertInput),
+}
+
+impl Call {
+    /// The key the case gives it under.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Call::Reconcile => "object",
+            Call::Validate(_) => "validate",
+            Call::Mutate(_) => "mutate",
+            Call::Convert(_) => "convert",
+        }
+    }
+}
+
+/// The parts of an AdmissionReview request a case gives; khai fills in the rest (uid, kind,
+/// resource, name, namespace) as the API server would.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AdmissionInput {
+    /// `CREATE` (the default), `UPDATE`, `DELETE` or `CONNECT`.
+    #[serde(default = "create")]
+    pub operation: String,
+    /// The object being written; absent on DELETE.
+    pub object: Option<Value>,
+    /// The object as it was, on UPDATE and DELETE.
+    pub old_object: Option<Value>,
+    /// Who asks: `username`, `uid`, `groups`, `extra`; defaults to a `khai-test` user in
+    /// `system:authenticated`.
+    pub user_info: Option<Value>,
+    /// `status`, `scale`, ... when the request is for a subresource.
+    pub sub_resource: Option<String>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+fn create() -> String {
+    "CREATE".into()
+}
+
+/// The object a case converts and the version it converts to.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConvertInput {
+    pub object: Value,
+    /// The desired version: `v1alpha1`, or `group/v1alpha1`.
+    pub to: String,
 }
 
 /// What the reconcile should answer. Every part is optional; a part left out is not checked.
@@ -38,8 +104,48 @@ pub struct Expect {
     pub requeue_after: Option<Value>,
     /// Events, in order: maps of `type`, `reason`, `message`.
     pub events: Option<Vec<Value>>,
-    /// A substring of the error the reconcile must fail with.
+    /// A substring of the error the reconcile or conversion must fail with.
     pub error: Option<String>,
+    /// Admission: whether the request is allowed; defaults to true unless `message`, `reason`
+    /// or `code` (which describe a denial) are given.
+    pub allowed: Option<bool>,
+    /// Admission: a substring of the denial's message.
+    pub message: Option<String>,
+    /// Admission: the denial's reason (`Forbidden`, `Invalid`, ...).
+    pub reason: Option<String>,
+    /// Admission: the denial's HTTP code.
+    pub code: Option<i64>,
+    /// Admission: the warnings an allowed request carries, in order.
+    pub warnings: Option<Vec<String>>,
+    /// Mutate: the object as the API server would store it after khai's patch; convert: the
+    /// converted object.
+    pub object: Option<Value>,
+    /// Mutate: the JSON Patch khai sends, operation by operation (`[]` for none).
+    pub patch: Option<Vec<Value>>,
+}
+
+impl Expect {
+    /// The keys given, by name, for checking them against the case's call.
+    fn given(&self) -> Vec<&'static str> {
+        let present = [
+            ("children", self.children.is_some()),
+            ("status", self.status.is_some()),
+            ("requeue_after", self.requeue_after.is_some()),
+            ("events", self.events.is_some()),
+            ("error", self.error.is_some()),
+            ("allowed", self.allowed.is_some()),
+            ("message", self.message.is_some()),
+            ("reason", self.reason.is_some()),
+            ("code", self.code.is_some()),
+            ("warnings", self.warnings.is_some()),
+            ("object", self.object.is_some()),
+            ("patch", self.patch.is_some()),
+        ];
+        present
+            .into_iter()
+            .filter_map(|(k, p)| p.then_some(k))
+            .collect()
+    }
 }
 
 /// Keeps an explicit `null` apart from an absent key: `Some(Value::Null)` versus `None`.
@@ -52,9 +158,13 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 struct CaseFile {
     description: Option<String>,
     controller: Option<String>,
-    object: Value,
+    webhook: Option<String>,
+    object: Option<Value>,
     #[serde(default)]
     cache: Vec<Value>,
+    validate: Option<AdmissionInput>,
+    mutate: Option<AdmissionInput>,
+    convert: Option<ConvertInput>,
     #[serde(default)]
     expect: Expect,
 }
@@ -101,16 +211,76 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
             message: yaml_message(&e.to_string()),
         }
     })?;
+    let bad = |field: &str, message: String| Error::Case {
+        file: file.to_path_buf(),
+        field: field.into(),
+        message,
+    };
+    let given: Vec<&str> = [
+        raw.object.as_ref().map(|_| "object"),
+        raw.validate.as_ref().map(|_| "validate"),
+        raw.mutate.as_ref().map(|_| "mutate"),
+        raw.convert.as_ref().map(|_| "convert"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let one_call = || {
+        bad(
+            given.get(1).copied().unwrap_or("object"),
+            "give exactly one of `object` (a reconcile), `validate`, `mutate` or `convert`".into(),
+        )
+    };
+    let (call, object) = match (raw.object, raw.validate, raw.mutate, raw.convert) {
+        (Some(object), None, None, None) => (Call::Reconcile, object),
+        (None, Some(input), None, None) => {
+            let object = admission_object(&input, "validate").map_err(|(f, m)| bad(&f, m))?;
+            (Call::Validate(input), object)
+        }
+        (None, None, Some(input), None) => {
+            let object = admission_object(&input, "mutate").map_err(|(f, m)| bad(&f, m))?;
+            (Call::Mutate(input), object)
+        }
+        (None, None, None, Some(input)) => {
+            let object = input.object.clone();
+            (Call::Convert(input), object)
+        }
+        _ => return Err(one_call()),
+    };
     let case = Case {
         file: file.to_path_buf(),
         description: raw.description,
         controller: raw.controller,
-        object: raw.object,
+        webhook: raw.webhook,
+        object,
         cache: raw.cache,
+        call,
         expect: raw.expect,
     };
     check(&case)?;
     Ok(case)
+}
+
+/// The object an admission case is about, after checking the operation has what it needs:
+/// `object` for CREATE, UPDATE and CONNECT, `oldObject` for UPDATE and DELETE.
+fn admission_object(input: &AdmissionInput, key: &str) -> Result<Value, (String, String)> {
+    let at = |f: &str| format!("{key}.{f}");
+    let needs = |f: &str, v: &Option<Value>| match v {
+        Some(v) if !v.is_null() => Ok(v.clone()),
+        _ => Err((at(f), format!("{} requests need it", input.operation))),
+    };
+    match input.operation.as_str() {
+        "CREATE" | "CONNECT" => needs("object", &input.object),
+        "UPDATE" => {
+            needs("oldObject", &input.old_object)?;
+            needs("object", &input.object)
+        }
+        "DELETE" => needs("oldObject", &input.old_object),
+        other => Err((
+            at("operation"),
+            format!("must be CREATE, UPDATE, DELETE or CONNECT, got {other:?}"),
+        )),
+    }
 }
 
 /// serde-saphyr's message without the location it repeats (`error: line 3 column 3: ...`,
@@ -133,11 +303,27 @@ fn check(case: &Case) -> Result<(), Error> {
         field,
         message: message.into(),
     };
-    require_identity(&case.object, "object").map_err(|f| bad(f, "must be a non-empty string"))?;
+    let objects: Vec<(String, &Value)> = match &case.call {
+        Call::Reconcile => vec![("object".into(), &case.object)],
+        Call::Validate(r) | Call::Mutate(r) => {
+            let key = case.call.key();
+            [("object", &r.object), ("oldObject", &r.old_object)]
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    Some((format!("{key}.{k}"), v.as_ref().filter(|v| !v.is_null())?))
+                })
+                .collect()
+        }
+        Call::Convert(c) => vec![("convert.object".into(), &c.object)],
+    };
+    for (at, obj) in objects {
+        require_identity(obj, &at).map_err(|f| bad(f, "must be a non-empty string"))?;
+    }
     for (i, o) in case.cache.iter().enumerate() {
         require_identity(o, &format!("cache[{i}]"))
             .map_err(|f| bad(f, "must be a non-empty string"))?;
     }
+    check_keys_fit_the_call(case)?;
     let e = &case.expect;
     let others = e.children.is_some()
         || e.status.is_some()
@@ -151,6 +337,60 @@ fn check(case: &Case) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+/// Keys that only make sense for some calls: `controller` and `cache` for a reconcile,
+/// `webhook` for the others, and each `expect` key for the calls whose answer has that part.
+fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
+    let bad = |field: &str, message: String| Error::Case {
+        file: case.file.clone(),
+        field: field.into(),
+        message,
+    };
+    let reconcile = case.call == Call::Reconcile;
+    if !reconcile {
+        if case.controller.is_some() {
+            return Err(bad(
+                "controller",
+                "only for reconcile cases (`object`); use `webhook` to name a webhook".into(),
+            ));
+        }
+        if !case.cache.is_empty() {
+            return Err(bad(
+                "cache",
+                "only for reconcile cases (`object`): webhook scripts get no ctx".into(),
+            ));
+        }
+    } else if case.webhook.is_some() {
+        return Err(bad(
+            "webhook",
+            "only for `validate`, `mutate` and `convert` cases".into(),
+        ));
+    }
+    let allowed: &[&str] = match case.call {
+        Call::Reconcile => &["children", "status", "requeue_after", "events", "error"],
+        Call::Validate(_) => &["allowed", "message", "reason", "code", "warnings"],
+        Call::Mutate(_) => &[
+            "allowed", "message", "reason", "code", "warnings", "object", "patch",
+        ],
+        Call::Convert(_) => &["object", "error"],
+    };
+    match case
+        .expect
+        .given()
+        .into_iter()
+        .find(|k| !allowed.contains(k))
+    {
+        Some(key) => Err(bad(
+            &format!("expect.{key}"),
+            format!(
+                "does not apply to a `{}` case, which can expect: {}",
+                case.call.key(),
+                allowed.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Every object needs `apiVersion`, `kind` and `metadata.name`; the error is the missing path.
@@ -193,7 +433,7 @@ mod tests {
         let text = err.to_string();
         assert_eq!(
             text,
-            "tests/t.yaml:3:3: unknown field `stauts`, expected one of children, status, requeue_after, events, error"
+            "tests/t.yaml:3:3: unknown field `stauts`, expected one of children, status, requeue_after, events, error, allowed, message, reason, code, warnings, object, patch"
         );
     }
 
@@ -204,6 +444,40 @@ mod tests {
             err.to_string(),
             "tests/t.yaml: object.metadata.name: must be a non-empty string"
         );
+    }
+
+    #[test]
+    fn a_webhook_case_names_one_call_and_only_expectations_its_answer_has() {
+        let obj = "{ apiVersion: a/v1, kind: T, metadata: { name: x } }";
+        let c = case(&format!(
+            "validate:\n  object: {obj}\nexpect:\n  allowed: false\n"
+        ))
+        .unwrap();
+        assert!(matches!(c.call, Call::Validate(ref r) if r.operation == "CREATE"));
+        assert_eq!(c.object["metadata"]["name"], "x");
+        let err = case(&format!(
+            "validate:\n  object: {obj}\nexpect:\n  children: []\n"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tests/t.yaml: expect.children: does not apply to a `validate` case, which can expect: allowed, message, reason, code, warnings"
+        );
+        let err = case(&format!("{OBJ}mutate:\n  object: {obj}\n")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tests/t.yaml: mutate: give exactly one of `object` (a reconcile), `validate`, `mutate` or `convert`"
+        );
+        let err = case(&format!("mutate:\n  operation: UPDATE\n  object: {obj}\n")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tests/t.yaml: mutate.oldObject: UPDATE requests need it"
+        );
+        let c = case(&format!(
+            "convert:\n  object: {obj}\n  to: v2\nexpect:\n  object: {{}}\n"
+        ))
+        .unwrap();
+        assert!(matches!(c.call, Call::Convert(ref r) if r.to == "v2"));
     }
 
     #[test]

@@ -10,12 +10,19 @@
 //! compared is the script's answer: children before khai adds its ownerReference, labels and
 //! hash annotation, and status before khai adds `observedGeneration` and the `Ready` condition.
 //! Those additions are the same for every child and every operator, and are tested in khai.
+//!
+//! Webhook cases ([`webhook`]) take the server's path the same way: the request is built as the
+//! API server would send it, the webhook's script answers through the functions the server
+//! calls ([`crate::webhook::admission::decide_blocking`],
+//! [`crate::webhook::conversion::convert_object`]), and a mutation's patch is applied to the
+//! object, as the API server does, before it is compared.
 
 pub mod case;
 pub mod compare;
 pub mod lookup;
+pub mod webhook;
 
-pub use case::{Case, Expect};
+pub use case::{Call, Case, Expect};
 pub use compare::Mismatch;
 
 use crate::config::model::{Controller, Crd, Scope};
@@ -23,6 +30,7 @@ use crate::operator::Operator;
 use crate::reconcile::children::Kinds as _;
 use crate::reconcile::{self, Plan};
 use crate::script::{Script, ScriptCtx};
+use crate::webhook::admission::Kind;
 use lookup::{KindRef, MemoryLookup, Owner};
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -61,6 +69,15 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Runs one case against a loaded operator; an empty list means it passed.
 pub fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
+    match &case.call {
+        Call::Reconcile => run_reconcile(op, case),
+        Call::Validate(input) => webhook::run_admission(op, case, Kind::Validate, input),
+        Call::Mutate(input) => webhook::run_admission(op, case, Kind::Mutate, input),
+        Call::Convert(input) => webhook::run_conversion(op, case, input),
+    }
+}
+
+fn run_reconcile(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
     let bad = |field: &str, message: String| Error::Case {
         file: case.file.clone(),
         field: field.into(),
@@ -204,6 +221,19 @@ fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
 /// `obj` as the API server would store and serve it: CRD defaults filled in, and the metadata a
 /// create sets when absent (namespace `default` or `namespace`, `uid`, `generation: 1`).
 fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, String> {
+    let mut out = defaulted(op, obj, namespace)?;
+    if let Some(meta) = out["metadata"].as_object_mut() {
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+        let uid = format!("uid-{name}");
+        meta.entry("uid").or_insert_with(|| json!(uid));
+        meta.entry("generation").or_insert_with(|| json!(1));
+    }
+    Ok(out)
+}
+
+/// `obj` as the API server decodes it, before admission: CRD defaults filled in, no
+/// `managedFields`, and a namespaced object in `namespace` (else `default`) when it names none.
+fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, String> {
     let mut out = obj.clone();
     let crd = crd_of(op, obj);
     if let Some(crd) = crd {
@@ -214,16 +244,12 @@ fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, 
         .as_object_mut()
         .ok_or_else(|| "metadata: expected a map".to_string())?;
     meta.remove("managedFields");
-    let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
-    let uid = format!("uid-{name}");
     if !cluster_scoped && !meta.contains_key("namespace") {
         meta.insert(
             "namespace".into(),
             json!(namespace.unwrap_or(DEFAULT_NAMESPACE)),
         );
     }
-    meta.entry("uid").or_insert_with(|| json!(uid));
-    meta.entry("generation").or_insert_with(|| json!(1));
     Ok(out)
 }
 

@@ -47,24 +47,32 @@ pub struct Review {
 
 /// Parses and checks an AdmissionReview body.
 pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
-    let doc: Value = serde_json::from_slice(body)
+    let mut doc: Value = serde_json::from_slice(body)
         .map_err(|e| BadReview(format!("malformed AdmissionReview: {e}")))?;
-    let field = |k: &str| doc.get(k).and_then(Value::as_str).unwrap_or_default();
-    if field("kind") != "AdmissionReview" {
+    let field = |doc: &Value, k: &str| {
+        doc.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let kind = field(&doc, "kind");
+    if kind != "AdmissionReview" {
         return Err(BadReview(format!(
-            "malformed AdmissionReview: kind must be \"AdmissionReview\", got {:?}",
-            field("kind")
+            "malformed AdmissionReview: kind must be \"AdmissionReview\", got {kind:?}"
         )));
     }
-    let api_version = field("apiVersion").to_string();
+    let api_version = field(&doc, "apiVersion");
     if !api_version.starts_with("admission.k8s.io/") {
         return Err(BadReview(format!(
             "malformed AdmissionReview: unsupported apiVersion {api_version:?}"
         )));
     }
-    let request = doc.get("request").filter(|r| r.is_object()).cloned();
-    let request =
-        request.ok_or_else(|| BadReview("malformed AdmissionReview: no request".into()))?;
+    // Taken, not copied: the request holds the objects, the bulk of the body.
+    let request = doc
+        .get_mut("request")
+        .map(Value::take)
+        .filter(Value::is_object)
+        .ok_or_else(|| BadReview("malformed AdmissionReview: no request".into()))?;
     let uid = request.get("uid").filter(|u| u.is_string()).cloned();
     let uid =
         uid.ok_or_else(|| BadReview("malformed AdmissionReview: request.uid is missing".into()))?;
@@ -77,14 +85,54 @@ pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
 
 /// Runs the script for `review` and renders the AdmissionReview response.
 pub async fn review(handler: &Handler, kind: Kind, review: Review) -> Value {
-    let verdict = decide(handler, kind, strip_managed_fields(review.request)).await;
+    let verdict = match prepare(handler, kind, review.request) {
+        Prepared::Done(verdict) => verdict,
+        Prepared::Call {
+            function,
+            request,
+            original,
+        } => {
+            let answer = handler.script.call_one_async(function, request).await;
+            conclude(kind, original.as_ref(), answer)
+        }
+    };
     if let Verdict::Deny { message, .. } = &verdict {
         tracing::info!(webhook = %handler.name, uid = %review.uid, %message, "denied");
     }
     respond(&review.api_version, review.uid, verdict)
 }
 
-async fn decide(handler: &Handler, kind: Kind, request: Value) -> Verdict {
+/// [`review`]'s decision with the script called on this thread: what `khai test` runs.
+pub fn decide_blocking(handler: &Handler, kind: Kind, request: Value) -> Verdict {
+    match prepare(handler, kind, request) {
+        Prepared::Done(verdict) => verdict,
+        Prepared::Call {
+            function,
+            request,
+            original,
+        } => {
+            let answer = handler
+                .script
+                .call(function, std::slice::from_ref(&request));
+            conclude(kind, original.as_ref(), answer)
+        }
+    }
+}
+
+/// What to do with a request before any script runs.
+enum Prepared<'h> {
+    /// Decided without a script.
+    Done(Verdict),
+    /// Call `function(request)`; a mutate's answer is compared with `original`.
+    Call {
+        function: &'h str,
+        request: Value,
+        original: Option<Value>,
+    },
+}
+
+fn prepare(handler: &Handler, kind: Kind, request: Value) -> Prepared<'_> {
+    let request = strip_managed_fields(request);
     let (function, original) = match kind {
         Kind::Validate => (handler.hook.validate.as_deref(), None),
         Kind::Mutate => (
@@ -93,16 +141,23 @@ async fn decide(handler: &Handler, kind: Kind, request: Value) -> Verdict {
         ),
     };
     let Some(function) = function else {
-        return allow();
+        return Prepared::Done(allow());
     };
     // Nothing to mutate on DELETE: there is no new object.
     if kind == Kind::Mutate && original.as_ref().is_none_or(Value::is_null) {
-        return allow();
+        return Prepared::Done(allow());
     }
-    let answer = handler.script.call_one_async(function, request).await;
+    Prepared::Call {
+        function,
+        request,
+        original,
+    }
+}
+
+fn conclude(kind: Kind, original: Option<&Value>, answer: Result<Value, ScriptError>) -> Verdict {
     match answer {
         Err(e) => script_failed(&e),
-        Ok(value) => interpret(kind, original.as_ref(), value),
+        Ok(value) => interpret(kind, original, value),
     }
 }
 

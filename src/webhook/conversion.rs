@@ -4,96 +4,173 @@
 //! itself, so scripts only move fields. Objects already at the desired version pass through
 //! untouched. One failing object fails the whole review with the script's message, which the
 //! API server returns to the client.
+//!
+//! A review may carry a whole list of objects (a `kubectl get` at another version), so it is
+//! handled with bounded memory and off the async workers: the body is parsed once, keeping each
+//! object as its raw JSON text (no tree of the whole review is ever built); objects are
+//! converted one at a time and written straight into the answer, each one's trees freed before
+//! the next; and the whole review runs on the blocking pool, so parsing and converting megabytes
+//! never delays admission reviews or probes. How many reviews run at once is bounded by the
+//! caller ([`super::gate`]).
 
 use super::admission::BadReview;
 use super::script_api::Handler;
+use crate::script::Script;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use std::borrow::Cow;
+use std::time::Instant;
 
-/// The parts of a ConversionReview khai needs.
-pub struct Review {
-    api_version: String,
-    uid: Value,
-    desired: String,
-    objects: Vec<Value>,
+/// The parts of a ConversionReview khai reads; objects stay raw JSON borrowed from the body.
+#[derive(Deserialize)]
+struct Doc<'a> {
+    #[serde(borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, rename = "apiVersion")]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    request: Option<Request<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Request<'a> {
+    #[serde(borrow)]
+    uid: Option<Cow<'a, str>>,
+    #[serde(borrow, rename = "desiredAPIVersion")]
+    desired: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    objects: Option<Vec<&'a RawValue>>,
+}
+
+/// Only an object's `apiVersion`, to pass objects already at the desired version untouched.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(borrow, rename = "apiVersion")]
+    api_version: Option<Cow<'a, str>>,
+}
+
+/// A checked ConversionReview, borrowing from its body.
+pub struct Review<'a> {
+    api_version: Cow<'a, str>,
+    uid: Cow<'a, str>,
+    desired: Cow<'a, str>,
+    objects: Vec<&'a RawValue>,
 }
 
 /// Parses and checks a ConversionReview body.
-pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
+pub fn parse(body: &[u8]) -> Result<Review<'_>, BadReview> {
     let bad = |m: &str| BadReview(format!("malformed ConversionReview: {m}"));
-    let doc: Value = serde_json::from_slice(body).map_err(|e| bad(&e.to_string()))?;
-    if doc.get("kind").and_then(Value::as_str) != Some("ConversionReview") {
+    let doc: Doc<'_> = serde_json::from_slice(body).map_err(|e| bad(&e.to_string()))?;
+    if doc.kind.as_deref() != Some("ConversionReview") {
         return Err(bad("kind must be \"ConversionReview\""));
     }
-    let request = doc.get("request").ok_or_else(|| bad("no request"))?;
-    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let request = doc.request.ok_or_else(|| bad("no request"))?;
     Ok(Review {
-        api_version: text(&doc, "apiVersion").unwrap_or_else(|| "apiextensions.k8s.io/v1".into()),
-        uid: request
-            .get("uid")
-            .filter(|u| u.is_string())
-            .cloned()
-            .ok_or_else(|| bad("request.uid is missing"))?,
-        desired: text(request, "desiredAPIVersion")
+        api_version: doc
+            .api_version
+            .unwrap_or(Cow::Borrowed("apiextensions.k8s.io/v1")),
+        uid: request.uid.ok_or_else(|| bad("request.uid is missing"))?,
+        desired: request
+            .desired
             .ok_or_else(|| bad("request.desiredAPIVersion is missing"))?,
         objects: request
-            .get("objects")
-            .and_then(Value::as_array)
-            .cloned()
+            .objects
             .ok_or_else(|| bad("request.objects is missing"))?,
     })
 }
 
-/// Converts every object of `review` and renders the ConversionReview response.
-pub async fn review(handler: &Handler, review: Review) -> Value {
-    let (api_version, uid) = (review.api_version.clone(), review.uid.clone());
-    let result = convert_all(handler, review).await;
-    let response = match result {
-        Ok(objects) => json!({
-            "uid": uid, "convertedObjects": objects, "result": { "status": "Success" },
-        }),
-        Err(message) => {
-            tracing::warn!(webhook = %handler.name, %message, "conversion failed");
-            json!({
-                "uid": uid, "convertedObjects": [],
-                "result": { "status": "Failure", "message": message },
-            })
-        }
+/// Answers a ConversionReview `body` with the response body. Runs on the calling thread (it
+/// blocks for as long as the scripts run): call it from the blocking pool. Conversion stops
+/// with a failure once `deadline` has passed.
+pub fn answer(handler: &Handler, body: &[u8], deadline: Instant) -> Result<Vec<u8>, BadReview> {
+    let review = parse(body)?;
+    let mut out = Vec::with_capacity(body.len() + 256);
+    let converted = match handler.hook.convert.as_deref() {
+        Some(function) => write_success(&mut out, &handler.script, function, &review, deadline),
+        None => Err(format!("webhook {} has no convert function", handler.name)),
     };
-    json!({ "apiVersion": api_version, "kind": "ConversionReview", "response": response })
+    if let Err(message) = converted {
+        tracing::warn!(webhook = %handler.name, %message, "conversion failed");
+        let doc = json!({
+            "apiVersion": review.api_version, "kind": "ConversionReview",
+            "response": {
+                "uid": review.uid, "convertedObjects": [],
+                "result": { "status": "Failure", "message": message },
+            },
+        });
+        out = serde_json::to_vec(&doc).unwrap_or_default();
+    }
+    Ok(out)
 }
 
-async fn convert_all(handler: &Handler, review: Review) -> Result<Vec<Value>, String> {
-    let Some(function) = handler.hook.convert.clone() else {
-        return Err(format!("webhook {} has no convert function", handler.name));
+/// Writes the successful response into `out`, converting objects one at a time.
+fn write_success(
+    out: &mut Vec<u8>,
+    script: &Script,
+    function: &str,
+    review: &Review<'_>,
+    deadline: Instant,
+) -> Result<(), String> {
+    let json = |out: &mut Vec<u8>, v: &str| {
+        serde_json::to_writer(&mut *out, v).map_err(|e| format!("cannot write the answer: {e}"))
     };
-    let script = handler.script.clone();
-    let desired = review.desired;
-    let to_version = desired.rsplit('/').next().unwrap_or(&desired).to_string();
-    let job = move || {
-        review
-            .objects
-            .into_iter()
-            .map(|obj| {
-                if obj.get("apiVersion").and_then(Value::as_str) == Some(desired.as_str()) {
-                    return Ok(obj);
-                }
-                let out = script
-                    .call(&function, &[obj, json!(to_version)])
-                    .map_err(|e| e.to_string())?;
-                finish(out, &desired, &function)
-            })
-            .collect::<Result<Vec<_>, String>>()
-    };
-    tokio::task::spawn_blocking(job)
-        .await
-        .unwrap_or_else(|e| Err(format!("conversion task failed: {e}")))
+    out.extend_from_slice(b"{\"apiVersion\":");
+    json(out, &review.api_version)?;
+    out.extend_from_slice(b",\"kind\":\"ConversionReview\",\"response\":{\"uid\":");
+    json(out, &review.uid)?;
+    out.extend_from_slice(b",\"convertedObjects\":[");
+    for (i, raw) in review.objects.iter().enumerate() {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "conversion did not finish in time ({i} of {} objects converted)",
+                review.objects.len()
+            ));
+        }
+        if i > 0 {
+            out.push(b',');
+        }
+        let head: Head<'_> = serde_json::from_str(raw.get())
+            .map_err(|e| format!("objects[{i}]: not an object: {e}"))?;
+        if head.api_version.as_deref() == Some(&*review.desired) {
+            out.extend_from_slice(raw.get().as_bytes());
+            continue;
+        }
+        let obj: Value = serde_json::from_str(raw.get())
+            .map_err(|e| format!("objects[{i}]: not an object: {e}"))?;
+        let converted = convert_object(script, function, obj, &review.desired)?;
+        serde_json::to_writer(&mut *out, &converted)
+            .map_err(|e| format!("cannot write the answer: {e}"))?;
+    }
+    out.extend_from_slice(b"],\"result\":{\"status\":\"Success\"}}}");
+    Ok(())
+}
+
+/// One object at `desired` (`group/version`): unchanged when it is already there, else through
+/// `function(obj, to_version)` with `apiVersion` stamped on the answer. `khai run` and
+/// `khai test` both convert through this.
+pub fn convert_object(
+    script: &Script,
+    function: &str,
+    obj: Value,
+    desired: &str,
+) -> Result<Value, String> {
+    if obj.get("apiVersion").and_then(Value::as_str) == Some(desired) {
+        return Ok(obj);
+    }
+    let to_version = desired.rsplit('/').next().unwrap_or(desired);
+    let out = script
+        .call(function, &[obj, json!(to_version)])
+        .map_err(|e| e.to_string())?;
+    finish(out, desired, function)
 }
 
 /// Checks a script's converted object and stamps the desired `apiVersion` on it.
 fn finish(mut out: Value, desired: &str, function: &str) -> Result<Value, String> {
     let Some(map) = out.as_object_mut() else {
         return Err(format!(
-            "{function} must return the converted object, got {out}"
+            "{function} must return the converted object, got {}",
+            crate::script::type_name(&out)
         ));
     };
     map.insert("apiVersion".into(), json!(desired));
@@ -103,6 +180,79 @@ fn finish(mut out: Value, desired: &str, function: &str) -> Result<Value, String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::webhook::Webhook;
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn handler(src: &str) -> Handler {
+        let limits = crate::script::Limits::default();
+        let engine = Arc::new(super::super::script_api::engine(&limits));
+        let script = Script::compile(engine, &limits, Path::new("c.rhai"), src).unwrap();
+        let hook: Webhook =
+            toml::from_str("for = \"Cache\"\nscript = \"c.rhai\"\nconvert = \"convert\"\n")
+                .unwrap();
+        Handler {
+            name: "cache".into(),
+            hook,
+            script,
+        }
+    }
+
+    const RENAME: &str =
+        "fn convert(obj, to) { obj.spec.b = obj.spec.a; obj.spec.remove(\"a\"); obj }";
+
+    fn later() -> Instant {
+        Instant::now() + Duration::from_secs(10)
+    }
+
+    fn review(objects: &str) -> Vec<u8> {
+        format!(
+            r#"{{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{{"uid":"u\"1","desiredAPIVersion":"g/v2","objects":[{objects}]}}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn objects_are_converted_in_order_and_those_at_the_desired_version_pass_untouched() {
+        let body =
+            review(r#"{"apiVersion":"g/v1","spec":{"a":1}},{"apiVersion":"g/v2","spec":{"a": 2}}"#);
+        let out = answer(&handler(RENAME), &body, later()).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            doc,
+            json!({ "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                "response": { "uid": "u\"1", "result": { "status": "Success" },
+                    "convertedObjects": [
+                        { "apiVersion": "g/v2", "spec": { "b": 1 } },
+                        { "apiVersion": "g/v2", "spec": { "a": 2 } },
+                    ] } })
+        );
+        // Passed through byte for byte, spacing included.
+        assert!(String::from_utf8(out).unwrap().contains(r#"{"a": 2}"#));
+    }
+
+    #[test]
+    fn one_failing_object_fails_the_review_with_the_script_message() {
+        let body = review(r#"{"apiVersion":"g/v1","spec":{"a":1}},{"apiVersion":"g/v1"}"#);
+        let out = answer(&handler(RENAME), &body, later()).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(doc["response"]["convertedObjects"], json!([]));
+        assert_eq!(doc["response"]["result"]["status"], "Failure");
+        let message = doc["response"]["result"]["message"].as_str().unwrap();
+        assert!(message.starts_with("c.rhai:1:"), "{message}");
+    }
+
+    #[test]
+    fn a_review_past_its_deadline_fails_instead_of_converting_on() {
+        let body = review(r#"{"apiVersion":"g/v1","spec":{"a":1}}"#);
+        let out = answer(&handler(RENAME), &body, Instant::now()).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            doc["response"]["result"]["message"],
+            "conversion did not finish in time (0 of 1 objects converted)"
+        );
+    }
 
     #[test]
     fn converted_objects_get_the_desired_api_version() {
@@ -115,7 +265,7 @@ mod tests {
         assert_eq!(out["apiVersion"], "g/v2");
         assert_eq!(
             finish(Value::Null, "g/v2", "convert").unwrap_err(),
-            "convert must return the converted object, got null"
+            "convert must return the converted object, got nothing"
         );
     }
 

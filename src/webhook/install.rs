@@ -2,8 +2,10 @@
 //! the CA it made at start, so a self-signed khai needs no certificate tooling.
 //!
 //! Everything is server-side applied with its own field manager (`khai-webhook`), so the CRD
-//! install (manager `khai`) and this never take fields from each other. A failure is logged and
-//! retried until it succeeds or khai shuts down: webhooks are served meanwhile.
+//! install (manager `khai`) and this never take fields from each other. A configuration the
+//! config no longer needs (the last `mutate` removed, by an edit or a hot reload) is deleted, so
+//! the API server stops calling a path khai no longer serves. A failure is logged and retried
+//! until it succeeds or khai shuts down: webhooks are served meanwhile.
 
 use super::manifests::{self, Target};
 use crate::config::model::Model;
@@ -51,13 +53,20 @@ async fn apply_all(
     ca: &str,
 ) -> Result<(), kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    for manifest in manifests::configurations(model, target, Some(ca)) {
-        let kind = manifest["kind"].as_str().unwrap_or_default();
+    let name = manifests::configuration_name(model);
+    let wanted = manifests::configurations(model, target, Some(ca));
+    for kind in [
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    ] {
         let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-        let ar = ApiResource::from_gvk(&gvk);
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let name = manifests::configuration_name(model);
-        api.patch(&name, &params, &Patch::Apply(&manifest)).await?;
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+        match wanted.iter().find(|m| m["kind"] == kind) {
+            Some(manifest) => {
+                api.patch(&name, &params, &Patch::Apply(manifest)).await?;
+            }
+            None => remove_stale(&api, kind, &name).await?,
+        }
     }
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for hook in &model.webhooks {
@@ -73,4 +82,42 @@ async fn apply_all(
         crds.patch(&name, &params, &Patch::Apply(&patch)).await?;
     }
     Ok(())
+}
+
+/// Deletes khai's configuration `name` of `kind` if one is left from an earlier config; only
+/// one khai labelled as its own. Without the right to read or delete it (RBAC made for a config
+/// that never had that kind), there is nothing khai could have left: that is not an error.
+async fn remove_stale(api: &Api<DynamicObject>, kind: &str, name: &str) -> Result<(), kube::Error> {
+    let forbidden = |e: &kube::Error| matches!(e, kube::Error::Api(s) if s.code == 403);
+    let found = match api.get_opt(name).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok(()),
+        Err(e) if forbidden(&e) => {
+            tracing::debug!(%kind, %name, "no right to read it; not checking for a stale configuration");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let ours = found
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+        .is_some_and(|v| v == "khai");
+    if !ours {
+        tracing::warn!(%kind, %name, "not deleting a webhook configuration khai did not make");
+        return Ok(());
+    }
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => {
+            tracing::info!(%kind, %name, "deleted a webhook configuration the config no longer needs");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) if forbidden(&e) => {
+            tracing::warn!(%kind, %name, "no right to delete a webhook configuration the config no longer needs");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }

@@ -100,14 +100,26 @@ fn entry(model: &Model, h: &Webhook, prefix: &str, target: &Target, ca: Option<&
 }
 
 /// The rule matching the webhook's resource: a CRD of this file, `group/version/Kind`,
-/// `v1/Kind` (the core group), `Kind.group` (any version) or a bare core `Kind`.
+/// `v1/Kind` (the core group), `Kind.group` (any version) or a bare core `Kind`; with
+/// `subresources`, `<plural>/<subresource>` for each (`""` is the object itself).
 fn rule(model: &Model, h: &Webhook) -> Value {
     let (group, version, plural) = resource(model, &h.for_kind);
+    let resources: Vec<String> = if h.subresources.is_empty() {
+        vec![plural]
+    } else {
+        h.subresources
+            .iter()
+            .map(|s| match s.as_str() {
+                "" => plural.clone(),
+                s => format!("{plural}/{s}"),
+            })
+            .collect()
+    };
     json!({
         "operations": h.operations,
         "apiGroups": [group],
         "apiVersions": [version],
-        "resources": [plural],
+        "resources": resources,
         "scope": "*",
     })
 }
@@ -207,6 +219,24 @@ namespace_selector = { matchLabels = { team = "a" } }
         assert_eq!(
             m["namespaceSelector"],
             json!({ "matchLabels": { "team": "a" } })
+        );
+    }
+
+    #[test]
+    fn subresources_become_plural_slash_name_and_empty_names_the_object() {
+        let src = SRC.replace(
+            "validate = \"validate\"\n",
+            "validate = \"validate\"\nsubresources = [\"\", \"status\", \"*\"]\n",
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let out = configurations(&model, &Target::Url("https://h".into()), None);
+        assert_eq!(
+            out[0]["webhooks"][0]["rules"][0]["resources"],
+            json!(["orders", "orders/status", "orders/*"])
+        );
+        assert_eq!(
+            out[1]["webhooks"][0]["rules"][0]["resources"],
+            json!(["deployments"])
         );
     }
 

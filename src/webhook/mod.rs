@@ -5,12 +5,18 @@
 //! They run in the same hardened engine and limits as reconcile scripts, on the blocking pool.
 //! The pieces, in request order: [`tls`] (the certificate, self-signed or reloaded from files),
 //! [`server`] (listener, handshakes, timeouts), [`routes`] (paths, size limit, JSON errors),
-//! [`admission`] and [`conversion`] (reviews through scripts). [`manifests`] renders the
-//! configurations that point the API server here and [`install`] applies them with the
-//! self-signed caBundle. State lives as long as `khai run`; the certificate may be swapped.
+//! [`gate`] (how many reviews run and wait at once), [`admission`] and [`conversion`] (reviews
+//! through scripts). [`manifests`] renders the configurations that point the API server here
+//! and [`install`] applies them with the self-signed caBundle. State lives as long as
+//! `khai run`; the certificate may be swapped.
+//!
+//! If the server task ever dies (a panic outside any one request; a request's own panic is
+//! answered 500), khai logs it at `error`, shuts down gracefully and `khai run` exits 1, so the
+//! Pod is restarted rather than left running without the webhooks the cluster calls.
 
 pub mod admission;
 pub mod conversion;
+pub mod gate;
 pub mod install;
 pub mod manifests;
 pub mod routes;
@@ -51,18 +57,21 @@ pub enum Error {
     },
     #[error("{key}: {message}")]
     Setting { key: &'static str, message: String },
+    #[error("failed to serve webhooks: {0}")]
+    Stopped(String),
 }
 
 /// Binds, makes or reads the certificate, and spawns the server (plus the certificate reloader
 /// and, for a self-signed certificate, the install of khai's own configurations). Returns the
-/// server task, which ends when `shutdown` is cancelled.
+/// server task, which ends when `shutdown` is cancelled, or with an error when the server
+/// failed (after cancelling `shutdown`).
 pub async fn start(
     op: &Operator,
     client: kube::Client,
     settings: Settings,
     reloads: Option<Versions>,
     shutdown: CancellationToken,
-) -> Result<JoinHandle<()>, Error> {
+) -> Result<JoinHandle<Result<(), Error>>, Error> {
     let model = &op.config.model;
     let server = &model.webhook_server;
     let duration = |key: &'static str, value: &str| {
@@ -85,7 +94,7 @@ pub async fn start(
         TlsMode::Files => {
             let interval = duration("webhook_server.reload_interval", &server.reload_interval)?;
             let (cert, key) = cert_files(op)?;
-            let pair = tls::read_pair(&cert, &key)?;
+            let pair = tls::load_pair(&cert, &key).await?;
             let resolver = tls::Resolver::new(tls::certified_key(&pair, (&cert, &key))?);
             let reload = tls::watch_files(
                 resolver.clone(),
@@ -125,7 +134,7 @@ pub async fn start(
     }
     let routes = Arc::new(routes::Routes::new(
         op.webhooks.clone(),
-        server.max_body_bytes,
+        routes::Limits::of(server, timeout),
     ));
     if let Some(versions) = reloads {
         let follow = follow(
@@ -137,9 +146,34 @@ pub async fn start(
         );
         tokio::spawn(shutdown.clone().run_until_cancelled_owned(follow));
     }
-    Ok(tokio::spawn(server::serve(
-        listener, acceptor, routes, timeout, shutdown,
-    )))
+    let options = server::Options {
+        timeout,
+        max_connections: server.max_connections,
+    };
+    let serving = tokio::spawn(server::serve(
+        listener,
+        acceptor,
+        routes,
+        options,
+        shutdown.clone(),
+    ));
+    Ok(tokio::spawn(supervise(serving, shutdown)))
+}
+
+/// Waits for the server task. If it ends other than by `shutdown` (it panicked), logs why at
+/// `error`, cancels `shutdown` so khai stops gracefully (in-flight reconciles finish, the lease
+/// is released), and returns the error so `khai run` exits non-zero and the Pod restarts:
+/// running on without the webhooks would leave the API server failing or skipping every call.
+async fn supervise(server: JoinHandle<()>, shutdown: CancellationToken) -> Result<(), Error> {
+    let why = match server.await {
+        Ok(()) if shutdown.is_cancelled() => return Ok(()),
+        Ok(()) => "it stopped serving".to_string(),
+        Err(e) if e.is_panic() => format!("panicked: {}", server::panic_message(&*e.into_panic())),
+        Err(e) => e.to_string(),
+    };
+    tracing::error!(reason = %why, "the webhook server failed; shutting khai down");
+    shutdown.cancel();
+    Err(Error::Stopped(why))
 }
 
 /// What khai needs to keep its own webhook configurations applied (self-signed mode).
@@ -277,6 +311,24 @@ fn cert_files(op: &Operator) -> Result<(std::path::PathBuf, std::path::PathBuf),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 11: a panic in the webhook server task was ignored.
+    #[tokio::test]
+    async fn a_panicking_server_task_is_reported_and_shuts_khai_down() {
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(async { panic!("boom") });
+        let err = supervise(server, shutdown.clone()).await.unwrap_err();
+        assert_eq!(err.to_string(), "failed to serve webhooks: panicked: boom");
+        assert!(shutdown.is_cancelled(), "khai is told to shut down");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_stops_on_shutdown_is_fine() {
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        let server = tokio::spawn(async {});
+        assert!(supervise(server, shutdown).await.is_ok());
+    }
 
     #[test]
     fn url_host_handles_ports_paths_and_ipv6() {

@@ -1,28 +1,60 @@
-//! HTTP for webhooks: which path calls which script, and the answers to bad requests.
+//! HTTP for webhooks: which path calls which script, how many reviews run at once, and the
+//! answers to bad requests.
 //!
 //! `POST /validate/<name>`, `/mutate/<name>` and `/convert/<name>`, where `<name>` is a
 //! `[[webhook]]`'s name. Anything else is a JSON error: 404 for an unknown path, 405 for a
-//! method other than POST, 400 for a body that is too large or is not a review. Nothing a client
-//! sends can panic the server.
+//! method other than POST, 413 for a body larger than `max_body_bytes`, 400 for a body that is
+//! not a review, 503 when too many reviews already wait. Admission and conversion reviews take
+//! turns at separate gates ([`super::gate`]), so slow conversions of long lists never hold up
+//! admission. Nothing a client sends can panic the server.
 
 use super::admission::{self, Kind};
 use super::conversion;
+use super::gate::{Full as GateFull, Gate};
 use super::script_api::Handler;
-use http_body_util::{BodyExt, Full, Limited};
+use crate::config::webhook::WebhookServer;
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 type Handlers = Arc<HashMap<String, Handler>>;
 
-/// Every webhook by name, and the body size limit. The handlers can be replaced while the
-/// server runs (hot reload); a request keeps the set it started with.
+/// How many reviews run and wait at once, and how large and long one may be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub max_body: usize,
+    pub admissions: usize,
+    pub conversions: usize,
+    pub queued: usize,
+    /// How long one request may take; a conversion stops converting past it.
+    pub timeout: Duration,
+}
+
+impl Limits {
+    pub fn of(server: &WebhookServer, timeout: Duration) -> Self {
+        Self {
+            max_body: server.max_body_bytes,
+            admissions: server.max_concurrent_reviews,
+            conversions: server.max_concurrent_conversions,
+            queued: server.max_queued_reviews,
+            timeout,
+        }
+    }
+}
+
+/// Every webhook by name, and the limits. The handlers can be replaced while the server runs
+/// (hot reload); a request keeps the set it started with.
 #[derive(Debug)]
 pub struct Routes {
     handlers: RwLock<Handlers>,
-    max_body: usize,
+    limits: Limits,
+    admissions: Gate,
+    conversions: Gate,
+    refusals: Mutex<crate::serve::Throttle>,
 }
 
 /// What a path asks for.
@@ -33,10 +65,13 @@ enum Call {
 }
 
 impl Routes {
-    pub fn new(handlers: Vec<Handler>, max_body: usize) -> Self {
+    pub fn new(handlers: Vec<Handler>, limits: Limits) -> Self {
         Self {
             handlers: RwLock::new(by_name(handlers)),
-            max_body,
+            admissions: Gate::new(limits.admissions, limits.queued),
+            conversions: Gate::new(limits.conversions, limits.queued),
+            refusals: Mutex::new(crate::serve::Throttle::new(Duration::from_secs(10))),
+            limits,
         }
     }
 
@@ -58,53 +93,139 @@ impl Routes {
         }
     }
 
-    /// The handler and call for `path`, if the webhook exists and defines that function.
-    fn route<'h>(
-        handlers: &'h HashMap<String, Handler>,
-        path: &str,
-    ) -> Option<(&'h Handler, Call)> {
+    /// The webhook's name and the call for `path`, if the webhook exists and defines that
+    /// function.
+    fn route<'p>(handlers: &HashMap<String, Handler>, path: &'p str) -> Option<(&'p str, Call)> {
         let (prefix, name) = path.strip_prefix('/')?.split_once('/')?;
-        let handler = handlers.get(name)?;
-        let hook = &handler.hook;
+        let hook = &handlers.get(name)?.hook;
         let call = match prefix {
             "validate" if hook.validate.is_some() => Call::Admit(Kind::Validate),
             "mutate" if hook.mutate.is_some() => Call::Admit(Kind::Mutate),
             "convert" if hook.convert.is_some() => Call::Convert,
             _ => return None,
         };
-        Some((handler, call))
+        Some((name, call))
     }
 
     /// Answers one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        // The caller gives up on the request after the timeout; a conversion stops then too.
+        let deadline = std::time::Instant::now() + self.limits.timeout;
         let path = req.uri().path().to_string();
         let handlers = self.current();
-        let Some((handler, call)) = Self::route(&handlers, &path) else {
+        let Some((name, call)) = Self::route(&handlers, &path) else {
             return error(StatusCode::NOT_FOUND, format!("no webhook at {path}"));
         };
+        let name = name.to_string();
         if req.method() != Method::POST {
             return error(StatusCode::METHOD_NOT_ALLOWED, "POST only".into());
         }
-        let body = match Limited::new(req.into_body(), self.max_body).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                let msg = format!("request body is larger than {} bytes", self.max_body);
-                return error(StatusCode::BAD_REQUEST, msg);
+        let max = self.limits.max_body;
+        if declared_length(&req).is_some_and(|n| n > max) {
+            return too_large(max);
+        }
+        let (gate, sort) = match call {
+            Call::Admit(_) => (&self.admissions, "admission"),
+            Call::Convert => (&self.conversions, "conversion"),
+        };
+        // The turn is taken before the body is read: a review in line holds no memory.
+        let turn = match gate.enter().await {
+            Ok(turn) => turn,
+            Err(GateFull) => {
+                let now = tokio::time::Instant::now();
+                let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(suppressed) = refusals.ready(now) {
+                    tracing::warn!(
+                        sort,
+                        waiting = self.limits.queued,
+                        suppressed,
+                        "too many reviews waiting; answering 503 (see max_queued_reviews)"
+                    );
+                }
+                drop(refusals);
+                let msg = format!("too many {sort} reviews in progress; try again");
+                return error(StatusCode::SERVICE_UNAVAILABLE, msg);
             }
-            Err(e) => return error(StatusCode::BAD_REQUEST, format!("cannot read body: {e}")),
         };
-        let answer = match call {
-            Call::Admit(kind) => match admission::parse(&body) {
-                Ok(r) => admission::review(handler, kind, r).await,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e.0),
-            },
-            Call::Convert => match conversion::parse(&body) {
-                Ok(r) => conversion::review(handler, r).await,
-                Err(e) => return error(StatusCode::BAD_REQUEST, e.0),
-            },
+        let body = match read_body(req.into_body(), max).await {
+            Ok(body) => body,
+            Err(res) => return res,
         };
-        reply(StatusCode::OK, &answer)
+        match call {
+            Call::Admit(kind) => {
+                let review = match admission::parse(&body) {
+                    Ok(r) => r,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, e.0),
+                };
+                drop(body);
+                let Some(handler) = handlers.get(&name) else {
+                    return error(StatusCode::NOT_FOUND, format!("no webhook at {path}"));
+                };
+                let answer = admission::review(handler, kind, review).await;
+                drop(turn);
+                reply(StatusCode::OK, &answer)
+            }
+            Call::Convert => {
+                let job = move || {
+                    // The turn ends when the work does, even if the client has gone.
+                    let _turn = turn;
+                    match handlers.get(&name) {
+                        Some(handler) => conversion::answer(handler, &body, deadline),
+                        None => Err(admission::BadReview(format!("no webhook named {name}"))),
+                    }
+                };
+                match tokio::task::spawn_blocking(job).await {
+                    Ok(Ok(bytes)) => json_response(StatusCode::OK, bytes),
+                    Ok(Err(e)) => error(StatusCode::BAD_REQUEST, e.0),
+                    Err(e) => {
+                        tracing::error!(error = %e, "webhook: conversion task failed");
+                        error(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            format!("conversion task failed: {e}"),
+                        )
+                    }
+                }
+            }
+        }
     }
+}
+
+/// The `Content-Length` the client declared, if any.
+fn declared_length(req: &Request<Incoming>) -> Option<usize> {
+    req.headers()
+        .get(hyper::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Reads the body into one buffer of at most `max` bytes, sized up front when the client
+/// declared the length, so the body is held once.
+async fn read_body(mut body: Incoming, max: usize) -> Result<Vec<u8>, Response<Full<Bytes>>> {
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| error(StatusCode::BAD_REQUEST, format!("cannot read body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return Err(too_large(max));
+            }
+            if buf.is_empty() {
+                let hint = hyper::body::Body::size_hint(&body).lower() as usize;
+                buf.reserve_exact((data.len() + hint).min(max));
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
+}
+
+fn too_large(max: usize) -> Response<Full<Bytes>> {
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body is larger than {max} bytes (max_body_bytes)"),
+    )
 }
 
 fn by_name(handlers: Vec<Handler>) -> Handlers {
@@ -118,7 +239,10 @@ pub fn error(status: StatusCode, message: String) -> Response<Full<Bytes>> {
 }
 
 fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    json_response(status, serde_json::to_vec(body).unwrap_or_default())
+}
+
+fn json_response(status: StatusCode, bytes: Vec<u8>) -> Response<Full<Bytes>> {
     let mut res = Response::new(Full::new(Bytes::from(bytes)));
     *res.status_mut() = status;
     res.headers_mut().insert(

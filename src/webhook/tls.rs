@@ -90,8 +90,23 @@ pub fn certified_key(pair: &PemPair, files: (&Path, &Path)) -> Result<CertifiedK
     Ok(CertifiedKey::new(certs, signer))
 }
 
-/// Reads a certificate and key file pair.
-pub fn read_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
+/// Reads a certificate and key file pair on the blocking pool, so a slow disk, a network mount
+/// or a file that blocks (a FIFO) never stalls the async workers.
+pub async fn load_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
+    let (cert, key) = (cert.to_path_buf(), key.to_path_buf());
+    let file = cert.clone();
+    tokio::task::spawn_blocking(move || read_pair(&cert, &key))
+        .await
+        .unwrap_or_else(|e| {
+            Err(Error::Read {
+                file,
+                message: format!("reading task failed: {e}"),
+            })
+        })
+}
+
+/// Reads a certificate and key file pair; blocks the thread.
+fn read_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
     let read = |file: &Path| {
         std::fs::read_to_string(file).map_err(|e| Error::Read {
             file: file.to_path_buf(),
@@ -153,7 +168,7 @@ pub async fn watch_files(
             _ = tick.tick() => {}
         }
         let (cert, key) = (&files.0, &files.1);
-        let pair = match read_pair(cert, key) {
+        let pair = match load_pair(cert, key).await {
             Ok(p) if p.cert == current.cert && p.key == current.key => continue,
             Ok(p) => p,
             Err(e) => {
@@ -182,6 +197,59 @@ mod tests {
         let (pair, ca) = self_signed(&["svc.ns.svc".into(), "127.0.0.1".into()]).unwrap();
         assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
         certified_key(&pair, (Path::new("c.pem"), Path::new("k.pem"))).unwrap();
+    }
+
+    /// Issue 17: reading the files must not block the async workers. A FIFO with no writer
+    /// blocks whoever opens it; on a one-thread runtime, a read on the worker would stall every
+    /// other task for good.
+    #[test]
+    fn reloading_from_a_file_that_blocks_does_not_stall_the_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let made = std::process::Command::new("mkfifo")
+            .arg(&cert)
+            .status()
+            .unwrap();
+        assert!(made.success(), "mkfifo failed");
+        std::fs::write(&key, "unused").unwrap();
+        let (pair, _) = self_signed(&["a".into()]).unwrap();
+        let resolver =
+            Resolver::new(certified_key(&pair, (Path::new("c"), Path::new("k"))).unwrap());
+        let (done, finished) = std::sync::mpsc::channel();
+        let files = (cert.clone(), key);
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let reload = watch_files(
+                    resolver,
+                    files,
+                    pair,
+                    Duration::from_millis(1),
+                    CancellationToken::new(),
+                );
+                tokio::spawn(reload);
+                // Ticks of another task on the same (only) worker thread.
+                for _ in 0..20 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            });
+            let _ = done.send(());
+        });
+        let ran = finished.recv_timeout(Duration::from_secs(10));
+        // Unblock a reader stuck on the FIFO, whatever the outcome (O_NONBLOCK: never wait for
+        // one).
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(0o4000)
+            .open(&cert);
+        assert!(
+            ran.is_ok(),
+            "the runtime stalled: the certificate reload blocked its only worker thread"
+        );
     }
 
     #[test]

@@ -26,5 +26,6 @@ mod operations;
 mod rbac;
 mod reload;
 mod restart;
+mod servers;
 mod webhooks;
 mod workflow;

@@ -199,7 +199,7 @@ fn impersonating(user: &str) -> TempDir {
     dir
 }
 
-async fn apply_rbac(client: &kube::Client, obj: serde_json::Value) {
+pub(crate) async fn apply_rbac(client: &kube::Client, obj: serde_json::Value) {
     use kube::api::{Patch, PatchParams};
     let field = |v: &serde_json::Value| v.as_str().unwrap().to_string();
     let api_version = field(&obj["apiVersion"]);

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -24,7 +24,7 @@ fn free_port() -> u16 {
 
 /// khai on `config` with its webhook server on a free port; with `install`, khai points the API
 /// server at it (self-signed mode installs its configurations).
-async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
+pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}");
@@ -46,8 +46,40 @@ async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
     (khai, port)
 }
 
-fn cache_api(client: &kube::Client, ns: &str, version: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("examples.khai.dev", version, "Cache");
+/// Deletes khai's webhook configurations `name` when dropped (the test passed or panicked), so
+/// they do not outlive the khai that served them: configurations are cluster-wide, and one
+/// pointing at a stopped khai would reject other tests' writes of the same kind.
+struct Registered(&'static str);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let name = self.0;
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let client = crate::support::client().await;
+                for kind in [
+                    "ValidatingWebhookConfiguration",
+                    "MutatingWebhookConfiguration",
+                ] {
+                    let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+                    let api: Api<DynamicObject> =
+                        Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+                    let _ = api.delete(name, &Default::default()).await;
+                }
+                Some(())
+            })
+        })
+        .join();
+    }
+}
+
+/// The Caches of `group` in `ns`, at `version`.
+fn cache_api(client: &kube::Client, group: &str, ns: &str, version: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(group, version, "Cache");
     let ar = ApiResource::from_gvk_with_plural(&gvk, "caches");
     Api::namespaced_with(client.clone(), ns, &ar)
 }
@@ -68,17 +100,23 @@ async fn rejection(api: &Api<DynamicObject>, obj: Value) -> String {
 async fn cache_example_validates_mutates_and_converts_through_the_api_server() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "wh-cache").await;
-    let example = crate::support::repo_root().join("examples/cache");
+    // The webhook configurations and the CRD's conversion webhook are cluster-wide: a copy of
+    // the example under its own operator name and group keeps them away from every other
+    // test's Caches.
+    let dir = tempfile::tempdir().unwrap();
+    let group = "hooks.khai.dev";
+    let example = crate::support::example_copy("cache", dir.path(), "hookcache", group);
+    let _registered = Registered("khai-hookcache");
     let (_khai, _) = start(&example, &ns.name, true).await;
-    crate::support::wait_for_crd(&client, "caches.examples.khai.dev").await;
-    let v1 = cache_api(&client, &ns.name, "v1");
-    let v1alpha1 = cache_api(&client, &ns.name, "v1alpha1");
+    crate::support::wait_for_crd(&client, &format!("caches.{group}")).await;
+    let v1 = cache_api(&client, group, &ns.name, "v1");
+    let v1alpha1 = cache_api(&client, group, &ns.name, "v1alpha1");
 
-    let bad = json!({ "apiVersion": "examples.khai.dev/v1", "kind": "Cache",
+    let bad = json!({ "apiVersion": format!("{group}/v1"), "kind": "Cache",
         "metadata": { "name": "bad" }, "spec": { "image": "valkey", "version": "9.9" } });
     assert_eq!(
         rejection(&v1, bad).await,
-        "admission webhook \"validate-cache.cache.khai.dev\" denied the request: \
+        "admission webhook \"validate-cache.hookcache.khai.dev\" denied the request: \
          spec.version \"9.9\" is not allowed for valkey (allowed: 8.0, 8.1)"
     );
 
@@ -86,15 +124,15 @@ async fn cache_example_validates_mutates_and_converts_through_the_api_server() {
     let sample: DynamicObject = serde_saphyr::from_str(&text).unwrap();
     let created = v1.create(&PostParams::default(), &sample).await.unwrap();
     let annotations = &created.metadata.annotations.unwrap_or_default();
-    assert_eq!(annotations["examples.khai.dev/owner"], "admin");
-    assert_eq!(annotations["examples.khai.dev/lastUpdatedBy"], "admin");
+    assert_eq!(annotations[&format!("{group}/owner")], "admin");
+    assert_eq!(annotations[&format!("{group}/lastUpdatedBy")], "admin");
 
     // Stored at v1; read at both versions.
     let at_v1 = v1.get("sessions").await.unwrap();
     assert_eq!(at_v1.data["spec"]["desired_size"], 2);
     assert!(at_v1.data["spec"].get("size").is_none(), "{:?}", at_v1.data);
     let old = v1alpha1.get("sessions").await.unwrap();
-    assert_eq!(old.types.unwrap().api_version, "examples.khai.dev/v1alpha1");
+    assert_eq!(old.types.unwrap().api_version, format!("{group}/v1alpha1"));
     assert_eq!(old.data["spec"]["size"], 2);
     assert!(
         old.data["spec"].get("desired_size").is_none(),
@@ -104,7 +142,7 @@ async fn cache_example_validates_mutates_and_converts_through_the_api_server() {
     assert_eq!(old.data["spec"]["image"], "valkey");
 
     // Written at v1alpha1, stored and read at v1.
-    let legacy = json!({ "apiVersion": "examples.khai.dev/v1alpha1", "kind": "Cache",
+    let legacy = json!({ "apiVersion": format!("{group}/v1alpha1"), "kind": "Cache",
         "metadata": { "name": "legacy" }, "spec": { "image": "redis", "size": 5 } });
     v1alpha1
         .create(&PostParams::default(), &object(legacy))
@@ -114,7 +152,7 @@ async fn cache_example_validates_mutates_and_converts_through_the_api_server() {
     assert_eq!(new.data["spec"]["desired_size"], 5);
     assert!(new.data["spec"].get("size").is_none(), "{:?}", new.data);
     let annotations = new.metadata.annotations.unwrap_or_default();
-    assert_eq!(annotations["examples.khai.dev/owner"], "admin");
+    assert_eq!(annotations[&format!("{group}/owner")], "admin");
 }
 
 /// A one-CRD operator with a validate script, in a temporary directory.
@@ -173,16 +211,29 @@ fn connector(ca: &str) -> tokio_rustls::TlsConnector {
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
-/// POSTs `body` to `path` over TLS trusting `ca`; returns status and body, or the TLS error.
-async fn post(port: u16, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, Value), String> {
+/// A TLS connection to 127.0.0.1:`port` trusting `ca`, or the connection or TLS error.
+pub(crate) async fn connect_tls(
+    port: u16,
+    ca: &str,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
-        .unwrap();
+        .map_err(|e| e.to_string())?;
     let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let tls = connector(ca)
+    connector(ca)
         .connect(name, tcp)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+/// POSTs `body` to `path` over TLS trusting `ca`; returns status and body, or the TLS error.
+pub(crate) async fn post(
+    port: u16,
+    ca: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(u16, Value), String> {
+    let tls = connect_tls(port, ca).await?;
     let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
         .await
         .unwrap();
@@ -199,7 +250,7 @@ async fn post(port: u16, ca: &str, path: &str, body: Vec<u8>) -> Result<(u16, Va
 }
 
 /// Writes a fresh CA-signed certificate for 127.0.0.1 to `dir`; returns the CA PEM.
-fn write_cert(dir: &Path) -> String {
+pub(crate) fn write_cert(dir: &Path) -> String {
     let (pair, ca) = khai::webhook::tls::self_signed(&["127.0.0.1".into()]).unwrap();
     // Write to temporary names and rename, as a Secret update swaps files at once.
     for (name, text) in [("tls.crt", &pair.cert), ("tls.key", &pair.key)] {
@@ -257,8 +308,8 @@ async fn bad_requests_get_json_errors_and_the_server_keeps_serving() {
     assert_eq!(
         huge,
         (
-            400,
-            json!({ "error": "request body is larger than 4096 bytes" })
+            413,
+            json!({ "error": "request body is larger than 4096 bytes (max_body_bytes)" })
         )
     );
     let nowhere = post(port, &ca, "/nope", review("u0")).await.unwrap();
@@ -430,4 +481,193 @@ async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_
             .await
             .ends_with("count above 50")
     );
+}
+
+/// A client for the test cluster that impersonates `user` in `groups`, with `extra` user info.
+async fn impersonating(user: &str, groups: &[&str], extra: (&str, &str)) -> kube::Client {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let kc = Kubeconfig::read_from(crate::support::kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    config.auth_info.impersonate = Some(user.into());
+    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+    config.auth_info.impersonate_user_extra =
+        Some([(extra.0.to_string(), vec![extra.1.to_string()])].into());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Issue 13 (webhook parity with Kopf): rules can cover a subresource (Kopf's `subresource=`),
+/// and scripts see who is asking (`req.userInfo`: username, groups, extra) as the API server
+/// sends it. A validate webhook on `widgets/status` rejects a status update; one on the object
+/// itself names the impersonated user, their groups and extra info in its denial.
+#[tokio::test]
+async fn status_subresource_rules_and_the_callers_user_info_reach_scripts() {
+    use kube::api::{Patch, PatchParams};
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "wh-status").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "status.webhooks.khai.dev";
+    std::fs::write(
+        dir.path().join("w.rhai"),
+        r#"
+fn validate(req) {
+    let u = req.userInfo;
+    if req.object.spec.count > 5 {
+        deny(`count ${req.object.spec.count} is too high for ${u.username} (groups: ${u.groups}, team: ${u.extra?.team})`)
+    }
+}
+fn validate_status(req) {
+    if req.object.status?.phase == "Broken" {
+        deny(`${req.subResource}: ${req.kind.kind} ${req.name} cannot be Broken (was ${req.oldObject.status?.phase ?? "unset"})`)
+    }
+}
+"#,
+    )
+    .unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "status"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.count = {{ type = "integer" }}
+status.phase = {{ type = "string" }}
+
+[[webhook]]
+name = "widget"
+for = "Widget"
+script = "w.rhai"
+validate = "validate"
+
+[[webhook]]
+name = "widget-status"
+for = "Widget"
+script = "w.rhai"
+validate = "validate_status"
+subresources = ["status"]
+operations = ["UPDATE"]
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    let (_khai, _) = start(dir.path(), &ns.name, true).await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget"));
+    let widget = |name: &str, count: u32| {
+        json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": { "name": name }, "spec": { "count": count } })
+    };
+
+    // Who asks: alice may create Widgets here, and says so through impersonation.
+    crate::operations::apply_rbac(
+        &client,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": "widgets", "namespace": ns.name },
+            "rules": [{ "apiGroups": [group], "resources": ["widgets"], "verbs": ["create"] }],
+        }),
+    )
+    .await;
+    crate::operations::apply_rbac(&client, json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": { "name": "alice", "namespace": ns.name },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "widgets" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice" }],
+    }))
+    .await;
+    let alice = impersonating("alice", &["team-a"], ("team", "storage")).await;
+    let as_alice: Api<DynamicObject> = Api::namespaced_with(alice, &ns.name, &ar);
+    assert_eq!(
+        rejection(&as_alice, widget("big", 10)).await,
+        "admission webhook \"validate-widget.status.khai.dev\" denied the request: count 10 is \
+         too high for alice (groups: [\"team-a\", \"system:authenticated\"], team: [\"storage\"])"
+    );
+
+    // The status webhook sees status updates, with `subResource` set, and rejects one.
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    api.create(&PostParams::default(), &object(widget("w", 1)))
+        .await
+        .unwrap();
+    let status = |phase: &str| Patch::Merge(json!({ "status": { "phase": phase } }));
+    let params = PatchParams::default();
+    api.patch_status("w", &params, &status("Ready"))
+        .await
+        .expect("a status update the webhook allows");
+    let denied = match api.patch_status("w", &params, &status("Broken")).await {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("expected the status webhook to reject the update, got {other:?}"),
+    };
+    assert_eq!(
+        denied,
+        "admission webhook \"validate-widget-status.status.khai.dev\" denied the request: status: \
+         Widget w cannot be Broken (was Ready)"
+    );
+    let stored = api.get("w").await.unwrap();
+    assert_eq!(stored.data["status"]["phase"], "Ready");
+}
+
+/// A configuration khai no longer needs is deleted: with the last `mutate` gone from the config
+/// (here by a hot reload), the API server would otherwise keep calling `/mutate/<name>`, which
+/// khai no longer serves, and reject every write under `failure_policy = "Fail"`. Seen failing
+/// against the build before the fix: the mutating configuration stayed.
+#[tokio::test]
+async fn a_webhook_configuration_the_config_no_longer_needs_is_deleted() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "wh-stale").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "stale.webhooks.khai.dev";
+    let script = "fn validate(req) { allow() }\n\
+                  fn mutate(req) { let o = req.object; o.metadata.labels = #{ m: \"yes\" }; o }\n";
+    let config = widget_operator(dir.path(), group, script);
+    register_mutate(&config);
+    let port = free_port();
+    let (bind, url) = (
+        format!("127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}"),
+    );
+    let khai = Khai::start(
+        &config,
+        &ns.name,
+        &["--watch", "--webhook-bind", &bind, "--webhook-url", &url],
+    );
+    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    let gvk = GroupVersionKind::gvk(
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+    );
+    let mutating: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    crate::support::wait_exists(&mutating, "khai-stale", "the mutating configuration").await;
+
+    let seen = khai.log_len();
+    widget_operator(dir.path(), group, script);
+    khai.wait_for_log(seen, "the configurations to be installed again", |l| {
+        l.contains("webhook configurations installed")
+    })
+    .await;
+    crate::support::wait_until_gone(
+        &mutating,
+        "khai-stale",
+        "the mutating configuration to be deleted",
+    )
+    .await;
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(group, "v1", "Widget")),
+    );
+    let obj = json!({ "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": "w" }, "spec": { "count": 1 } });
+    let stored = api
+        .create(&PostParams::default(), &object(obj))
+        .await
+        .expect("writes pass once the mutating configuration is gone");
+    assert!(stored.labels().get("m").is_none(), "{:?}", stored.labels());
 }

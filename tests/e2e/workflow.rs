@@ -267,3 +267,73 @@ async fn scaffolded_operator_reconciles_its_sample_on_a_real_cluster() {
     .await;
     assert_eq!(d.data["status"]["configMap"], "demo-sample-demo");
 }
+
+/// Issue 11: `khai new` wrote webhook stubs as `validate(obj, ctx)` where the contract is
+/// `validate(req)`. `khai new operator --webhooks` writes a webhook script with the contract's
+/// signatures and cases for it; `khai check` and `khai test` accept them as generated, and the
+/// webhooks deny and mutate through a real API server.
+#[tokio::test]
+async fn new_operator_with_webhooks_passes_check_and_test_and_its_webhooks_answer_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let group = "scaffold.workflow.khai.dev";
+    ok(&khai_in(
+        dir.path(),
+        &[
+            "new",
+            "operator",
+            "hooks",
+            "--kind",
+            "Hook",
+            "--group",
+            group,
+            "--webhooks",
+        ],
+    ));
+    let hooks = dir.path().join("hooks");
+    let script = std::fs::read_to_string(hooks.join("scripts/hook_webhooks.rhai")).unwrap();
+    assert!(script.contains("fn validate(req) {") && script.contains("fn mutate(req) {"));
+    assert_eq!(
+        ok(&khai_in(dir.path(), &["check", "hooks"])).trim(),
+        "hooks/operator.toml: ok (1 CRD, 1 controller)"
+    );
+    assert_eq!(
+        ok(&khai_in(dir.path(), &["test", "hooks"])),
+        "ok    hooks/tests/hook_mutate.yaml\nok    hooks/tests/hook_new.yaml\n\
+         ok    hooks/tests/hook_ready.yaml\nok    hooks/tests/hook_validate.yaml\n\
+         4 passed, 0 failed\n"
+    );
+
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "workflow-hooks").await;
+    let (_khai, _) = crate::webhooks::start(&hooks, &ns.name, true).await;
+    crate::support::wait_for_crd(&client, &format!("hooks.{group}")).await;
+    let gvk = GroupVersionKind::gvk(group, "v1", "Hook");
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &ApiResource::from_gvk(&gvk));
+    let hook = |name: &str, message: &str| -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Hook",
+            "metadata": { "name": name }, "spec": { "message": message },
+        }))
+        .unwrap()
+    };
+    let long = "x".repeat(65);
+    let denied = match api
+        .create(&PostParams::default(), &hook("long", &long))
+        .await
+    {
+        Err(kube::Error::Api(e)) => e.message,
+        other => panic!("expected the validate webhook to deny, got {other:?}"),
+    };
+    assert_eq!(
+        denied,
+        "admission webhook \"validate-hook.hooks.khai.dev\" denied the request: spec.message \
+         must be at most 64 characters, got 65"
+    );
+    let stored = api
+        .create(&PostParams::default(), &hook("hi", "hi"))
+        .await
+        .unwrap();
+    let annotations = stored.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations[&format!("{group}/last-updated-by")], "admin");
+}

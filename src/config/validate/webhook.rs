@@ -55,6 +55,7 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
     if hook.operations.is_empty() && (hook.validate.is_some() || hook.mutate.is_some()) {
         report(&at("operations"), "must name at least one operation".into());
     }
+    check_subresources(model, hook, i, report);
     if hook.convert.is_some() {
         let crd = model.crds.iter().find(|c| c.kind == hook.for_kind);
         match crd {
@@ -74,6 +75,64 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
             ),
             Some(_) => {}
         }
+    }
+}
+
+/// Names a rule can use: `""` (the object), `"*"`, or a lower-case name; each once. For a CRD of
+/// this file, only the subresources it has.
+fn check_subresources(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
+    let at = |j: usize| {
+        [
+            Seg::Key("webhook"),
+            Seg::Index(i),
+            Seg::Key("subresources"),
+            Seg::Index(j),
+        ]
+    };
+    let crd = model.crds.iter().find(|c| c.kind == hook.for_kind);
+    for (j, name) in hook.subresources.iter().enumerate() {
+        if hook.subresources[..j].contains(name) {
+            report(&at(j), format!("{name:?} is listed twice"));
+            continue;
+        }
+        if !(name.is_empty() || name == "*" || is_dns_label(name)) {
+            report(
+                &at(j),
+                format!(
+                    "{name:?} must be a subresource name such as \"status\" or \"scale\", \"*\" \
+                     for all of them, or \"\" for the object itself"
+                ),
+            );
+            continue;
+        }
+        if let Some(crd) = crd {
+            let has = match name.as_str() {
+                // A schema from a file may declare status; only the compact one is known here.
+                "status" => {
+                    crd.status.is_some() || crd.raw_schema.is_some() || crd.schema_file.is_some()
+                }
+                "scale" => crd.scale.is_some(),
+                _ => true,
+            };
+            if !has {
+                report(
+                    &at(j),
+                    format!("CRD {} has no {name} subresource", crd.kind),
+                );
+            }
+        }
+    }
+    if hook.convert.is_some()
+        && hook.validate.is_none()
+        && hook.mutate.is_none()
+        && !hook.subresources.is_empty()
+    {
+        report(
+            &[Seg::Key("webhook"), Seg::Index(i), Seg::Key("subresources")],
+            "only admission rules (validate, mutate) cover subresources; conversion always \
+             covers the whole object"
+                .into(),
+        );
     }
 }
 
@@ -98,6 +157,18 @@ fn check_server(model: &Model, report: &mut Report) {
             Err(e) => report(&at(key), e),
             Ok(d) if d.is_zero() => report(&at(key), "must be more than zero".into()),
             Ok(_) => {}
+        }
+    }
+    for (key, value) in [
+        ("max_connections", server.max_connections),
+        ("max_concurrent_reviews", server.max_concurrent_reviews),
+        (
+            "max_concurrent_conversions",
+            server.max_concurrent_conversions,
+        ),
+    ] {
+        if value == 0 {
+            report(&at(key), "must be at least 1".into());
         }
     }
     if server.max_body_bytes < 1024 {

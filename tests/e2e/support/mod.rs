@@ -187,7 +187,13 @@ impl Khai {
         extra: &[&str],
         kubeconfig: &Path,
     ) -> Self {
-        Self::spawn(config, namespace, extra, kubeconfig, &[])
+        Self::spawn(config, namespace, extra, kubeconfig, &[], &[])
+    }
+
+    /// Like [`Khai::start`], run through `wrapper` (e.g. `prlimit --nofile=64:64`), which must
+    /// exec khai so that [`Khai::pid`] is khai's.
+    pub fn start_wrapped(config: &Path, namespace: &str, extra: &[&str], wrapper: &[&str]) -> Self {
+        Self::spawn(config, namespace, extra, kubeconfig(), &[], wrapper)
     }
 
     /// Like [`Khai::start`], with extra environment variables (e.g. `POD_NAME`).
@@ -197,7 +203,7 @@ impl Khai {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
-        Self::spawn(config, namespace, extra, kubeconfig(), env)
+        Self::spawn(config, namespace, extra, kubeconfig(), env, &[])
     }
 
     fn spawn(
@@ -206,8 +212,17 @@ impl Khai {
         extra: &[&str],
         kubeconfig: &Path,
         env: &[(&str, &str)],
+        wrapper: &[&str],
     ) -> Self {
-        let child = Command::new(khai_bin())
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(khai_bin());
+                c
+            }
+            None => Command::new(khai_bin()),
+        };
+        let child = command
             .arg("run")
             .arg("--config")
             .arg(config)

@@ -1,0 +1,14 @@
+//! What khai's two HTTP servers (metrics and probes, webhooks) share to survive hostile load: an
+//! accept loop that backs off and says why when accepting fails ([`Accept`]), and a cap on open
+//! connections that closes the oldest idle one to make room for a new one ([`Slots`]).
+//!
+//! Both servers also bound how long a client may take to send request headers and how long a
+//! kept-alive connection may stay idle (hyper's header-read timer covers both), so a slow or
+//! silent client holds a slot for seconds, not forever. State lives as long as its server.
+
+mod accept;
+mod slots;
+
+pub use accept::Accept;
+pub(crate) use accept::Throttle;
+pub use slots::{Busy, Guarded, Slot, Slots};
