@@ -575,7 +575,8 @@ script = "h.rhai"
             .policy_rules()
             .into_iter()
             .find(|r| {
-                r["resources"][0] == "validatingwebhookconfigurations" && r["verbs"][0] == "get"
+                r["resources"][0] == "validatingwebhookconfigurations"
+                    && r.get("resourceNames").is_some()
             })
             .unwrap();
         assert_eq!(named["resourceNames"], json!(["khai-hello"]));
