@@ -5,7 +5,7 @@
 
 use crate::config::model::Controller;
 use crate::config::{self, Config, ConfigError};
-use crate::script::{self, Limits, Script, ScriptError};
+use crate::script::{self, Limits, Problem, Script, ScriptError, read_script};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,17 +29,6 @@ pub enum Error {
     Config(#[from] ConfigError),
     #[error("{}", join(.0))]
     Scripts(Vec<Problem>),
-}
-
-/// One problem found while compiling and checking scripts.
-#[derive(Debug, thiserror::Error)]
-pub enum Problem {
-    /// The script does not read or compile.
-    #[error(transparent)]
-    Script(#[from] ScriptError),
-    /// The config names something the script does not define; located in the config.
-    #[error("{0}")]
-    Config(config::Diagnostic),
 }
 
 fn join(errs: &[Problem]) -> String {
@@ -109,22 +98,6 @@ impl Operator {
     }
 }
 
-/// The path (as shown in messages) and text of a script the config names; a file that cannot
-/// be read is a [`ScriptError::Read`].
-pub fn read_script(
-    config: &Config,
-    rel: &Path,
-) -> Result<(std::path::PathBuf, String), ScriptError> {
-    let file = config.resolve(rel);
-    match config.read(rel) {
-        Ok(src) => Ok((file, src)),
-        Err(e) => Err(ScriptError::Read {
-            file,
-            message: e.to_string(),
-        }),
-    }
-}
-
 /// Every function the config names in the script with the arity khai calls it with.
 /// A problem points at the config line that names the function.
 fn check_functions(
@@ -157,4 +130,13 @@ fn check_functions(
             config.diagnostic_at("controller", i, key, msg)
         })
         .collect()
+}
+
+impl crate::webhook::Served for Operator {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+    fn handlers(&self) -> &[crate::webhook::Handler] {
+        &self.webhooks
+    }
 }

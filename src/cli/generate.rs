@@ -296,7 +296,7 @@ fn values(args: &ValuesArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {
-    use crate::webhook::manifests::{self, Target};
+    use crate::manifest::webhooks::{self as manifests, Target};
     let config = config::load(&args.config)?;
     let model = &config.model;
     let target = match (&args.url, &model.webhook_server.service) {

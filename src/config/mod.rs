@@ -9,6 +9,7 @@
 
 pub mod diag;
 pub mod duration;
+mod field_path;
 pub mod files;
 pub mod handlers;
 pub mod model;
@@ -55,7 +56,7 @@ impl Config {
         key: &str,
         message: String,
     ) -> Diagnostic {
-        use validate::Seg;
+        use field_path::Seg;
         let path = [Seg::Key(section), Seg::Index(index), Seg::Key(key)];
         validate::diagnostic(&self.file, &self.source, &path, message)
     }

@@ -7,9 +7,10 @@
 //! API server needs at the root; the rest of the schema is the server's to judge.
 
 use super::Diagnostic;
+use super::field_path::Seg;
 use super::files::Files;
 use super::model::Model;
-use super::validate::{Seg, diagnostic};
+use super::validate::diagnostic;
 use serde_json::Value;
 use std::path::Path;
 

@@ -10,15 +10,9 @@ mod webhook;
 
 use super::ConfigError;
 use super::diag::{self, Diagnostic};
+pub(crate) use super::field_path::Seg;
 use super::model::Model;
 use std::path::Path;
-
-/// One segment of a field path.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Seg<'a> {
-    Key(&'a str),
-    Index(usize),
-}
 
 /// Where checks send each problem: the field path it concerns and the message.
 type Report<'r> = dyn FnMut(&[Seg<'_>], String) + 'r;

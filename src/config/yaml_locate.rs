@@ -7,7 +7,7 @@
 //! entered; the path then resolves to the line of the nearest enclosing key, which is still the
 //! line to look at.
 
-use super::validate::Seg;
+use super::field_path::Seg;
 
 /// One line of the document as seen inside a block: its number, indentation and text.
 #[derive(Clone, Copy)]

@@ -14,10 +14,10 @@
 //! apply (`kubectl apply --server-side`) needs it on Kubernetes before 1.24.
 
 use super::rbac;
+use super::webhooks::{self as manifests, Target};
 use crate::config::files::key_of;
 use crate::config::model::Model;
 use crate::config::webhook::{ServiceRef, TlsMode};
-use crate::webhook::manifests::{self, Target};
 use serde_json::{Value, json};
 
 /// The port of /metrics, /healthz and /readyz.

@@ -9,3 +9,4 @@
 pub mod deploy;
 pub mod rbac;
 pub mod values;
+pub mod webhooks;

@@ -297,7 +297,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         );
     }
     if model.webhook_server.tls == TlsMode::SelfSigned {
-        let name = vec![crate::webhook::manifests::configuration_name(model)];
+        let name = vec![super::webhooks::configuration_name(model)];
         let reg = "admissionregistration.k8s.io";
         for (resource, used) in [
             (
@@ -311,12 +311,14 @@ pub fn plan(input: &Input<'_>) -> Plan {
         ] {
             if used {
                 p.cluster.add(reg, resource, &["create"]);
-                p.cluster.add_named(reg, resource, &name, &["get", "patch", "delete"]);
+                p.cluster
+                    .add_named(reg, resource, &name, &["get", "patch", "delete"]);
             } else if !model.webhooks.is_empty() {
                 // khai deletes its own configuration of a kind the config stopped using (a
                 // reload that removed the last `mutate`), or the API server would call a path
                 // khai no longer serves.
-                p.cluster.add_named(reg, resource, &name, &["get", "delete"]);
+                p.cluster
+                    .add_named(reg, resource, &name, &["get", "delete"]);
             }
         }
         let converted: Vec<String> = model

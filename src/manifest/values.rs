@@ -6,9 +6,9 @@
 
 use super::deploy::File;
 use super::rbac::Plan;
+use super::webhooks::{self as manifests, Target};
 use crate::config::model::Model;
 use crate::config::webhook::TlsMode;
-use crate::webhook::manifests::{self, Target};
 use serde_json::{Map, Value, json};
 
 /// What the values are made of.

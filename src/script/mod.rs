@@ -656,3 +656,30 @@ mod tests {
         assert!(s.require_function("reconcile", 1).is_ok());
     }
 }
+
+/// One problem found while compiling and checking scripts.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// The script does not read or compile.
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// The config names something the script does not define; located in the config.
+    #[error("{0}")]
+    Config(crate::config::Diagnostic),
+}
+
+/// The path (as shown in messages) and text of a script the config names; a file that cannot
+/// be read is a [`ScriptError::Read`].
+pub fn read_script(
+    config: &crate::config::Config,
+    rel: &Path,
+) -> Result<(std::path::PathBuf, String), ScriptError> {
+    let file = config.resolve(rel);
+    match config.read(rel) {
+        Ok(src) => Ok((file, src)),
+        Err(e) => Err(ScriptError::Read {
+            file,
+            message: e.to_string(),
+        }),
+    }
+}

@@ -7,8 +7,8 @@
 //! the API server stops calling a path khai no longer serves. A failure is logged and retried
 //! until it succeeds or khai shuts down: webhooks are served meanwhile.
 
-use super::manifests::{self, Target};
 use crate::config::model::Model;
+use crate::manifest::webhooks::{self as manifests, Target};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;

@@ -6,8 +6,8 @@
 //! The pieces, in request order: [`tls`] (the certificate, self-signed or reloaded from files),
 //! [`server`] (listener, handshakes, timeouts), [`routes`] (paths, size limit, JSON errors),
 //! [`gate`] (how many reviews run and wait at once), [`admission`] and [`conversion`] (reviews
-//! through scripts). [`manifests`] renders the configurations that point the API server here
-//! and [`install`] applies them with the self-signed caBundle. State lives as long as
+//! through scripts). [`install`] applies the configurations that point the API server here
+//! (rendered by [`crate::manifest::webhooks`]) with the self-signed caBundle. State lives as long as
 //! `khai run`; the certificate may be swapped.
 //!
 //! If the server task ever dies (a panic outside any one request; a request's own panic is
@@ -18,7 +18,6 @@ pub mod admission;
 pub mod conversion;
 pub mod gate;
 pub mod install;
-pub mod manifests;
 pub mod routes;
 pub mod script_api;
 pub mod server;
@@ -28,13 +27,21 @@ pub use script_api::Handler;
 
 use crate::config::model::Model;
 use crate::config::webhook::TlsMode;
-use crate::operator::Operator;
-use crate::reload::Versions;
-use manifests::Target;
+use crate::manifest::webhooks::{self as manifests, Target};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// What the webhook server serves from: a loaded config and its compiled webhook scripts (a
+/// loaded operator is one). The server needs nothing else of it.
+pub trait Served: Send + Sync + 'static {
+    fn config(&self) -> &crate::config::Config;
+    fn handlers(&self) -> &[Handler];
+}
+
+/// Each new version to serve; the newest wins (`None` before the first).
+pub type Versions<T> = tokio::sync::watch::Receiver<Option<Arc<T>>>;
 
 /// How `khai run` serves webhooks.
 #[derive(Debug, Clone)]
@@ -65,14 +72,14 @@ pub enum Error {
 /// and, for a self-signed certificate, the install of khai's own configurations). Returns the
 /// server task, which ends when `shutdown` is cancelled, or with an error when the server
 /// failed (after cancelling `shutdown`).
-pub async fn start(
-    op: &Operator,
+pub async fn start<T: Served>(
+    op: &T,
     client: kube::Client,
     settings: Settings,
-    reloads: Option<Versions>,
+    reloads: Option<Versions<T>>,
     shutdown: CancellationToken,
 ) -> Result<JoinHandle<Result<(), Error>>, Error> {
-    let model = &op.config.model;
+    let model = &op.config().model;
     let server = &model.webhook_server;
     let duration = |key: &'static str, value: &str| {
         crate::config::duration::parse(value).map_err(|message| Error::Setting { key, message })
@@ -118,7 +125,7 @@ pub async fn start(
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    tracing::info!(%addr, webhooks = op.webhooks.len(), "serving webhooks over HTTPS");
+    tracing::info!(%addr, webhooks = op.handlers().len(), "serving webhooks over HTTPS");
     let installer = match (ca, target) {
         (Some(ca), Some(target)) => Some(Installer { client, target, ca }),
         (Some(_), None) => {
@@ -133,7 +140,7 @@ pub async fn start(
         tokio::spawn(i.install(model.clone(), shutdown.clone()));
     }
     let routes = Arc::new(routes::Routes::new(
-        op.webhooks.clone(),
+        op.handlers().to_vec(),
         routes::Limits::of(server, timeout),
     ));
     if let Some(versions) = reloads {
@@ -203,9 +210,9 @@ impl Installer {
 /// flight finish on the old ones) and, when khai installs its own configurations, re-applies
 /// them if the new version registers different ones. The listener, the certificate and
 /// `[webhook_server]` stay as started: changing those takes a restart, which is logged.
-async fn follow(
+async fn follow<T: Served>(
     routes: Arc<routes::Routes>,
-    mut versions: Versions,
+    mut versions: Versions<T>,
     installer: Option<Installer>,
     mut model: Model,
     shutdown: CancellationToken,
@@ -215,9 +222,9 @@ async fn follow(
         let Some(op) = versions.borrow_and_update().clone() else {
             continue;
         };
-        routes.replace(op.webhooks.clone());
-        let next = &op.config.model;
-        tracing::info!(webhooks = op.webhooks.len(), "webhook scripts reloaded");
+        routes.replace(op.handlers().to_vec());
+        let next = &op.config().model;
+        tracing::info!(webhooks = op.handlers().len(), "webhook scripts reloaded");
         if next.webhook_server != model.webhook_server {
             tracing::warn!(
                 "[webhook_server] changed; the webhook server keeps its listener and certificate until khai restarts"
@@ -248,9 +255,9 @@ fn registrations(model: &Model, target: &Target) -> Vec<serde_json::Value> {
     all
 }
 
-fn target(op: &Operator, settings: &Settings) -> Option<Target> {
+fn target<T: Served>(op: &T, settings: &Settings) -> Option<Target> {
     settings.url.clone().map(Target::Url).or_else(|| {
-        op.config
+        op.config()
             .model
             .webhook_server
             .service
@@ -261,9 +268,9 @@ fn target(op: &Operator, settings: &Settings) -> Option<Target> {
 
 /// Names the self-signed certificate is valid for: the Service's DNS names, the host of
 /// `--webhook-url`, `localhost` and 127.0.0.1.
-fn dns_names(op: &Operator, settings: &Settings) -> Vec<String> {
+fn dns_names<T: Served>(op: &T, settings: &Settings) -> Vec<String> {
     let mut names = Vec::new();
-    if let Some(s) = &op.config.model.webhook_server.service {
+    if let Some(s) = &op.config().model.webhook_server.service {
         let (n, ns) = (&s.name, &s.namespace);
         names.extend([
             format!("{n}.{ns}.svc"),
@@ -291,8 +298,8 @@ fn url_host(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| host.to_string())
 }
 
-fn cert_files(op: &Operator) -> Result<(std::path::PathBuf, std::path::PathBuf), Error> {
-    let server = &op.config.model.webhook_server;
+fn cert_files<T: Served>(op: &T) -> Result<(std::path::PathBuf, std::path::PathBuf), Error> {
+    let server = &op.config().model.webhook_server;
     let missing = |key| Error::Setting {
         key,
         message: "tls = \"files\" needs it".into(),
@@ -305,7 +312,7 @@ fn cert_files(op: &Operator) -> Result<(std::path::PathBuf, std::path::PathBuf),
         .key_file
         .as_ref()
         .ok_or_else(|| missing("webhook_server.key_file"))?;
-    Ok((op.config.resolve(cert), op.config.resolve(key)))
+    Ok((op.config().resolve(cert), op.config().resolve(key)))
 }
 
 #[cfg(test)]

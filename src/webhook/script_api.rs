@@ -7,7 +7,7 @@
 
 use crate::config::Config;
 use crate::config::webhook::Webhook;
-use crate::operator::Problem;
+use crate::script::Problem;
 use crate::script::{self, Limits, Script, ScriptError};
 use rhai::{Array, Dynamic, Engine, Map};
 use std::sync::Arc;
@@ -78,7 +78,7 @@ pub fn load(config: &Config, limits: &Limits) -> (Vec<Handler>, Vec<Problem>) {
     let mut problems = Vec::new();
     for (i, hook) in config.model.webhooks.iter().enumerate() {
         let file = config.resolve(&hook.script);
-        let read = crate::operator::read_script(config, &hook.script);
+        let read = crate::script::read_script(config, &hook.script);
         let script =
             match read.and_then(|(f, src)| Script::compile(engine.clone(), limits, &f, &src)) {
                 Ok(s) => s,

@@ -3,6 +3,7 @@
 //! [`super::fields`].
 
 use super::{Report, Seg, fields};
+use crate::config::field_path::join;
 use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Scale};
 use indexmap::IndexMap;
 
@@ -30,11 +31,6 @@ pub(super) fn check(crd: &Crd, earlier: &[Crd], index: usize, report: &mut Repor
     if let Some(status) = &crd.status {
         fields::check_object(status, &join(&base, &[Seg::Key("status")]), report);
     }
-}
-
-/// `base` followed by `more`.
-pub(super) fn join<'a>(base: &[Seg<'a>], more: &[Seg<'a>]) -> Vec<Seg<'a>> {
-    base.iter().chain(more).copied().collect()
 }
 
 fn check_names(crd: &Crd, earlier: &[Crd], base: &[Seg], report: &mut Report) {

@@ -5,8 +5,8 @@
 //! silently ignores keys that make no sense for a type (`items` on a string, `minimum` on an
 //! object). Both are authoring mistakes, so both are reported here against the author's text.
 
-use super::crd::join;
 use super::{Report, Seg};
+use crate::config::field_path::join;
 use crate::config::model::{Field, FieldType};
 use indexmap::IndexMap;
 use serde_json::Value;
