@@ -271,7 +271,8 @@ impl Applier {
         if let Some(k) = lock(&self.kinds).get(&key).cloned() {
             return Ok(k);
         }
-        let resolved = watch::resolve(&self.client, &self.model, &key)
+        let written = crate::config::kind::KindRef::from_api_version(api_version, kind);
+        let resolved = watch::resolve(&self.client, &self.model, &written)
             .await
             .map_err(|source| Error::Resolve {
                 kind: key.clone(),

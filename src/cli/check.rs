@@ -13,6 +13,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let op = Operator::load(&args.config)?;
+    for w in &op.config.warnings {
+        eprintln!("warning: {w}");
+    }
     let m = &op.config.model;
     println!(
         "{}: ok ({} CRD{}, {} controller{})",

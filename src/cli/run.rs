@@ -61,6 +61,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), "khai starting");
+        for w in &op.config.warnings {
+            tracing::warn!("{w}");
+        }
         let leader = args.ops.leader(&client, &op.config.model.operator.name)?;
         let metrics = crate::metrics::server::bind(args.ops.metrics_bind)
             .await

@@ -8,6 +8,7 @@
 //! `docs/handlers.md`.
 
 use super::duration::Duration;
+use super::kind::KindRef;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -96,7 +97,7 @@ macro_rules! filters {
 pub struct Handler {
     /// The kind, written as in `[[controller]] for`.
     #[serde(rename = "for")]
-    pub for_kind: String,
+    pub for_kind: KindRef,
     pub on: On,
     /// The Rhai script, relative to the config file.
     pub script: PathBuf,
@@ -161,7 +162,7 @@ impl Handler {
 #[serde(deny_unknown_fields)]
 pub struct Timer {
     #[serde(rename = "for")]
-    pub for_kind: String,
+    pub for_kind: KindRef,
     pub script: PathBuf,
     /// `fn name(obj, ctx)`; it may return `#{ status, events }`.
     pub function: String,
@@ -189,7 +190,7 @@ pub struct Timer {
 #[serde(deny_unknown_fields)]
 pub struct Daemon {
     #[serde(rename = "for")]
-    pub for_kind: String,
+    pub for_kind: KindRef,
     pub script: PathBuf,
     /// `fn tick(obj, ctx, state)`, called every `interval`; returns `#{ state, status, events }`.
     pub tick: String,
@@ -221,7 +222,7 @@ fn default_grace() -> Duration {
 pub struct Index {
     pub name: String,
     #[serde(rename = "for")]
-    pub for_kind: String,
+    pub for_kind: KindRef,
     pub script: PathBuf,
     /// `fn name(obj)`: a key, an array of keys (the value is the object), or a map of keys to
     /// values; `()` leaves the object out.

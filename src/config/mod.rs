@@ -12,6 +12,7 @@ pub mod duration;
 mod field_path;
 pub mod files;
 pub mod handlers;
+pub mod kind;
 pub mod model;
 mod schema_file;
 mod validate;
@@ -44,6 +45,8 @@ pub struct Config {
     /// Which version of its source this is, when the source has versions (the ConfigMap's
     /// resourceVersion).
     pub version: Option<String>,
+    /// What may be right but probably is not: `khai check` prints these, `khai run` logs them.
+    pub warnings: Vec<Diagnostic>,
 }
 
 impl Config {
@@ -140,8 +143,10 @@ fn finish(
     version: Option<String>,
 ) -> Result<Config, ConfigError> {
     let mut model = parse(&file, &src)?;
-    let mut problems =
-        validate::validate(&model, &file, &src).map_or_else(|e| e.0, |()| Vec::new());
+    let (mut problems, warnings) = match validate::validate(&model, &file, &src) {
+        Ok(warnings) => (Vec::new(), warnings),
+        Err(e) => (e.0, Vec::new()),
+    };
     problems.extend(schema_file::load_all(
         &mut model, &files, &base_dir, &file, &src,
     ));
@@ -155,6 +160,7 @@ fn finish(
         source: src,
         files,
         version,
+        warnings,
     })
 }
 

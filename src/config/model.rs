@@ -6,6 +6,7 @@
 //! [`super::validate`], which runs once after parsing; nothing downstream validates again.
 
 use super::duration::Duration;
+use super::kind::KindRef;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -330,10 +331,10 @@ pub struct Controller {
     pub name: Option<String>,
     /// The reconciled kind: a CRD kind of this file, `group/version/Kind`, `v1/Kind` or `Kind.group`.
     #[serde(rename = "for")]
-    pub for_kind: String,
+    pub for_kind: KindRef,
     /// Kinds of children this controller creates; their changes re-trigger the owner.
     #[serde(default)]
-    pub owns: Vec<String>,
+    pub owns: Vec<KindRef>,
     /// The Rhai script, relative to the config file.
     pub script: PathBuf,
     /// Name of the reconcile function in the script.
@@ -381,7 +382,7 @@ fn default_concurrency() -> u16 {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Watch {
-    pub kind: String,
+    pub kind: KindRef,
     /// A label on the related object whose value is the parent's name (same namespace).
     pub label: Option<String>,
     /// A script function `map(obj)` returning a parent name, an array of names, or maps
@@ -417,9 +418,126 @@ fn default_backoff_cap() -> Duration {
 impl Controller {
     /// The name used in logs: the explicit one, or the lower-cased kind.
     pub fn display_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| {
-            let kind = self.for_kind.rsplit('/').next().unwrap_or(&self.for_kind);
-            kind.split('.').next().unwrap_or(kind).to_lowercase()
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.for_kind.kind.to_lowercase())
+    }
+}
+
+impl Crd {
+    pub fn plural(&self) -> String {
+        self.plural
+            .clone()
+            .unwrap_or_else(|| super::kind::plural_of(&self.kind))
+    }
+    pub fn singular(&self) -> String {
+        self.singular
+            .clone()
+            .unwrap_or_else(|| self.kind.to_lowercase())
+    }
+    /// `<plural>.<group>`, the CRD's object name.
+    pub fn crd_name(&self) -> String {
+        format!("{}.{}", self.plural(), self.group)
+    }
+    /// The stored version: the one flagged `storage`, else the only (first) one.
+    pub fn storage_version(&self) -> &str {
+        self.versions
+            .iter()
+            .find(|v| v.storage_flag())
+            .or(self.versions.first())
+            .map_or("v1", |v| v.name())
+    }
+    /// The API resource khai watches and writes: the storage version.
+    pub fn api_resource(&self) -> kube::core::ApiResource {
+        let version = self.storage_version().to_string();
+        kube::core::ApiResource {
+            api_version: format!("{}/{}", self.group, version),
+            group: self.group.clone(),
+            version,
+            kind: self.kind.clone(),
+            plural: self.plural(),
+        }
+    }
+}
+
+/// Kinds the config names, resolved without a cluster.
+impl Model {
+    /// The CRD of this config that `kind` names, if any.
+    pub fn crd_for(&self, kind: &KindRef) -> Option<&Crd> {
+        self.crds.iter().find(|c| {
+            c.kind == kind.kind
+                && kind.group.as_ref().is_none_or(|g| *g == c.group)
+                && kind
+                    .version
+                    .as_ref()
+                    .is_none_or(|v| c.versions.iter().any(|cv| cv.name() == v))
         })
+    }
+
+    /// The kind as objects of it may be matched: group and version from a CRD of `model`, the
+    /// group alone from khai's table of built-in kinds (objects may be at any version of it),
+    /// else as written.
+    pub fn complete_kind(&self, kind: &KindRef) -> KindRef {
+        if let Some(c) = self.crd_for(kind) {
+            return KindRef {
+                group: Some(c.group.clone()),
+                version: Some(
+                    kind.version
+                        .clone()
+                        .unwrap_or_else(|| c.storage_version().to_string()),
+                ),
+                kind: c.kind.clone(),
+            };
+        }
+        match kind.builtin() {
+            Some(b) => KindRef {
+                group: Some(b.group.to_string()),
+                ..kind.clone()
+            },
+            None => kind.clone(),
+        }
+    }
+
+    /// The kind with what the config's CRDs, then khai's table of built-in kinds, say about
+    /// the parts left unwritten. A kind neither knows stays as written.
+    pub fn resolve_kind(&self, kind: &KindRef) -> super::kind::Offline {
+        if let Some(c) = self.crd_for(kind) {
+            return super::kind::Offline {
+                kind: KindRef {
+                    group: Some(c.group.clone()),
+                    version: Some(
+                        kind.version
+                            .clone()
+                            .unwrap_or_else(|| c.storage_version().to_string()),
+                    ),
+                    kind: c.kind.clone(),
+                },
+                plural: c.plural(),
+                namespaced: c.scope == Scope::Namespaced,
+                known: true,
+            };
+        }
+        if let Some(b) = kind.builtin() {
+            return super::kind::Offline {
+                kind: KindRef {
+                    group: Some(b.group.to_string()),
+                    version: Some(
+                        kind.version
+                            .clone()
+                            .unwrap_or_else(|| b.version.to_string()),
+                    ),
+                    kind: b.kind.to_string(),
+                },
+                plural: super::kind::plural_of(b.kind),
+                namespaced: b.namespaced,
+                known: true,
+            };
+        }
+        super::kind::Offline {
+            kind: kind.clone(),
+            plural: super::kind::plural_of(&kind.kind),
+            namespaced: true,
+            known: false,
+        }
     }
 }

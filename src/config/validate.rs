@@ -6,6 +6,7 @@
 
 mod crd;
 mod fields;
+mod kinds;
 mod webhook;
 
 use super::ConfigError;
@@ -18,8 +19,17 @@ use std::path::Path;
 type Report<'r> = dyn FnMut(&[Seg<'_>], String) + 'r;
 
 /// Validates `model`; `src` is the file's text, used to place each problem on its line.
-pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError> {
+/// Returns the warnings: things that may be right but probably are not.
+pub fn validate(model: &Model, file: &Path, src: &str) -> Result<Vec<Diagnostic>, ConfigError> {
     let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    for (path, message) in kinds::check(model) {
+        let path: Vec<Seg> = path.iter().map(|p| p.seg()).collect();
+        match message {
+            kinds::Finding::Error(m) => problems.push(diagnostic(file, src, &path, m)),
+            kinds::Finding::Warning(m) => warnings.push(diagnostic(file, src, &path, m)),
+        }
+    }
     let mut report =
         |path: &[Seg], message: String| problems.push(diagnostic(file, src, path, message));
 
@@ -27,24 +37,8 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError
         crd::check(c, &model.crds[..i], i, &mut report);
     }
 
-    let kinds: Vec<&str> = model.crds.iter().map(|c| c.kind.as_str()).collect();
     for (i, ctl) in model.controllers.iter().enumerate() {
         let at = |k| [Seg::Key("controller"), Seg::Index(i), Seg::Key(k)];
-        let bare = !ctl.for_kind.contains('/') && !ctl.for_kind.contains('.');
-        // A bare kind that matches no CRD here may still be built in (resolved by discovery),
-        // but one that is one typo away from a declared CRD almost certainly is not.
-        if bare
-            && !kinds.contains(&ctl.for_kind.as_str())
-            && let Some(s) = diag::did_you_mean(&ctl.for_kind, kinds.iter().copied())
-        {
-            report(
-                &at("for"),
-                format!("unknown kind {:?} (did you mean {s:?}?)", ctl.for_kind),
-            );
-        }
-        if ctl.for_kind.is_empty() {
-            report(&at("for"), "must name a kind".into());
-        }
         if ctl.script.as_os_str().is_empty() {
             report(&at("script"), "must name a Rhai script".into());
         }
@@ -68,7 +62,7 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<(), ConfigError
     webhook::check(model, &mut report);
 
     if problems.is_empty() {
-        Ok(())
+        Ok(warnings)
     } else {
         Err(ConfigError(problems))
     }
@@ -134,7 +128,7 @@ mod tests {
     fn check(src: &str) -> String {
         let file = Path::new("operator.toml");
         let model = parse(file, src).unwrap();
-        super::validate(&model, file, src).map_or_else(|e| e.to_string(), |()| String::new())
+        super::validate(&model, file, src).map_or_else(|e| e.to_string(), |_| String::new())
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub struct Webhook {
     pub name: Option<String>,
     /// The resource: a CRD kind of this file, `group/version/Kind` or `v1/Kind`.
     #[serde(rename = "for")]
-    pub for_kind: String,
+    pub for_kind: super::kind::KindRef,
     /// The Rhai script, relative to the config file.
     pub script: PathBuf,
     /// Name of `validate(req)`: allow with nothing or `allow()`, deny by throwing or `deny(msg)`.
@@ -55,10 +55,9 @@ fn default_timeout_seconds() -> u8 {
 impl Webhook {
     /// The name used in paths and configurations: the explicit one, or the lower-cased kind.
     pub fn display_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| {
-            let kind = self.for_kind.rsplit('/').next().unwrap_or(&self.for_kind);
-            kind.split('.').next().unwrap_or(kind).to_lowercase()
-        })
+        self.name
+            .clone()
+            .unwrap_or_else(|| self.for_kind.kind.to_lowercase())
     }
 }
 

@@ -4,6 +4,7 @@
 
 use super::context::{Caches, Ctx, Services, Spec};
 use crate::apply::Applier;
+use crate::config::kind::KindRef;
 use crate::config::model::{Controller, Model, Watch};
 use crate::operator::Operator;
 use crate::queue;
@@ -144,8 +145,8 @@ impl Kinds {
         model: &Model,
         ctl: &Controller,
     ) -> Result<Self, Error> {
-        let resolve = |k: &str| {
-            let k = k.to_string();
+        let resolve = |k: &KindRef| {
+            let k = k.clone();
             async move {
                 watch::resolve(client, model, &k)
                     .await

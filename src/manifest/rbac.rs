@@ -20,34 +20,11 @@
 //! A namespaced operator (`[operator] namespaces`, or `--watch-namespace`) gets a Role in each
 //! namespace, and a ClusterRole only for what is cluster-scoped.
 
-use crate::config::model::{Model, RbacRule, Scope};
+use crate::config::kind::KindRef;
+use crate::config::model::{Model, RbacRule};
 use crate::config::webhook::TlsMode;
-use crate::schema;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Built-in kinds that live outside namespaces.
-const CLUSTER_SCOPED: &[&str] = &[
-    "APIService",
-    "CertificateSigningRequest",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ComponentStatus",
-    "CSIDriver",
-    "CSINode",
-    "CustomResourceDefinition",
-    "IngressClass",
-    "MutatingWebhookConfiguration",
-    "Namespace",
-    "Node",
-    "PersistentVolume",
-    "PodSecurityPolicy",
-    "PriorityClass",
-    "RuntimeClass",
-    "StorageClass",
-    "ValidatingWebhookConfiguration",
-    "VolumeAttachment",
-];
 
 /// What RBAC is generated for.
 #[derive(Debug, Clone)]
@@ -74,36 +51,16 @@ pub struct Resource {
     pub status: bool,
 }
 
-/// Resolves a kind as written in the config, without a cluster.
-pub fn resolve(model: &Model, written: &str) -> Resource {
-    let crd = |kind: &str, group: Option<&str>| {
-        model
-            .crds
-            .iter()
-            .find(|c| c.kind == kind && group.is_none_or(|g| g == c.group))
-    };
-    let parts: Vec<&str> = written.split('/').collect();
-    let (group, kind) = match parts.as_slice() {
-        [group, _version, kind] => (Some(group.to_string()), *kind),
-        [_version, kind] => (Some(String::new()), *kind),
-        _ => match written.split_once('.') {
-            Some((kind, group)) => (Some(group.to_string()), kind),
-            None => (None, written),
-        },
-    };
-    if let Some(c) = crd(kind, group.as_deref()) {
-        return Resource {
-            group: c.group.clone(),
-            plural: c.plural(),
-            namespaced: c.scope == Scope::Namespaced,
-            status: c.status.is_some(),
-        };
-    }
+/// Resolves a kind as written in the config, without a cluster: a CRD of the config, a
+/// built-in kind khai knows, or what the spelling says.
+pub fn resolve(model: &Model, written: &KindRef) -> Resource {
+    let offline = model.resolve_kind(written);
+    let crd = model.crd_for(written);
     Resource {
-        group: group.unwrap_or_default(),
-        plural: schema::plural_of(kind),
-        namespaced: !CLUSTER_SCOPED.contains(&kind),
-        status: false,
+        group: offline.kind.group.unwrap_or_default(),
+        plural: offline.plural,
+        namespaced: offline.namespaced,
+        status: crd.is_some_and(|c| c.status.is_some()),
     }
 }
 
@@ -213,7 +170,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         rules.add(&r.group, resource, verbs);
     };
     let mut needs_discovery = false;
-    let is_crd = |written: &str| {
+    let is_crd = |written: &KindRef| {
         let r = resolve(model, written);
         model
             .crds
@@ -325,7 +282,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
             .webhooks
             .iter()
             .filter(|h| h.convert.is_some())
-            .filter_map(|h| model.crds.iter().find(|c| c.kind == h.for_kind))
+            .filter_map(|h| model.crd_for(&h.for_kind))
             .map(|c| c.crd_name())
             .collect();
         if !converted.is_empty() {
@@ -587,14 +544,17 @@ script = "h.rhai"
     #[test]
     fn resolve_reads_every_spelling_offline() {
         let model = parse(Path::new("operator.toml"), HELLO).unwrap();
-        assert_eq!(resolve(&model, "Hello").plural, "hellos");
+        assert_eq!(resolve(&model, &"Hello".parse().unwrap()).plural, "hellos");
         assert_eq!(
-            resolve(&model, "Hello.examples.khai.dev").group,
+            resolve(&model, &"Hello.examples.khai.dev".parse().unwrap()).group,
             "examples.khai.dev"
         );
-        let ns = resolve(&model, "v1/Namespace");
+        let ns = resolve(&model, &"v1/Namespace".parse().unwrap());
         assert_eq!((ns.group.as_str(), ns.namespaced), ("", false));
-        let d = resolve(&model, "Deployment.apps");
+        // A bare built-in kind is in its own group (issue 12: it was put in the core group).
+        let bare = resolve(&model, &"Deployment".parse().unwrap());
+        assert_eq!(bare.group, "apps");
+        let d = resolve(&model, &"Deployment.apps".parse().unwrap());
         assert_eq!(
             (d.group.as_str(), d.plural.as_str()),
             ("apps", "deployments")

@@ -6,9 +6,9 @@
 //! `matchPolicy: Equivalent`, so scripts always see the object at the storage version, whatever
 //! version the client wrote.
 
+use crate::config::kind::KindRef;
 use crate::config::model::Model;
 use crate::config::webhook::{ServiceRef, Webhook};
-use crate::schema;
 use serde_json::{Value, json};
 
 /// Where the API server reaches khai.
@@ -124,20 +124,23 @@ fn rule(model: &Model, h: &Webhook) -> Value {
     })
 }
 
-fn resource(model: &Model, kind: &str) -> (String, String, String) {
-    if let Some(crd) = model.crds.iter().find(|c| c.kind == kind) {
+fn resource(model: &Model, kind: &KindRef) -> (String, String, String) {
+    if let Some(crd) = model.crd_for(kind) {
         let version = crd.storage_version().to_string();
         return (crd.group.clone(), version, crd.plural());
     }
-    let parts: Vec<&str> = kind.split('/').collect();
-    match parts.as_slice() {
-        [group, version, k] => (group.to_string(), version.to_string(), schema::plural_of(k)),
-        [version, k] => (String::new(), version.to_string(), schema::plural_of(k)),
-        _ => match kind.split_once('.') {
-            Some((k, group)) => (group.into(), "*".into(), schema::plural_of(k)),
-            None => (String::new(), "v1".into(), schema::plural_of(kind)),
-        },
-    }
+    let offline = model.resolve_kind(kind);
+    // `Kind.group` names no version: the rule matches any.
+    let version = match (&kind.version, offline.known) {
+        (Some(v), _) => v.clone(),
+        (None, true) if kind.is_bare() => offline.kind.version.unwrap_or_else(|| "*".into()),
+        (None, _) => "*".into(),
+    };
+    (
+        offline.kind.group.unwrap_or_default(),
+        version,
+        offline.plural,
+    )
 }
 
 /// A partial CRD, for server-side apply, that turns on webhook conversion through `h`.
@@ -147,7 +150,7 @@ pub fn crd_conversion(
     target: &Target,
     ca: Option<&str>,
 ) -> Option<Value> {
-    let crd = model.crds.iter().find(|c| c.kind == h.for_kind)?;
+    let crd = model.crd_for(&h.for_kind)?;
     let path = format!("/convert/{}", h.display_name());
     Some(json!({
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -24,10 +24,11 @@ pub struct CacheLookup {
 impl CacheLookup {
     /// The informers of `kind` this controller reads (one, or one per watched namespace).
     fn informers(&self, kind: &str) -> Result<Vec<&Arc<Informer>>, String> {
+        let written: crate::config::kind::KindRef = kind.parse().map_err(|e| format!("{e}"))?;
         let found: Vec<_> = self
             .informers
             .iter()
-            .filter(|i| i.kind.matches(kind))
+            .filter(|i| i.kind.matches(&written))
             .collect();
         if found.is_empty() {
             return Err(format!(

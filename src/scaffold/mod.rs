@@ -338,8 +338,8 @@ mod tests {
         );
         let model = config::parse(Path::new("operator.toml"), &out).unwrap();
         assert_eq!(model.crds.len(), 2);
-        assert_eq!(model.controllers[1].for_kind, "Backup");
-        assert_eq!(model.webhooks[0].for_kind, "Backup");
+        assert_eq!(model.controllers[1].for_kind.to_string(), "Backup");
+        assert_eq!(model.webhooks[0].for_kind.to_string(), "Backup");
         let err = append_controller(Path::new("operator.toml"), &out, &more, false).unwrap_err();
         assert_eq!(
             err.to_string(),

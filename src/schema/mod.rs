@@ -15,7 +15,6 @@ use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Scale, Scope};
 use indexmap::IndexMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
-use kube::core::ApiResource;
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
@@ -43,59 +42,7 @@ pub enum Error {
     Wait { name: String, message: String },
 }
 
-/// Lower-case plural of a kind, as Kubernetes tooling derives it.
-pub fn plural_of(kind: &str) -> String {
-    let k = kind.to_lowercase();
-    if k.ends_with('s')
-        || k.ends_with('x')
-        || k.ends_with("ch")
-        || k.ends_with("sh")
-        || k.ends_with('z')
-    {
-        format!("{k}es")
-    } else if let Some(stem) = k
-        .strip_suffix('y')
-        .filter(|s| !s.ends_with(['a', 'e', 'i', 'o', 'u']))
-    {
-        format!("{stem}ies")
-    } else {
-        format!("{k}s")
-    }
-}
-
-impl Crd {
-    pub fn plural(&self) -> String {
-        self.plural.clone().unwrap_or_else(|| plural_of(&self.kind))
-    }
-    pub fn singular(&self) -> String {
-        self.singular
-            .clone()
-            .unwrap_or_else(|| self.kind.to_lowercase())
-    }
-    /// `<plural>.<group>`, the CRD's object name.
-    pub fn crd_name(&self) -> String {
-        format!("{}.{}", self.plural(), self.group)
-    }
-    /// The stored version: the one flagged `storage`, else the only (first) one.
-    pub fn storage_version(&self) -> &str {
-        self.versions
-            .iter()
-            .find(|v| v.storage_flag())
-            .or(self.versions.first())
-            .map_or("v1", |v| v.name())
-    }
-    /// The API resource khai watches and writes: the storage version.
-    pub fn api_resource(&self) -> ApiResource {
-        let version = self.storage_version().to_string();
-        ApiResource {
-            api_version: format!("{}/{}", self.group, version),
-            group: self.group.clone(),
-            version,
-            kind: self.kind.clone(),
-            plural: self.plural(),
-        }
-    }
-}
+pub use crate::config::kind::plural_of;
 
 /// The CRD manifest for `crd`, as JSON ready for server-side apply or YAML output.
 ///

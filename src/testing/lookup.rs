@@ -13,65 +13,7 @@ use crate::script::Lookup;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// A kind as far as its spelling (and the config's CRDs) tell: unknown parts match anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KindRef {
-    pub group: Option<String>,
-    pub version: Option<String>,
-    pub kind: String,
-}
-
-impl KindRef {
-    /// Reads a kind as configs and scripts write it, filling group and version from a CRD of
-    /// `model` for a bare CRD kind.
-    pub fn parse(written: &str, model: &Model) -> Self {
-        let parts: Vec<&str> = written.split('/').collect();
-        let known = |s: &str| Some(s.to_string());
-        match parts.as_slice() {
-            [g, v, k] => Self::new(known(g), known(v), k),
-            [v, k] => Self::new(known(""), known(v), k),
-            _ => match written.split_once('.') {
-                Some((k, g)) => Self::new(known(g), None, k),
-                None => match model.crds.iter().find(|c| c.kind == written) {
-                    Some(crd) => {
-                        Self::new(known(&crd.group), known(crd.storage_version()), written)
-                    }
-                    None => Self::new(None, None, written),
-                },
-            },
-        }
-    }
-
-    fn new(group: Option<String>, version: Option<String>, kind: &str) -> Self {
-        Self {
-            group,
-            version,
-            kind: kind.to_string(),
-        }
-    }
-
-    /// The kind of an object, from its `apiVersion` and `kind`.
-    pub fn of(obj: &Value) -> Self {
-        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        Self::new(
-            Some(group.into()),
-            Some(version.into()),
-            obj["kind"].as_str().unwrap_or_default(),
-        )
-    }
-
-    /// Whether both could name the same kind: parts known on both sides agree.
-    pub fn compatible(&self, other: &KindRef) -> bool {
-        let agree = |a: &Option<String>, b: &Option<String>| match (a, b) {
-            (Some(a), Some(b)) => a == b,
-            _ => true,
-        };
-        self.kind == other.kind
-            && agree(&self.group, &other.group)
-            && agree(&self.version, &other.version)
-    }
-}
+pub use crate::config::kind::KindRef;
 
 /// The reconciled object's identity, which lookups are relative to.
 #[derive(Debug, Clone)]
@@ -107,7 +49,8 @@ impl MemoryLookup {
 
     /// Objects of `written` kind, after checking the controller may see it.
     fn of_kind(&self, written: &str) -> Result<impl Iterator<Item = &Value>, String> {
-        let kind = KindRef::parse(written, &self.model);
+        let kind: KindRef = written.parse().map_err(|e| format!("{e}"))?;
+        let kind = self.model.complete_kind(&kind);
         self.check_visible(&kind, written)?;
         Ok(self
             .objects
@@ -195,7 +138,7 @@ mod tests {
         MemoryLookup {
             visible: ["apps/v1/Deployment", "Pod"]
                 .iter()
-                .map(|k| KindRef::parse(k, &model))
+                .map(|k| model.complete_kind(&k.parse::<KindRef>().unwrap()))
                 .collect(),
             objects,
             owner: Owner {

@@ -156,7 +156,7 @@ impl reconcile::children::Kinds for OfflineKinds<'_> {
             .find(|c| c.kind == of.kind && of.group.as_deref() == Some(c.group.as_str()));
         match crd {
             Some(c) => Some(c.scope == Scope::Namespaced),
-            None => crate::watch::builtin::namespaced(of.group.as_deref(), kind),
+            None => of.builtin().map(|b| b.namespaced),
         }
     }
     fn owned(&self, api_version: &str, kind: &str) -> bool {
@@ -165,7 +165,7 @@ impl reconcile::children::Kinds for OfflineKinds<'_> {
         self.ctl
             .owns
             .iter()
-            .any(|o| KindRef::parse(o, model).compatible(&of))
+            .any(|o| model.complete_kind(o).compatible(&of))
     }
 }
 
@@ -189,7 +189,11 @@ fn pick_controller(op: &Operator, case: &Case) -> Result<usize, String> {
     let kind = KindRef::of(&case.object);
     let model = &op.config.model;
     let matching: Vec<usize> = (0..controllers.len())
-        .filter(|&i| KindRef::parse(&controllers[i].for_kind, model).compatible(&kind))
+        .filter(|&i| {
+            model
+                .complete_kind(&controllers[i].for_kind)
+                .compatible(&kind)
+        })
         .collect();
     match matching.as_slice() {
         [one] => Ok(*one),
@@ -265,7 +269,7 @@ fn memory_lookup(
     let visible: Vec<KindRef> = std::iter::once(&ctl.for_kind)
         .chain(&ctl.owns)
         .chain(ctl.watches.iter().map(|w| &w.kind))
-        .map(|k| KindRef::parse(k, model))
+        .map(|k| model.complete_kind(k))
         .collect();
     let meta = &object["metadata"];
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();

@@ -130,7 +130,7 @@ fn pick<'o>(op: &'o Operator, case: &Case, function: &str) -> Result<&'o Handler
     // Any version: a conversion starts from one the rules do not name.
     let for_kind = |h: &Handler| KindRef {
         version: None,
-        ..KindRef::parse(&h.hook.for_kind, model)
+        ..model.complete_kind(&h.hook.for_kind)
     };
     let matching: Vec<&Handler> = op
         .webhooks

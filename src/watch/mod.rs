@@ -6,7 +6,6 @@
 //! (`v1/ConfigMap`), `Kind.group` (`Deployment.apps`), or a bare built-in kind resolved through
 //! API discovery (`ConfigMap`).
 
-pub mod builtin;
 pub mod informer;
 pub mod predicate;
 pub mod subscription;
@@ -14,6 +13,7 @@ pub mod subscription;
 pub use informer::{Filter, Informer, Informers, Slot};
 pub use subscription::{Changed, Subscription};
 
+use crate::config::kind::KindRef;
 use crate::config::model::{Model, Scope};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -40,77 +40,26 @@ pub enum Error {
 
 impl Kind {
     /// Whether `written` (as a config or script writes a kind) names this kind.
-    pub fn matches(&self, written: &str) -> bool {
+    pub fn matches(&self, written: &KindRef) -> bool {
         let r = &self.resource;
-        match spelling(written) {
-            Spelling::Bare(k) => k == r.kind,
-            Spelling::GroupKind { group, kind } => kind == r.kind && group == r.group,
-            Spelling::Gvk {
-                group,
-                version,
-                kind,
-            } => kind == r.kind && group == r.group && version == r.version,
-        }
+        written.kind == r.kind
+            && written.group.as_ref().is_none_or(|g| *g == r.group)
+            && written.version.as_ref().is_none_or(|v| *v == r.version)
     }
 }
 
-/// How a kind was written, before asking the API server anything.
-#[derive(Debug, PartialEq, Eq)]
-enum Spelling<'a> {
-    Gvk {
-        group: &'a str,
-        version: &'a str,
-        kind: &'a str,
-    },
-    GroupKind {
-        group: &'a str,
-        kind: &'a str,
-    },
-    Bare(&'a str),
-}
-
-fn spelling(s: &str) -> Spelling<'_> {
-    let parts: Vec<&str> = s.split('/').collect();
-    match parts.as_slice() {
-        [group, version, kind] => Spelling::Gvk {
-            group,
-            version,
-            kind,
-        },
-        [version, kind] => Spelling::Gvk {
-            group: "",
-            version,
-            kind,
-        },
-        _ => match s.split_once('.') {
-            Some((kind, group)) => Spelling::GroupKind { group, kind },
-            None => Spelling::Bare(s),
-        },
-    }
-}
-
-/// Resolves `written` against the config's CRDs first, then the API server.
-pub async fn resolve(client: &kube::Client, model: &Model, written: &str) -> Result<Kind, Error> {
-    if let Some(crd) = model.crds.iter().find(|c| {
-        let ar = c.api_resource();
-        match spelling(written) {
-            Spelling::Bare(k) => k == c.kind,
-            Spelling::GroupKind { group, kind } => kind == c.kind && group == c.group,
-            Spelling::Gvk {
-                group,
-                version,
-                kind,
-            } => {
-                kind == c.kind
-                    && group == c.group
-                    && c.versions.iter().any(|v| v.name() == version)
-                    && !ar.group.is_empty()
-            }
-        }
-    }) {
+/// Resolves `written` against the config's CRDs first, then the API server: a bare built-in
+/// kind is looked up in its group (khai's table of built-in kinds), any other bare kind across
+/// every group the server serves.
+pub async fn resolve(
+    client: &kube::Client,
+    model: &Model,
+    written: &KindRef,
+) -> Result<Kind, Error> {
+    if let Some(crd) = model.crd_for(written) {
         let mut resource = crd.api_resource();
-        if let Spelling::Gvk { version, .. } = spelling(written) {
-            resource.version = version.to_string();
+        if let Some(version) = &written.version {
+            resource.version = version.clone();
             resource.api_version = format!("{}/{version}", crd.group);
         }
         return Ok(Kind {
@@ -122,27 +71,27 @@ pub async fn resolve(client: &kube::Client, model: &Model, written: &str) -> Res
         kind: written.to_string(),
         source: source.into(),
     };
-    let found = match spelling(written) {
-        Spelling::Gvk {
-            group,
-            version,
-            kind,
-        } => {
-            let gvk = GroupVersionKind::gvk(group, version, kind);
+    let group = written
+        .group
+        .clone()
+        .or_else(|| written.builtin().map(|b| b.group.to_string()));
+    let found = match (group, &written.version) {
+        (Some(group), Some(version)) => {
+            let gvk = GroupVersionKind::gvk(&group, version, &written.kind);
             match discovery::pinned_kind(client, &gvk).await {
                 Ok(found) => Some(found),
                 Err(kube::Error::Discovery(_)) => None,
                 Err(e) => return Err(err(e)),
             }
         }
-        Spelling::GroupKind { group, kind } => match discovery::group(client, group).await {
-            Ok(g) => g.recommended_kind(kind),
+        (Some(group), None) => match discovery::group(client, &group).await {
+            Ok(g) => g.recommended_kind(&written.kind),
             Err(kube::Error::Discovery(_)) => None,
             Err(e) => return Err(err(e)),
         },
-        Spelling::Bare(kind) => {
+        (None, _) => {
             let d = Discovery::new(client.clone()).run().await.map_err(err)?;
-            d.groups().find_map(|g| g.recommended_kind(kind))
+            d.groups().find_map(|g| g.recommended_kind(&written.kind))
         }
     };
     let (resource, caps) = found.ok_or_else(|| Error::Unknown(written.to_string()))?;
@@ -174,44 +123,17 @@ mod tests {
             ),
             namespaced: true,
         };
-        for w in ["Deployment", "Deployment.apps", "apps/v1/Deployment"] {
-            assert!(k.matches(w), "{w}");
+        let w = |s: &str| s.parse::<KindRef>().unwrap();
+        for s in ["Deployment", "Deployment.apps", "apps/v1/Deployment"] {
+            assert!(k.matches(&w(s)), "{s}");
         }
-        for w in [
+        for s in [
             "Deploymentx",
             "Deployment.batch",
             "apps/v2/Deployment",
             "v1/Deployment",
         ] {
-            assert!(!k.matches(w), "{w}");
+            assert!(!k.matches(&w(s)), "{s}");
         }
-    }
-
-    #[test]
-    fn spellings_of_a_kind_are_told_apart() {
-        assert_eq!(
-            spelling("apps/v1/Deployment"),
-            Spelling::Gvk {
-                group: "apps",
-                version: "v1",
-                kind: "Deployment"
-            }
-        );
-        assert_eq!(
-            spelling("v1/ConfigMap"),
-            Spelling::Gvk {
-                group: "",
-                version: "v1",
-                kind: "ConfigMap"
-            }
-        );
-        assert_eq!(
-            spelling("Deployment.apps"),
-            Spelling::GroupKind {
-                group: "apps",
-                kind: "Deployment"
-            }
-        );
-        assert_eq!(spelling("Hello"), Spelling::Bare("Hello"));
     }
 }

@@ -264,7 +264,7 @@ mod tests {
         let file = Path::new("operator.toml");
         let model = parse(file, &src).unwrap();
         crate::config::validate::validate(&model, file, &src)
-            .map_or_else(|e| e.to_string(), |()| String::new())
+            .map_or_else(|e| e.to_string(), |_| String::new())
     }
 
     #[test]

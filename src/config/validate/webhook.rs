@@ -25,9 +25,6 @@ pub(super) fn check(model: &Model, report: &mut Report) {
 
 fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
     let at = |k| [Seg::Key("webhook"), Seg::Index(i), Seg::Key(k)];
-    if hook.for_kind.is_empty() {
-        report(&at("for"), "must name a kind".into());
-    }
     if hook.script.as_os_str().is_empty() {
         report(&at("script"), "must name a Rhai script".into());
     }
@@ -57,13 +54,13 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
     }
     check_subresources(model, hook, i, report);
     if hook.convert.is_some() {
-        let crd = model.crds.iter().find(|c| c.kind == hook.for_kind);
+        let crd = model.crd_for(&hook.for_kind);
         match crd {
             None => report(
                 &at("convert"),
                 format!(
                     "conversion needs a CRD of this file, and {:?} is not one",
-                    hook.for_kind
+                    hook.for_kind.to_string()
                 ),
             ),
             Some(c) if c.versions.len() < 2 => report(
@@ -89,7 +86,7 @@ fn check_subresources(model: &Model, hook: &Webhook, i: usize, report: &mut Repo
             Seg::Index(j),
         ]
     };
-    let crd = model.crds.iter().find(|c| c.kind == hook.for_kind);
+    let crd = model.crd_for(&hook.for_kind);
     for (j, name) in hook.subresources.iter().enumerate() {
         if hook.subresources[..j].contains(name) {
             report(&at(j), format!("{name:?} is listed twice"));
@@ -196,7 +193,7 @@ mod tests {
     fn check(src: &str) -> String {
         let file = Path::new("operator.toml");
         let model = parse(file, src).unwrap();
-        super::super::validate(&model, file, src).map_or_else(|e| e.to_string(), |()| String::new())
+        super::super::validate(&model, file, src).map_or_else(|e| e.to_string(), |_| String::new())
     }
 
     const CRD: &str = "[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Cache\"\nversions = [\"v1\"]\n\n";
