@@ -111,7 +111,10 @@ fn check_functions(
         .chain(
             ctl.watches
                 .iter()
-                .filter_map(|w| w.map.as_deref())
+                .filter_map(|w| match &w.parents {
+                    crate::config::model::Parents::Map(f) => Some(f.as_str()),
+                    crate::config::model::Parents::Label(_) => None,
+                })
                 .map(|m| ("watches", m, 1)),
         );
     named

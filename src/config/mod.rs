@@ -394,4 +394,25 @@ controller:
             "configmap:ops/cfg: no config file here (looked for the keys operator.toml, operator.yaml, operator.yml)"
         );
     }
+
+    /// Issue 12: a `watches` entry is a label or a map function, parsed once into `Parents`.
+    #[test]
+    fn a_watch_names_its_parents_by_label_or_by_map_never_both() {
+        let base = "[[controller]]\nfor = \"ConfigMap\"\nscript = \"w.rhai\"\n";
+        let one = format!("{base}watches = [{{ kind = \"Secret\", label = \"app\" }}]\n");
+        let model = parse(Path::new("operator.toml"), &one).unwrap();
+        assert_eq!(
+            model.controllers[0].watches[0].parents,
+            model::Parents::Label("app".into())
+        );
+        let both =
+            format!("{base}watches = [{{ kind = \"Secret\", label = \"a\", map = \"f\" }}]\n");
+        let err = parse(Path::new("operator.toml"), &both)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("operator.toml:4:") && err.contains("set exactly one of `label`"),
+            "{err}"
+        );
+    }
 }

@@ -380,14 +380,64 @@ fn default_concurrency() -> u16 {
 
 /// `[[controller.watches]]`: a related kind and how its objects name their parents.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "WatchEntry", into = "WatchEntry")]
 pub struct Watch {
     pub kind: KindRef,
+    pub parents: Parents,
+}
+
+/// How a related object names the parents it re-triggers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parents {
     /// A label on the related object whose value is the parent's name (same namespace).
-    pub label: Option<String>,
+    Label(String),
     /// A script function `map(obj)` returning a parent name, an array of names, or maps
     /// `#{ name, namespace }`.
-    pub map: Option<String>,
+    Map(String),
+}
+
+/// A `watches` entry as written: exactly one of `label` and `map`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct WatchEntry {
+    kind: KindRef,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    label: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    map: Option<String>,
+}
+
+impl TryFrom<WatchEntry> for Watch {
+    type Error = &'static str;
+    fn try_from(w: WatchEntry) -> Result<Self, Self::Error> {
+        let parents = match (w.label, w.map) {
+            (Some(l), None) => Parents::Label(l),
+            (None, Some(m)) => Parents::Map(m),
+            _ => {
+                return Err(
+                    "set exactly one of `label` (names the parent) or `map` (a script function)",
+                );
+            }
+        };
+        Ok(Self {
+            kind: w.kind,
+            parents,
+        })
+    }
+}
+
+impl From<Watch> for WatchEntry {
+    fn from(w: Watch) -> Self {
+        let (label, map) = match w.parents {
+            Parents::Label(l) => (Some(l), None),
+            Parents::Map(m) => (None, Some(m)),
+        };
+        Self {
+            kind: w.kind,
+            label,
+            map,
+        }
+    }
 }
 
 /// `backoff = { base = "1s", cap = "5m" }`

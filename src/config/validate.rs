@@ -42,21 +42,6 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<Vec<Diagnostic>
         if ctl.script.as_os_str().is_empty() {
             report(&at("script"), "must name a Rhai script".into());
         }
-        for (w, watch) in ctl.watches.iter().enumerate() {
-            if watch.label.is_some() == watch.map.is_some() {
-                let path = [
-                    Seg::Key("controller"),
-                    Seg::Index(i),
-                    Seg::Key("watches"),
-                    Seg::Index(w),
-                ];
-                report(
-                    &path,
-                    "set exactly one of `label` (names the parent) or `map` (a script function)"
-                        .into(),
-                );
-            }
-        }
     }
 
     webhook::check(model, &mut report);

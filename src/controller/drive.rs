@@ -5,6 +5,7 @@
 use super::prepare::Prepared;
 use super::reconcile::reconcile_one;
 use super::report::error_policy;
+use crate::config::model::Parents;
 use crate::queue;
 use futures::StreamExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
@@ -59,15 +60,14 @@ fn run(p: Prepared, shutdown: CancellationToken) -> impl std::future::Future<Out
     }
     for (inf, w) in &p.related {
         let (rx, parent) = (inf.subscribe(), parent.clone());
-        c = match (&w.label, &w.map) {
-            (Some(label), _) => c.reconcile_on(
+        c = match &w.parents {
+            Parents::Label(label) => c.reconcile_on(
                 queue::by_label(rx, label.clone(), parent).inspect(requested(&pending)),
             ),
-            (None, Some(f)) => c.reconcile_on(
+            Parents::Map(f) => c.reconcile_on(
                 queue::by_script(rx, ctx.spec.script.clone(), f.clone(), parent)
                     .inspect(requested(&pending)),
             ),
-            (None, None) => c,
         };
     }
     if let Some(period) = p.resync {
