@@ -20,6 +20,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod controller;
+pub mod handler;
 pub mod daemon;
 #[cfg(test)]
 mod fake_api;

@@ -29,6 +29,9 @@ fn script_ctx(ctx: &Ctx, obj: &DynamicObject) -> ScriptCtx {
             namespace: obj.namespace(),
             informers: ctx.caches.visible.clone(),
         }),
+        memo: None,
+        attempt: None,
+        indexes: None,
     }
 }
 

@@ -36,7 +36,7 @@ impl Lookup for NoLookup {
     }
 }
 
-/// The `ctx` argument of `reconcile(obj, ctx)` and `finalize(obj, ctx)`.
+/// The `ctx` argument of every function khai calls about an object.
 #[derive(Clone)]
 pub struct ScriptCtx {
     pub operator: String,
@@ -45,6 +45,31 @@ pub struct ScriptCtx {
     /// `[params]` of the config, as a map.
     pub params: Value,
     pub lookup: Arc<dyn Lookup>,
+    /// The object's memo (`ctx.memo`), shared by every call about it.
+    pub memo: Option<super::memo::Memo>,
+    /// For a handler: how far its attempts on the current change have come.
+    pub attempt: Option<Attempt>,
+    /// The config's indexes (`ctx.index`).
+    pub indexes: Option<Arc<dyn Indexes>>,
+}
+
+/// How far a handler's attempts on one change have come: `ctx.retry`, `ctx.started`,
+/// `ctx.runtime`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    /// Attempts before this one (0 on the first).
+    pub retry: u32,
+    /// When the first attempt began (RFC 3339).
+    pub started: String,
+    /// Seconds since the first attempt began.
+    pub runtime: f64,
+}
+
+/// Answers `ctx.index(name, key)`: the values the index holds under `key`, and `ctx.index(name)`:
+/// every key with its values.
+pub trait Indexes: Send + Sync {
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String>;
+    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, String>;
 }
 
 impl ScriptCtx {
@@ -56,6 +81,9 @@ impl ScriptCtx {
             namespace: namespace.map(str::to_string),
             params: Value::Object(serde_json::Map::new()),
             lookup: Arc::new(NoLookup),
+            memo: None,
+            attempt: None,
+            indexes: None,
         }
     }
 }
@@ -104,6 +132,32 @@ pub fn register(engine: &mut Engine) {
             c.namespace.clone().map_or(Dynamic::UNIT, Dynamic::from)
         })
         .register_get("params", |c: &mut ScriptCtx| to_dyn(&c.params))
+        .register_get("memo", |c: &mut ScriptCtx| match &c.memo {
+            Some(m) => Dynamic::from(m.clone()),
+            None => Dynamic::UNIT,
+        })
+        .register_get("retry", |c: &mut ScriptCtx| {
+            i64::from(c.attempt.as_ref().map_or(0, |a| a.retry))
+        })
+        .register_get("started", |c: &mut ScriptCtx| match &c.attempt {
+            Some(a) => Dynamic::from(a.started.clone()),
+            None => Dynamic::UNIT,
+        })
+        .register_get("runtime", |c: &mut ScriptCtx| {
+            c.attempt.as_ref().map_or(0.0, |a| a.runtime)
+        })
+        .register_fn("index", |c: &mut ScriptCtx, name: &str, key: &str| {
+            let Some(idx) = &c.indexes else {
+                return Err(fail_with(format!("no index named {name:?} in this config")));
+            };
+            array(idx.get(name, key).map_err(fail_with)?)
+        })
+        .register_fn("index", |c: &mut ScriptCtx, name: &str| {
+            let Some(idx) = &c.indexes else {
+                return Err(fail_with(format!("no index named {name:?} in this config")));
+            };
+            to_dyn(&Value::Object(idx.all(name).map_err(fail_with)?))
+        })
         .register_fn("get", |c: &mut ScriptCtx, kind: &str, name: &str| {
             get(c, kind, name, None)
         })

@@ -7,9 +7,10 @@
 //! objects as plain maps.
 
 pub mod ctx;
+pub mod memo;
 mod inline;
 
-pub use ctx::{Lookup, ScriptCtx};
+pub use ctx::{Attempt, Indexes, Lookup, ScriptCtx};
 
 use rhai::{AST, Dynamic, Engine, EvalAltResult, OptimizationLevel, Position};
 use std::cell::Cell;
@@ -168,6 +169,7 @@ pub fn engine(limits: &Limits) -> Engine {
         // functions that read the clock or the cache are always called at run time.
         .set_optimization_level(OptimizationLevel::Simple);
     ctx::register(&mut e);
+    memo::register(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {
             return Some(Dynamic::from("inline budget used up"));
@@ -181,6 +183,13 @@ pub fn engine(limits: &Limits) -> Engine {
     e.on_print(inline::print);
     e.on_debug(|s, src, pos| inline::debug(s, src, pos.line()));
     e
+}
+
+/// An argument of a script call: a JSON value (an object, a change record, a state) or `ctx`.
+#[derive(Clone)]
+pub enum CallArg {
+    Json(serde_json::Value),
+    Ctx(ScriptCtx),
 }
 
 /// A compiled script together with the engine that runs it.
@@ -346,6 +355,32 @@ impl Script {
             s.call_with_ctx(name, &obj, ctx.clone())
         })
         .await
+    }
+
+    /// Calls `function` with `args` (JSON values and `ctx`) and returns its result as JSON.
+    pub fn call_args(
+        &self,
+        function: &str,
+        args: &[CallArg],
+    ) -> Result<serde_json::Value, ScriptError> {
+        let args = args
+            .iter()
+            .map(|a| match a {
+                CallArg::Json(v) => self.to_dynamic(function, v),
+                CallArg::Ctx(c) => Ok(Dynamic::from(c.clone())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.call_dynamic(function, args)
+    }
+
+    /// [`Self::call_args`] without blocking the runtime.
+    pub async fn call_args_async(
+        &self,
+        function: &str,
+        args: Vec<CallArg>,
+    ) -> Result<serde_json::Value, ScriptError> {
+        self.off_runtime(function, move |s, name| s.call_args(name, &args))
+            .await
     }
 
     /// [`Self::call`] without blocking the runtime, for one-argument helpers such as

@@ -98,6 +98,9 @@ fn run_reconcile(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
         namespace,
         params: Value::Object(op.config.model.params.clone()),
         lookup: Arc::new(lookup),
+        memo: Some(crate::script::memo::Memo::default()),
+        attempt: None,
+        indexes: None,
     };
     let answer =
         plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
