@@ -3,7 +3,9 @@
 //! `Ready` is `True` after a reconcile whose plan was carried out, `False` while failing; a
 //! `Failed` condition (`True`) joins it while failing, carrying the same reason and message, so
 //! `kubectl wait --for=condition=Failed` works. A condition's `lastTransitionTime` changes only
-//! when its status does, so an unchanged outcome yields an identical status and no write.
+//! when its status does, so an unchanged outcome yields an identical status and no write. Every
+//! condition carries a `message`, `""` when there is nothing to say (`Ready` after a success),
+//! as Kubernetes' own conditions do.
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -41,14 +43,10 @@ fn condition(obj: &DynamicObject, type_: &str, state: &str, reason: &str, messag
                 .strftime("%Y-%m-%dT%H:%M:%SZ")
                 .to_string()
         });
-    let mut c =
-        json!({ "type": type_, "status": state, "reason": reason, "lastTransitionTime": since });
-    // An empty message is left out rather than sent as "": the 1.20 API server built for the
-    // tests decodes "" in a custom resource's status as null and rejects it.
-    if !message.is_empty() {
-        c["message"] = json!(message);
-    }
-    c
+    json!({
+        "type": type_, "status": state, "reason": reason, "message": message,
+        "lastTransitionTime": since,
+    })
 }
 
 #[cfg(test)]
@@ -73,7 +71,7 @@ mod tests {
         assert_eq!(s["observedGeneration"], 3);
         assert_eq!(
             s["conditions"],
-            json!([{ "type": "Ready", "status": "True", "reason": "Reconciled", "lastTransitionTime": "2020-01-01T00:00:00Z" }])
+            json!([{ "type": "Ready", "status": "True", "reason": "Reconciled", "message": "", "lastTransitionTime": "2020-01-01T00:00:00Z" }])
         );
     }
 
