@@ -128,6 +128,14 @@ fn is_yaml(file: &Path) -> bool {
     )
 }
 
+/// Parses and validates config text, touching no file (a `schema_file` is not read): everything
+/// [`load`] does to the bytes of a config file. Every problem is a located [`Diagnostic`].
+pub fn check_source(file: &Path, src: &str) -> Result<Model, ConfigError> {
+    let model = parse(file, src)?;
+    validate::validate(&model, file, src)?;
+    Ok(model)
+}
+
 /// Parses config text; the format is chosen by the file's extension (TOML unless .yaml/.yml).
 pub fn parse(file: &Path, src: &str) -> Result<Model, Diagnostic> {
     if is_yaml(file) {
