@@ -103,8 +103,14 @@ pub fn parse_plan(out: Value) -> Result<Plan, (String, String)> {
             Some(parse_duration(&r).map_err(|m| ("requeue_after".to_string(), m))?);
     }
     if let Some(key) = map.keys().next() {
+        // A key that is not a plain name is quoted, so that an empty or odd one still shows.
+        let plain = !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_');
         return Err((
-            key.clone(),
+            if plain {
+                key.clone()
+            } else {
+                format!("{key:?}")
+            },
             "unknown key; expected children, status, events or requeue_after".into(),
         ));
     }
@@ -257,6 +263,15 @@ mod tests {
     fn misspelled_key_is_rejected() {
         let err = parse_plan(json!({ "stauts": {} })).unwrap_err();
         assert_eq!(err.0, "stauts");
+    }
+
+    #[test]
+    fn an_unknown_key_that_is_empty_or_not_a_name_is_shown_quoted() {
+        // Found by fuzzing (`scripts/fuzz plan`): `#{ "": 1 }` was reported as ": unknown key".
+        let err = parse_plan(json!({ "": 1 })).unwrap_err();
+        assert_eq!(err.0, r#""""#);
+        let err = parse_plan(json!({ "a b\n": 1 })).unwrap_err();
+        assert_eq!(err.0, r#""a b\n""#);
     }
 
     #[test]
