@@ -18,7 +18,7 @@ pub fn parse(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("unknown unit {unit:?} in {s:?}; use ms, s, m or h")),
     };
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long to wait for"))
 }
 
 #[cfg(test)]
@@ -36,5 +36,18 @@ mod tests {
             parse("5 parsecs").unwrap_err(),
             "unknown unit \" parsecs\" in \"5 parsecs\"; use ms, s, m or h"
         );
+    }
+
+    #[test]
+    fn a_duration_too_long_to_represent_is_an_error_not_a_panic() {
+        // Found by fuzzing (`scripts/fuzz plan`): a script answering
+        // `requeue_after: "377777777777777777777777730s"` panicked in Duration::from_secs_f64.
+        let long = "377777777777777777777777730s";
+        assert_eq!(
+            parse(long).unwrap_err(),
+            format!("{long:?} is too long to wait for")
+        );
+        assert!(parse("99999999999999999999h").is_err());
+        assert!(parse("9999999999").is_ok());
     }
 }

@@ -190,7 +190,8 @@ fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, (String, String)> {
 pub fn parse_duration(v: &Value) -> Result<Duration, String> {
     if let Some(n) = v.as_f64() {
         return if n >= 0.0 {
-            Ok(Duration::from_secs_f64(n))
+            Duration::try_from_secs_f64(n)
+                .map_err(|_| format!("{v} seconds is too long to wait for"))
         } else {
             Err(format!("must not be negative, got {n}"))
         };
@@ -287,5 +288,15 @@ mod tests {
         );
         assert!(parse_duration(&json!("5 parsecs")).is_err());
         assert!(parse_duration(&json!(-1)).is_err());
+    }
+
+    #[test]
+    fn a_requeue_too_long_to_represent_is_rejected_not_a_panic() {
+        // Found by fuzzing (`scripts/fuzz plan`): these panicked in Duration::from_secs_f64.
+        let err = parse_plan(json!({ "requeue_after": 1e300 })).unwrap_err();
+        assert_eq!(err.0, "requeue_after");
+        assert_eq!(err.1, "1e+300 seconds is too long to wait for");
+        let err = parse_plan(json!({ "requeue_after": "377777777777777777777777730s" }));
+        assert_eq!(err.unwrap_err().0, "requeue_after");
     }
 }
