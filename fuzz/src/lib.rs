@@ -37,8 +37,12 @@ pub fn config(format: Format, data: &[u8]) {
             assert!(!e.0.is_empty(), "an error without a diagnostic");
             for d in &e.0 {
                 let text = d.to_string();
-                assert!(text.starts_with("operator."), "unlocated diagnostic: {text}");
+                assert!(
+                    text.starts_with("operator."),
+                    "unlocated diagnostic: {text}"
+                );
                 assert!(!d.message.trim().is_empty(), "empty message: {text}");
+                assert_in_words(&d.message);
             }
         }
         Ok(model) => {
@@ -46,6 +50,48 @@ pub fn config(format: Format, data: &[u8]) {
                 render_crd(crd, &mut json!({}));
             }
         }
+    }
+}
+
+/// A message for an author: it does not repeat a position the diagnostic carries (`line 2
+/// column 9`), and holds no Rust `{:?}` dump (`Nodes { nodes: 250001 }`). Text the author wrote,
+/// quoted in backticks or double quotes, is not judged.
+fn assert_in_words(message: &str) {
+    let mut own = String::new();
+    let mut quote = None;
+    for c in message.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '`' || c == '"' => quote = Some(c),
+            None => own.push(c),
+        }
+    }
+    let words: Vec<&str> = own.split(' ').collect();
+    for w in words.windows(4) {
+        let number = |s: &str| {
+            let digits = s.trim_end_matches(':');
+            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+        };
+        assert!(
+            !(w[0] == "line" && number(w[1]) && w[2] == "column" && number(w[3])),
+            "a position inside the message: {message}"
+        );
+        let camel = |s: &str| {
+            s.starts_with(|c: char| c.is_ascii_uppercase())
+                && s.chars().all(|c| c.is_ascii_alphanumeric())
+        };
+        let field = |s: &str| {
+            s.len() > 1
+                && s.ends_with(':')
+                && s.trim_end_matches(':')
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_')
+        };
+        assert!(
+            !(camel(w[0]) && w[1] == "{" && field(w[2])),
+            "a Rust debug dump in the message: {message}"
+        );
     }
 }
 
@@ -140,7 +186,10 @@ pub fn conversion(data: &[u8]) {
 /// as a plain argument, as `reconcile(obj, ctx)`'s object, and through `ctx.get`/`ctx.list`.
 pub fn rhai_json(data: &[u8]) {
     if let Ok(obj) = serde_json::from_slice::<kube::api::DynamicObject>(data) {
-        assert!(script::object_view(&obj).is_ok(), "an object without a view");
+        assert!(
+            script::object_view(&obj).is_ok(),
+            "an object without a view"
+        );
     }
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
@@ -152,9 +201,15 @@ pub fn rhai_json(data: &[u8]) {
     };
     match scripts().call_with_ctx("reconcile", &value, ctx) {
         Ok(out) => {
-            assert!(same(&value, &out["obj"]), "reconcile's object changed: {out}");
+            assert!(
+                same(&value, &out["obj"]),
+                "reconcile's object changed: {out}"
+            );
             assert!(same(&value, &out["got"]), "ctx.get's object changed: {out}");
-            assert!(same(&json!([value]), &out["list"]), "ctx.list's object changed: {out}");
+            assert!(
+                same(&json!([value]), &out["list"]),
+                "ctx.list's object changed: {out}"
+            );
         }
         Err(e) => assert_clean_error(&value, &e),
     }
@@ -168,7 +223,10 @@ pub fn plan(data: &[u8]) {
     };
     match reconcile::parse_plan(answer) {
         Err((field, message)) => {
-            assert!(!field.is_empty() && !message.is_empty(), "{field}: {message}");
+            assert!(
+                !field.is_empty() && !message.is_empty(),
+                "{field}: {message}"
+            );
         }
         Ok(plan) => {
             for child in &plan.children {
