@@ -20,10 +20,10 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod controller;
-pub mod handler;
 pub mod daemon;
 #[cfg(test)]
 mod fake_api;
+pub mod handler;
 pub mod leader;
 pub mod manifest;
 pub mod metrics;

@@ -57,7 +57,9 @@ impl<'de> Deserialize<'de> for Duration {
         match Written::deserialize(d)? {
             Written::Text(s) => parse(&s).map(Self).map_err(serde::de::Error::custom),
             Written::Seconds(n) if n >= 0.0 && n.is_finite() => {
-                Ok(Self(StdDuration::from_secs_f64(n)))
+                StdDuration::try_from_secs_f64(n).map(Self).map_err(|_| {
+                    serde::de::Error::custom(format!("{n} seconds is too long to wait for"))
+                })
             }
             Written::Seconds(n) => Err(serde::de::Error::custom(format!(
                 "expected a duration like \"30s\", got {n}"
@@ -88,7 +90,7 @@ pub fn parse(s: &str) -> Result<StdDuration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("unknown unit {unit:?} in {s:?}; use ms, s, m or h")),
     };
-    Ok(StdDuration::from_secs_f64(secs))
+    StdDuration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long to wait for"))
 }
 
 #[cfg(test)]
@@ -123,5 +125,18 @@ mod tests {
             "{err}"
         );
         assert!(serde_json::from_value::<Duration>(serde_json::json!(-1)).is_err());
+    }
+
+    #[test]
+    fn a_duration_too_long_to_represent_is_an_error_not_a_panic() {
+        // Found by fuzzing (`scripts/fuzz plan`): a script answering
+        // `requeue_after: "377777777777777777777777730s"` panicked in Duration::from_secs_f64.
+        let long = "377777777777777777777777730s";
+        assert_eq!(
+            parse(long).unwrap_err(),
+            format!("{long:?} is too long to wait for")
+        );
+        assert!(parse("99999999999999999999h").is_err());
+        assert!(parse("9999999999").is_ok());
     }
 }

@@ -193,6 +193,14 @@ fn is_yaml(file: &Path) -> bool {
     )
 }
 
+/// Parses and validates config text, touching no file (a `schema_file` is not read): everything
+/// [`load`] does to the bytes of a config file. Every problem is a located [`Diagnostic`].
+pub fn check_source(file: &Path, src: &str) -> Result<Model, ConfigError> {
+    let model = parse(file, src)?;
+    validate::validate(&model, file, src)?;
+    Ok(model)
+}
+
 /// Parses config text; the format is chosen by the file's extension (TOML unless .yaml/.yml).
 pub fn parse(file: &Path, src: &str) -> Result<Model, Diagnostic> {
     if is_yaml(file) {
@@ -220,12 +228,54 @@ fn parse_yaml(file: &Path, src: &str) -> Result<Model, Diagnostic> {
         let pos = e
             .location()
             .map(|l| (l.line() as usize, l.column() as usize));
-        let text = e.to_string();
-        // serde-saphyr prefixes a location and may append a source snippet; keep the message only.
-        let msg = text.lines().next().unwrap_or_default();
-        let msg = msg.rsplit_once(" at line ").map_or(msg, |(m, _)| m);
-        Diagnostic::new(file, msg.trim().to_string()).at(pos)
+        Diagnostic::new(file, yaml_message(&e)).at(pos)
     })
+}
+
+/// serde-saphyr's message alone, for a diagnostic that carries the position itself (its rendering
+/// would add `error: line N column M:` and a snippet): control characters are escaped, and a
+/// budget breach (a document too large or too deep, such as an alias bomb) is said in words.
+pub fn yaml_message(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::budget::BudgetBreach as B;
+    use serde_saphyr::{DefaultMessageFormatter, Error, MessageFormatter};
+    let mut e = e;
+    while let Error::AliasError { error, .. } | Error::WithSnippet { error, .. } = e {
+        e = error;
+    }
+    let message = match e {
+        Error::Budget { breach, .. } => match breach {
+            B::Nodes { .. } => format!(
+                "the document is too large: more than {} values once aliases are expanded",
+                serde_saphyr::Budget::default().max_nodes
+            ),
+            B::Depth { .. } => format!(
+                "the document is nested too deeply (more than {} levels)",
+                serde_saphyr::Budget::default().max_depth
+            ),
+            B::Aliases { .. } | B::AliasAnchorRatio { .. } | B::MergeKeys { .. } => {
+                "the document uses too many aliases or merge keys".to_string()
+            }
+            _ => "the document is too large".to_string(),
+        },
+        // Drop serde-saphyr's advice for Rust authors ("cannot deserialize null into string;
+        // use Option<String>"): config authors have no Option to use.
+        _ => {
+            let m = DefaultMessageFormatter.format_message(e);
+            m.split("; use Option<")
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    let mut shown = String::with_capacity(message.len());
+    for c in message.chars() {
+        if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 fn first_line(s: &str) -> String {
@@ -320,6 +370,39 @@ controller:
     fn invalid_yaml_names_the_line() {
         let err = parse(Path::new("operator.yaml"), "operator:\n  name: [unclosed\n").unwrap_err();
         assert!(err.position.is_some(), "{err}");
+    }
+
+    #[test]
+    fn yaml_diagnostics_give_the_position_once_and_a_message_in_words() {
+        // Found by fuzzing (`scripts/fuzz config_yaml`): serde-saphyr's rendering put its own
+        // "error: line 2 column 9:" inside the message, after khai's "operator.yaml:2:9:", and
+        // a budget breach read "budget breached: Nodes { nodes: 250001 }".
+        let err = parse(Path::new("operator.yaml"), "operator:\n  name: [unclosed\n").unwrap_err();
+        assert_eq!(err.to_string(), "operator.yaml:2:9: expected string scalar");
+        let err = parse(Path::new("operator.yaml"), "crd: 3\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "operator.yaml:1:6: expected sequence start"
+        );
+        let err = parse(Path::new("operator.yaml"), "operator: { name: ~ }\n").unwrap_err();
+        assert_eq!(err.message, "cannot deserialize null into string");
+        // An alias bomb: ten levels of ten aliases each.
+        let mut bomb = String::from("params:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            bomb.push_str(&format!("  a{i}: &a{i} [{refs}]\n"));
+        }
+        let err = parse(Path::new("operator.yaml"), &bomb).unwrap_err();
+        assert_eq!(
+            err.message,
+            "the document is too large: more than 250000 values once aliases are expanded"
+        );
+        let deep = format!("params: {{x: {}{}}}\n", "[".repeat(300), "]".repeat(300));
+        let err = parse(Path::new("operator.yaml"), &deep).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "operator.yaml:1:267: recursion limit exceeded"
+        );
     }
 
     #[test]

@@ -50,8 +50,10 @@ fn read(path: &Path, text: std::io::Result<String>) -> Result<Value, String> {
         serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?
     } else {
         serde_saphyr::from_str(&text).map_err(|e| {
-            let msg = e.to_string();
-            format!("{shown}: {}", msg.lines().next().unwrap_or_default())
+            let at = e
+                .location()
+                .map_or_else(String::new, |l| format!(":{}:{}", l.line(), l.column()));
+            format!("{shown}{at}: {}", super::yaml_message(&e))
         })?
     };
     check_root(&schema).map_err(|m| format!("{shown}: {m}"))?;
@@ -127,6 +129,17 @@ mod tests {
         assert_eq!(
             read(&list, std::fs::read_to_string(&list)).unwrap_err(),
             format!("{}: must hold an OpenAPI v3 schema object", list.display())
+        );
+    }
+
+    #[test]
+    fn malformed_yaml_is_located_once() {
+        // It read "s.yaml: error: line 2 column 13: …", the position inside the message.
+        let dir = tempfile::tempdir().unwrap();
+        let bad = write(dir.path(), "s.yaml", "type: object\nproperties: [a\n");
+        assert_eq!(
+            read(&bad, std::fs::read_to_string(&bad)).unwrap_err(),
+            format!("{}:2:13: unclosed bracket '['", bad.display())
         );
     }
 }

@@ -174,9 +174,7 @@ mod tests {
     use super::*;
 
     fn ops(d: &[Diff]) -> Vec<(&'static str, String)> {
-        d.iter()
-            .map(|d| (d.op.name(), d.path.join(".")))
-            .collect()
+        d.iter().map(|d| (d.op.name(), d.path.join("."))).collect()
     }
 
     #[test]

@@ -58,8 +58,14 @@ mod tests {
             when: None,
         };
         let obj = |l: Value| json!({ "metadata": { "labels": l } });
-        assert!(metadata_passes(&filters, &obj(json!({ "app": "web", "tier": "x" }))));
-        assert!(!metadata_passes(&filters, &obj(json!({ "app": "db", "tier": "x" }))));
+        assert!(metadata_passes(
+            &filters,
+            &obj(json!({ "app": "web", "tier": "x" }))
+        ));
+        assert!(!metadata_passes(
+            &filters,
+            &obj(json!({ "app": "db", "tier": "x" }))
+        ));
         assert!(!metadata_passes(&filters, &obj(json!({ "app": "web" }))));
         assert!(!metadata_passes(
             &filters,

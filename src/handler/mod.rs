@@ -193,12 +193,10 @@ impl Handlers {
             anyone |= entry.spec.on != On::Event;
             let record = match (entry.spec.on, cause) {
                 (On::Create, Cause::Create) => Some(record("create", &Value::Null, &essence, None)),
-                (On::Update, Cause::Update) => {
-                    relevant(&entry.spec, &old, &essence).map(|_| record("update", &old, &essence, None))
-                }
-                (On::Field, Cause::Create | Cause::Update) => {
-                    relevant(&entry.spec, &old, &essence).map(|f| record("field", &old, &essence, Some(f)))
-                }
+                (On::Update, Cause::Update) => relevant(&entry.spec, &old, &essence)
+                    .map(|_| record("update", &old, &essence, None)),
+                (On::Field, Cause::Create | Cause::Update) => relevant(&entry.spec, &old, &essence)
+                    .map(|f| record("field", &old, &essence, Some(f))),
                 (On::Resume, _) if resumed => Some(json!({
                     "type": "resume", "old": rec.last, "new": essence, "diff": [],
                 })),
@@ -273,12 +271,9 @@ impl Handlers {
             self.attempt(entry, turn, &record, &mut progress, &mut handled)
                 .await;
         }
-        let done = wanted.iter().all(|e| {
-            progress
-                .handlers
-                .get(&e.spec.id())
-                .is_some_and(|a| a.done)
-        });
+        let done = wanted
+            .iter()
+            .all(|e| progress.handlers.get(&e.spec.id()).is_some_and(|a| a.done));
         if !done && progress != before {
             self.record(turn, &uid, None, Some(&progress)).await?;
         }
@@ -300,7 +295,11 @@ impl Handlers {
                 CallArg::Ctx(ctx.clone()),
                 CallArg::Json(record.clone()),
             ];
-            if let Err(e) = entry.script.call_args_async(&entry.spec.function(), args).await {
+            if let Err(e) = entry
+                .script
+                .call_args_async(&entry.spec.function(), args)
+                .await
+            {
                 tracing::warn!(handler = %entry.spec.id(), object = %obj.name_any(), error = %e, "optional delete handler failed");
             }
         }
@@ -319,7 +318,11 @@ impl Handlers {
                 CallArg::Ctx(ctx.clone()),
                 CallArg::Json(event),
             ];
-            if let Err(e) = entry.script.call_args_async(&entry.spec.function(), args).await {
+            if let Err(e) = entry
+                .script
+                .call_args_async(&entry.spec.function(), args)
+                .await
+            {
                 tracing::warn!(handler = %entry.spec.id(), error = %e, "event handler failed");
             }
         }
@@ -339,7 +342,10 @@ impl Handlers {
             return true;
         };
         let args = if entry.script.has_function(when, 2) {
-            vec![CallArg::Json(turn.view.clone()), CallArg::Ctx(turn.ctx.clone())]
+            vec![
+                CallArg::Json(turn.view.clone()),
+                CallArg::Ctx(turn.ctx.clone()),
+            ]
         } else {
             vec![CallArg::Json(turn.view.clone())]
         };
@@ -368,7 +374,10 @@ impl Handlers {
         if a.done {
             return;
         }
-        if let Some(at) = a.retry_at.as_deref().and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        if let Some(at) = a
+            .retry_at
+            .as_deref()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
             && at > now
         {
             let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default();
@@ -392,7 +401,10 @@ impl Handlers {
             CallArg::Ctx(ctx),
             CallArg::Json(record.clone()),
         ];
-        let result = entry.script.call_args_async(&entry.spec.function(), args).await;
+        let result = entry
+            .script
+            .call_args_async(&entry.spec.function(), args)
+            .await;
         let failure = match result {
             Ok(out) => match take_result(out, handled) {
                 Ok(()) => {
@@ -402,7 +414,11 @@ impl Handlers {
                     tracing::info!(handler = %id, "handler succeeded");
                     return;
                 }
-                Err(m) => Failure::Again(format!("{}: {}: {m}", entry.script.file().display(), entry.spec.function())),
+                Err(m) => Failure::Again(format!(
+                    "{}: {}: {m}",
+                    entry.script.file().display(),
+                    entry.spec.function()
+                )),
             },
             Err(ScriptError::Fail { message, .. }) => Failure::Final(message),
             Err(ScriptError::Retry { message, delay, .. }) => {
@@ -420,7 +436,10 @@ impl Handlers {
             Failure::Final(m) => (m, None),
             _ if out_of_retries || out_of_time => {
                 let why = if out_of_retries { "retries" } else { "timeout" };
-                (format!("{} (gave up: out of {why})", failure.message()), None)
+                (
+                    format!("{} (gave up: out of {why})", failure.message()),
+                    None,
+                )
             }
             Failure::After(m, d) => (m, Some(d)),
             Failure::Again(m) => (m, Some(spec.backoff.get())),
@@ -428,16 +447,22 @@ impl Handlers {
         a.message = Some(message.clone());
         match delay {
             Some(d) => {
-                a.retry_at = Some(rfc3339(now + jiff::SignedDuration::try_from(d).unwrap_or_default()));
+                a.retry_at = Some(rfc3339(
+                    now + jiff::SignedDuration::try_from(d).unwrap_or_default(),
+                ));
                 handled.retry_in = Some(handled.retry_in.map_or(d, |r| r.min(d)));
                 tracing::warn!(handler = %id, retry_in = ?d, error = %message, "handler failed");
-                handled.events.push(warning("HandlerRetrying", &format!("{id}: {message}")));
+                handled
+                    .events
+                    .push(warning("HandlerRetrying", &format!("{id}: {message}")));
             }
             None => {
                 a.done = true;
                 a.retry_at = None;
                 tracing::warn!(handler = %id, error = %message, "handler failed for good; the change counts as handled");
-                handled.events.push(warning("HandlerFailed", &format!("{id}: {message}")));
+                handled
+                    .events
+                    .push(warning("HandlerFailed", &format!("{id}: {message}")));
             }
         }
     }
@@ -452,7 +477,11 @@ impl Handlers {
     ) -> Result<(), Error> {
         let patch = progress::patch(&self.keys, last, progress);
         turn.api
-            .patch(&turn.obj.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &turn.obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
             .map_err(|e| Error::Record(e.into()))?;
         let annotations = &patch["metadata"]["annotations"];
@@ -462,7 +491,11 @@ impl Handlers {
             Some(_) => text(&self.keys.last_handled),
             None => previous
                 .handled
-                .then(|| turn.view["metadata"]["annotations"][&self.keys.last_handled].as_str().map(str::to_string))
+                .then(|| {
+                    turn.view["metadata"]["annotations"][&self.keys.last_handled]
+                        .as_str()
+                        .map(str::to_string)
+                })
                 .flatten()
                 .or_else(|| {
                     crate::sync::lock(&self.pending)
@@ -540,7 +573,12 @@ fn record(kind: &str, old: &Value, new: &Value, field: Option<&str>) -> Value {
 }
 
 fn diffs(old: &Value, new: &Value) -> Value {
-    Value::Array(change::diff(old, new).iter().map(change::Diff::to_json).collect())
+    Value::Array(
+        change::diff(old, new)
+            .iter()
+            .map(change::Diff::to_json)
+            .collect(),
+    )
 }
 
 /// Reads a handler's answer: nothing, or a map with `status` and `events`.
@@ -573,7 +611,9 @@ fn take_result(out: Value, handled: &mut Handled) -> Result<(), String> {
         handled.events.extend(plan.events);
     }
     if let Some(key) = map.keys().next() {
-        return Err(format!("{key}: unknown key; a handler returns status or events"));
+        return Err(format!(
+            "{key}: unknown key; a handler returns status or events"
+        ));
     }
     Ok(())
 }
@@ -593,11 +633,28 @@ mod tests {
     fn a_field_handler_cares_only_for_its_field_and_its_conditions() {
         let old = json!({ "spec": { "size": 1, "image": "a" } });
         let new = json!({ "spec": { "size": 2, "image": "a" } });
-        assert_eq!(relevant(&handler("field", "field = \"spec.size\""), &old, &new), Some("spec.size"));
-        assert_eq!(relevant(&handler("field", "field = \"spec.image\""), &old, &new), None);
-        assert_eq!(relevant(&handler("field", "field = \"spec.size\"\nnew = 3"), &old, &new), None);
         assert_eq!(
-            relevant(&handler("field", "field = \"spec.size\"\nold = 1\nnew = 2"), &old, &new),
+            relevant(&handler("field", "field = \"spec.size\""), &old, &new),
+            Some("spec.size")
+        );
+        assert_eq!(
+            relevant(&handler("field", "field = \"spec.image\""), &old, &new),
+            None
+        );
+        assert_eq!(
+            relevant(
+                &handler("field", "field = \"spec.size\"\nnew = 3"),
+                &old,
+                &new
+            ),
+            None
+        );
+        assert_eq!(
+            relevant(
+                &handler("field", "field = \"spec.size\"\nold = 1\nnew = 2"),
+                &old,
+                &new
+            ),
             Some("spec.size")
         );
         assert_eq!(relevant(&handler("update", ""), &old, &new), Some(""));
@@ -619,11 +676,22 @@ mod tests {
     #[test]
     fn a_handler_answer_is_nothing_or_status_and_events() {
         let mut h = Handled::default();
-        take_result(json!({ "status": { "a": 1 }, "events": [{ "reason": "Done", "message": "m" }] }), &mut h).unwrap();
+        take_result(
+            json!({ "status": { "a": 1 }, "events": [{ "reason": "Done", "message": "m" }] }),
+            &mut h,
+        )
+        .unwrap();
         take_result(json!({ "status": { "b": 2 } }), &mut h).unwrap();
-        assert_eq!(h.status, Some(json!({ "a": 1, "b": 2 }).as_object().cloned().unwrap()));
+        assert_eq!(
+            h.status,
+            Some(json!({ "a": 1, "b": 2 }).as_object().cloned().unwrap())
+        );
         assert_eq!(h.events.len(), 1);
-        assert!(take_result(json!({ "children": [] }), &mut h).unwrap_err().contains("children: unknown key"));
+        assert!(
+            take_result(json!({ "children": [] }), &mut h)
+                .unwrap_err()
+                .contains("children: unknown key")
+        );
         assert!(take_result(json!(3), &mut h).is_err());
     }
 }

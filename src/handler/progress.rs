@@ -104,7 +104,10 @@ const DIGEST_KEY: &str = "digest";
 
 /// A digest of a value: XXH3-64 of its JSON text.
 pub fn digest(v: &Value) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes()))
+    format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes())
+    )
 }
 
 /// The merge patch that records `last` as handled (when given) and sets or clears `progress`.

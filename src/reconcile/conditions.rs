@@ -6,7 +6,8 @@
 //! ones it returns are kept beside khai's two (merged by `type`), and while a reconcile fails the
 //! object keeps the ones it had. A condition's `lastTransitionTime` changes only when its status
 //! does (khai fills it in when a script leaves it out), so an unchanged outcome yields an
-//! identical status and no write.
+//! identical status and no write. Every condition khai sets carries a `message`, `""` when there
+//! is nothing to say (`Ready` after a success), as Kubernetes' own conditions do.
 
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -76,14 +77,10 @@ fn since(obj: &DynamicObject, type_: &str, state: &str) -> String {
 
 fn condition(obj: &DynamicObject, type_: &str, state: &str, reason: &str, message: &str) -> Value {
     let since = since(obj, type_, state);
-    let mut c =
-        json!({ "type": type_, "status": state, "reason": reason, "lastTransitionTime": since });
-    // An empty message is left out rather than sent as "": the 1.20 API server built for the
-    // tests decodes "" in a custom resource's status as null and rejects it.
-    if !message.is_empty() {
-        c["message"] = json!(message);
-    }
-    c
+    json!({
+        "type": type_, "status": state, "reason": reason, "message": message,
+        "lastTransitionTime": since,
+    })
 }
 
 #[cfg(test)]
@@ -108,7 +105,7 @@ mod tests {
         assert_eq!(s["observedGeneration"], 3);
         assert_eq!(
             s["conditions"],
-            json!([{ "type": "Ready", "status": "True", "reason": "Reconciled", "lastTransitionTime": "2020-01-01T00:00:00Z" }])
+            json!([{ "type": "Ready", "status": "True", "reason": "Reconciled", "message": "", "lastTransitionTime": "2020-01-01T00:00:00Z" }])
         );
     }
 
@@ -159,7 +156,7 @@ mod tests {
         assert_eq!(
             s["conditions"],
             json!([
-                { "type": "Ready", "status": "True", "reason": "Reconciled", "lastTransitionTime": "2020-01-01T00:00:00Z" },
+                { "type": "Ready", "status": "True", "reason": "Reconciled", "message": "", "lastTransitionTime": "2020-01-01T00:00:00Z" },
                 { "type": "Synced", "status": "True", "reason": "UpToDate", "lastTransitionTime": "2021-01-01T00:00:00Z" },
                 { "type": "Degraded", "status": "False", "lastTransitionTime": "2022-01-01T00:00:00Z" },
             ])

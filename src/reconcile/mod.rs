@@ -107,8 +107,14 @@ pub fn parse_plan(out: Value) -> Result<Plan, (String, String)> {
             Some(parse_duration(&r).map_err(|m| ("requeue_after".to_string(), m))?);
     }
     if let Some(key) = map.keys().next() {
+        // A key that is not a plain name is quoted, so that an empty or odd one still shows.
+        let plain = !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_');
         return Err((
-            key.clone(),
+            if plain {
+                key.clone()
+            } else {
+                format!("{key:?}")
+            },
             "unknown key; expected children, status, events or requeue_after".into(),
         ));
     }
@@ -205,7 +211,8 @@ fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, (String, String)> {
 pub fn parse_duration(v: &Value) -> Result<Duration, String> {
     if let Some(n) = v.as_f64() {
         return if n >= 0.0 {
-            Ok(Duration::from_secs_f64(n))
+            Duration::try_from_secs_f64(n)
+                .map_err(|_| format!("{v} seconds is too long to wait for"))
         } else {
             Err(format!("must not be negative, got {n}"))
         };
@@ -281,6 +288,15 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_key_that_is_empty_or_not_a_name_is_shown_quoted() {
+        // Found by fuzzing (`scripts/fuzz plan`): `#{ "": 1 }` was reported as ": unknown key".
+        let err = parse_plan(json!({ "": 1 })).unwrap_err();
+        assert_eq!(err.0, r#""""#);
+        let err = parse_plan(json!({ "a b\n": 1 })).unwrap_err();
+        assert_eq!(err.0, r#""a b\n""#);
+    }
+
+    #[test]
     fn durations_parse_in_the_units_authors_write() {
         assert_eq!(
             parse_duration(&json!("250ms")).unwrap(),
@@ -313,5 +329,15 @@ mod tests {
                 "metadata": { "name": "a", "labels": { "kept": "x" } },
                 "data": { "k": "v" }, "list": [{ "b": 1 }, null] })
         );
+    }
+
+    #[test]
+    fn a_requeue_too_long_to_represent_is_rejected_not_a_panic() {
+        // Found by fuzzing (`scripts/fuzz plan`): these panicked in Duration::from_secs_f64.
+        let err = parse_plan(json!({ "requeue_after": 1e300 })).unwrap_err();
+        assert_eq!(err.0, "requeue_after");
+        assert_eq!(err.1, "1e+300 seconds is too long to wait for");
+        let err = parse_plan(json!({ "requeue_after": "377777777777777777777777730s" }));
+        assert_eq!(err.unwrap_err().0, "requeue_after");
     }
 }

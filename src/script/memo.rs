@@ -60,9 +60,7 @@ pub fn register(engine: &mut Engine) {
             crate::sync::lock(&m.0).contains_key(key)
         })
         .register_fn("remove", |m: &mut Memo, key: &str| {
-            crate::sync::lock(&m.0)
-                .remove(key)
-                .unwrap_or(Dynamic::UNIT)
+            crate::sync::lock(&m.0).remove(key).unwrap_or(Dynamic::UNIT)
         })
         .register_fn("keys", |m: &mut Memo| -> rhai::Array {
             crate::sync::lock(&m.0)
@@ -129,7 +127,7 @@ mod tests {
     fn a_memo_keeps_what_a_script_stores_for_the_next_call() {
         let memos = Memos::default();
         let m = memos.of("u1");
-        eval(&m, "memo.count = 1; memo[\"name\"] = \"a\";");
+        let _ = eval(&m, "memo.count = 1; memo[\"name\"] = \"a\";");
         let again = memos.of("u1");
         assert_eq!(eval(&again, "memo.count + 1").as_int().unwrap(), 2);
         assert_eq!(eval(&again, "memo.name").into_string().unwrap(), "a");
@@ -137,13 +135,16 @@ mod tests {
         assert!(eval(&again, "memo.contains(\"count\")").as_bool().unwrap());
         assert_eq!(eval(&again, "memo.keys().len()").as_int().unwrap(), 2);
         memos.forget("u1");
-        assert!(eval(&memos.of("u1"), "memo.count").is_unit(), "a new object starts afresh");
+        assert!(
+            eval(&memos.of("u1"), "memo.count").is_unit(),
+            "a new object starts afresh"
+        );
     }
 
     #[test]
     fn new_memos_start_from_the_operators() {
         let memos = Memos::default();
-        eval(&memos.operator(), "memo.region = \"eu\"");
+        let _ = eval(&memos.operator(), "memo.region = \"eu\"");
         assert_eq!(
             eval(&memos.of("u2"), "memo.region").into_string().unwrap(),
             "eu"

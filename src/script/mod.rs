@@ -7,8 +7,8 @@
 //! objects as plain maps.
 
 pub mod ctx;
-pub mod memo;
 mod inline;
+pub mod memo;
 
 pub use ctx::{Attempt, Indexes, Lookup, ScriptCtx};
 

@@ -10,6 +10,7 @@
 
 mod support;
 
+mod apiserver;
 mod chart;
 mod cli;
 mod cluster_scoped;
