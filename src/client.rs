@@ -34,6 +34,13 @@ pub async fn connect(limits: Limits) -> anyhow::Result<(kube::Client, Arc<Bucket
     let agent = http::HeaderValue::from_str(&user_agent())
         .unwrap_or_else(|_| http::HeaderValue::from_static(USER_AGENT));
     config.headers.push((http::header::USER_AGENT, agent));
+    // kube retries 429, 503 and 504 after the server's Retry-After when it sends one. A starting
+    // API server answers 503 "Retry-After: 10" for custom resources until its CRD handlers are
+    // up, so every watch of a custom resource slept 10 s and resumed ~9 s after the server was
+    // ready. khai retries those answers itself, 3 times after 0.5, 1 and 2 s (kube's
+    // `RetryPolicy::default()`, which does not follow Retry-After), each retry drawing on the
+    // rate limit like any request; past that the watch backoff or the object's backoff applies.
+    config.default_retry = false;
     let bucket = Bucket::new(limits);
     // The limiter waits inside each request's future and calls a clone of the stack below it,
     // so that stack is a buffer (kube's own `Client` buffers the same way in front of it).
@@ -41,6 +48,9 @@ pub async fn connect(limits: Limits) -> anyhow::Result<(kube::Client, Arc<Bucket
         .context("failed to build the Kubernetes client")?
         .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&rate_limit::RateLimitLayer::new(bucket.clone()))
+        .with_layer(&tower::retry::RetryLayer::new(
+            kube::client::retry::RetryPolicy::default(),
+        ))
         .build();
     Ok((client, bucket))
 }
