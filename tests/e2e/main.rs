@@ -10,6 +10,7 @@
 
 mod support;
 
+mod chaos;
 mod chart;
 mod cli;
 mod cluster_scoped;
