@@ -24,6 +24,7 @@ mod idle;
 mod image;
 mod manifests;
 mod operations;
+mod rate_limit;
 mod rbac;
 mod reload;
 mod restart;
