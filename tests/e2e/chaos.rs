@@ -351,7 +351,7 @@ impl Scene {
                 let mine = per_owner.get(uid).cloned().unwrap_or_default();
                 assert_eq!(
                     mine,
-                    [name.clone()],
+                    std::slice::from_ref(name),
                     "Cache {name} should have exactly one {what}, named after it"
                 );
             }
@@ -544,7 +544,7 @@ async fn recover_and_report(
     );
     // No hot loop: a steady cluster sees no reconcile and no write for a while.
     let idle_mark = audit::mark_in(scene.cluster.audit_log());
-    let window = Duration::from_secs(3);
+    let window = Duration::from_secs(2);
     tokio::time::sleep(window).await;
     let after = quiet(khai, scene.size.objects).await;
     let idle_writes = writes_by_object(scene, idle_mark);
@@ -663,13 +663,12 @@ async fn expired_watches_relist_and_lose_nothing() {
         away.as_secs_f64()
     );
     recover_and_report(&scene, &khai, &expected, end, mark, &faults, updates).await;
-    // The scenario did what it says: some watch was told its version is gone.
+    // The scenario did what it says: some watch was told its version is gone. (The API server
+    // stays without watch cache for the scenarios after this one; they hold either way.)
     khai.wait_for_log(log_from, "a watch ending with 410 Gone", |l| {
         l.contains("410") && l.contains("watch")
     })
     .await;
-    // Later scenarios get the API server as it started.
-    scene.cluster.restart_apiserver(&[]).await;
 }
 
 #[tokio::test]
@@ -828,7 +827,7 @@ async fn watches_resume_within_seconds_of_an_apiserver_restart_or_freeze() {
     for (i, fault) in ["restart", "freeze"].into_iter().enumerate() {
         let away = match fault {
             "restart" => cluster.restart_apiserver(&[]).await,
-            _ => cluster.pause_apiserver(scene.size.pause.max(10)).await,
+            _ => cluster.pause_apiserver(scene.size.pause).await,
         };
         let back = Instant::now();
         scene
