@@ -1,13 +1,21 @@
 //! Client-side rate limiting of every request khai sends: a token bucket of `qps` tokens a
 //! second holding at most `burst`, as client-go's (controller-runtime's defaults: 20 and 30).
 //!
-//! A request takes a token; when none is left it reserves the next one and waits for it, so
-//! requests leave in the order they asked (golang.org/x/time/rate's reservations, which
-//! client-go's limiter uses). Waiting happens inside the request's own future, never in the
-//! service's `poll_ready`, so a request held back holds up nothing else: Lease requests in
-//! particular are not limited at all (controller-runtime gives leader election a client and
-//! limiter of its own for the same reason: a leader whose renewal queues behind a thousand
-//! writes loses its lease).
+//! A write takes a token; when none is left it reserves the next one and waits for it, so writes
+//! leave in the order they asked (golang.org/x/time/rate's reservations, which client-go's
+//! limiter uses). Waiting happens inside the request's own future, never in the service's
+//! `poll_ready`, so a request held back holds up nothing else.
+//!
+//! Reads (GET: the informers' lists and watches, discovery) take a token too, so they count
+//! against the rate and push later writes back, but they never wait: a watch restarted behind a
+//! backlog of a thousand queued writes would leave its cache stale for as long, and every
+//! reconcile meanwhile would act on old objects and write their intermediate states (seen in
+//! the chaos suite at 1,000 objects: an object updated twice during an API server restart was
+//! written for both versions). khai's reads are bounded without the limiter: informers list and
+//! watch only when they start or their watch fails (at most once per backoff step), and scripts
+//! read from the caches. Lease requests are not limited at all (controller-runtime gives leader
+//! election a client and limiter of its own for the same reason: a leader whose renewal queues
+//! behind a thousand writes loses its lease).
 //!
 //! Every request is counted in `rest_client_requests_total{code,method}` and the time spent
 //! waiting for a token in `rest_client_rate_limiter_duration_seconds{verb}`.
@@ -104,6 +112,18 @@ impl Bucket {
     }
 }
 
+impl Bucket {
+    /// Takes a token without waiting for it, even when none is left: later reservations wait
+    /// the longer.
+    pub fn charge(&self) {
+        let mut s = crate::sync::lock(&self.state);
+        if s.limits.qps > 0.0 {
+            s.refill(Instant::now());
+            s.tokens -= 1.0;
+        }
+    }
+}
+
 impl State {
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
@@ -169,6 +189,9 @@ where
     fn call(&mut self, req: http::Request<ReqBody>) -> Self::Future {
         use tower::ServiceExt;
         let wait = if exempt(req.uri().path()) {
+            Duration::ZERO
+        } else if req.method() == http::Method::GET {
+            self.bucket.charge();
             Duration::ZERO
         } else {
             self.bucket.reserve()
@@ -265,9 +288,9 @@ mod tests {
         use tower::{Layer, ServiceExt};
         let sent = Counting::default();
         let svc = RateLimitLayer::new(Bucket::new(limits(1.0, 1))).layer(sent.clone());
-        let req = |path: &str| http::Request::get(path).body(()).unwrap();
+        let req = |path: &str| http::Request::patch(path).body(()).unwrap();
         svc.clone()
-            .oneshot(req("/api/v1/namespaces/a/configmaps"))
+            .oneshot(req("/api/v1/namespaces/a/configmaps/a"))
             .await
             .unwrap();
         // The bucket is empty: this one waits a second.
@@ -279,14 +302,38 @@ mod tests {
         assert_eq!(sent.0.load(std::sync::atomic::Ordering::SeqCst), 1);
         // A renewal goes through at once, ahead of it.
         svc.clone()
-            .oneshot(req(
-                "/apis/coordination.k8s.io/v1/namespaces/a/leases/khai-x",
-            ))
+            .oneshot(
+                http::Request::put("/apis/coordination.k8s.io/v1/namespaces/a/leases/khai-x")
+                    .body(())
+                    .unwrap(),
+            )
             .await
             .unwrap();
         assert_eq!(sent.0.load(std::sync::atomic::Ordering::SeqCst), 2);
         held.await.unwrap().unwrap();
         assert_eq!(sent.0.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_goes_at_once_and_pushes_the_next_write_back() {
+        use tower::{Layer, ServiceExt};
+        let sent = Counting::default();
+        let bucket = Bucket::new(limits(1.0, 1));
+        let svc = RateLimitLayer::new(bucket.clone()).layer(sent.clone());
+        let get = |path: &str| http::Request::get(path).body(()).unwrap();
+        let patch = |path: &str| http::Request::patch(path).body(()).unwrap();
+        svc.clone()
+            .oneshot(patch("/api/v1/namespaces/a/configmaps/x"))
+            .await
+            .unwrap();
+        // The bucket is empty; a watch goes through at once all the same...
+        svc.clone()
+            .oneshot(get("/api/v1/namespaces/a/configmaps?watch=true"))
+            .await
+            .unwrap();
+        assert_eq!(sent.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // ...and the next write waits for the token it took as well as its own.
+        assert_eq!(bucket.reserve(), Duration::from_secs(2));
     }
 
     #[test]
