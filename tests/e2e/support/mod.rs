@@ -7,6 +7,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod audit;
+pub mod chaos;
 pub mod dedicated;
 pub mod helm;
 pub mod metrics;
