@@ -4,23 +4,55 @@
 //! debug dump that ends up in Events, conditions and logs. [`ApiError`] keeps what the server
 //! said (message, reason, code) and prints only that; every module that reports a failed request
 //! to a person goes through it.
+//!
+//! Every request goes through [`rate_limit`]: a client-side token bucket (QPS and burst, as
+//! controller-runtime's), counted in khai's metrics.
 
-/// The user agent of every request khai sends, so audit logs and the API server's metrics say
-/// which requests came from khai.
+pub mod rate_limit;
+
+pub use rate_limit::{Bucket, Limits};
+use std::sync::Arc;
+
+/// The user agent prefix of every request khai sends, so audit logs and the API server's
+/// metrics say which requests came from khai.
 pub const USER_AGENT: &str = concat!("khai/", env!("CARGO_PKG_VERSION"));
 
+/// The user agent of this process: [`USER_AGENT`] and this replica's identity (`POD_NAME`, or
+/// host and pid, as its leader election identity), e.g. `khai/0.1.0 (cache-khai-7d9f-x2x)`, so
+/// an audit log tells replicas apart.
+pub fn user_agent() -> String {
+    format!("{USER_AGENT} ({})", crate::leader::default_identity())
+}
+
 /// A client for the cluster `KUBECONFIG` (or the Pod's service account) points at, sending
-/// [`USER_AGENT`].
-pub async fn connect() -> anyhow::Result<kube::Client> {
+/// [`user_agent`], its requests limited by the returned bucket (whose limits may change later).
+pub async fn connect(limits: Limits) -> anyhow::Result<(kube::Client, Arc<Bucket>)> {
     use anyhow::Context;
     let mut config = kube::Config::infer()
         .await
         .context("failed to load the cluster credentials (set KUBECONFIG or run in a pod)")?;
-    config.headers.push((
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(USER_AGENT),
-    ));
-    kube::Client::try_from(config).context("failed to build the Kubernetes client")
+    let agent = http::HeaderValue::from_str(&user_agent())
+        .unwrap_or_else(|_| http::HeaderValue::from_static(USER_AGENT));
+    config.headers.push((http::header::USER_AGENT, agent));
+    // kube retries 429, 503 and 504 after the server's Retry-After when it sends one. A starting
+    // API server answers 503 "Retry-After: 10" for custom resources until its CRD handlers are
+    // up, so every watch of a custom resource slept 10 s and resumed ~9 s after the server was
+    // ready. khai retries those answers itself, 3 times after 0.5, 1 and 2 s (kube's
+    // `RetryPolicy::default()`, which does not follow Retry-After), each retry drawing on the
+    // rate limit like any request; past that the watch backoff or the object's backoff applies.
+    config.default_retry = false;
+    let bucket = Bucket::new(limits);
+    // The limiter waits inside each request's future and calls a clone of the stack below it,
+    // so that stack is a buffer (kube's own `Client` buffers the same way in front of it).
+    let client = kube::client::ClientBuilder::try_from(config)
+        .context("failed to build the Kubernetes client")?
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&rate_limit::RateLimitLayer::new(bucket.clone()))
+        .with_layer(&tower::retry::RetryLayer::new(
+            kube::client::retry::RetryPolicy::default(),
+        ))
+        .build();
+    Ok((client, bucket))
 }
 
 /// A failed request, as a person should read it.

@@ -1,5 +1,5 @@
-//! The production flags of `khai run`: the metrics and probe port, leader election and the
-//! shutdown grace period, and turning them into what the daemon takes.
+//! The production flags of `khai run`: the metrics and probe port, leader election, the
+//! client-side rate limit and the shutdown grace period, and turning them into what the daemon takes.
 
 use crate::leader::{self, Settings};
 use std::net::SocketAddr;
@@ -37,6 +37,14 @@ pub struct Operations {
     /// How often every replica tries to acquire or renew the Lease.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
     pub leader_elect_retry_period: Duration,
+    /// Requests a second khai may send to the API server on average (0: no limit); overrides
+    /// `[operator] qps` [default: 20].
+    #[arg(long, value_name = "QPS", value_parser = qps)]
+    pub kube_api_qps: Option<f64>,
+    /// Requests that may leave at once after a quiet spell; overrides `[operator] burst`
+    /// [default: 30].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_burst: Option<u32>,
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "25s", value_parser = duration)]
     pub shutdown_grace: Duration,
@@ -46,7 +54,24 @@ fn duration(s: &str) -> Result<Duration, String> {
     crate::config::duration::parse(s)
 }
 
+fn qps(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of requests a second, 0 or more (0: no limit)"
+        )),
+    }
+}
+
 impl Operations {
+    /// The client-side rate limit: the flags where given, else `config`'s.
+    pub fn limits(&self, config: crate::client::Limits) -> crate::client::Limits {
+        crate::client::Limits {
+            qps: self.kube_api_qps.unwrap_or(config.qps),
+            burst: self.kube_api_burst.unwrap_or(config.burst),
+        }
+    }
+
     /// The leader election settings, when `--leader-elect` is on.
     pub fn leader(
         &self,

@@ -399,7 +399,7 @@ fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("failed to start the async runtime")?;
     let missing = rt.block_on(async {
-        let client = crate::client::connect().await?;
+        let (client, _) = crate::client::connect(crate::client::Limits::default()).await?;
         let reviews: Api<SelfSubjectAccessReview> = Api::all(client);
         let mut missing = Vec::new();
         for access in &needed {

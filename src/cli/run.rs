@@ -46,7 +46,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("failed to start the async runtime")?;
     rt.block_on(async move {
-        let client = crate::client::connect().await?;
+        // A config on disk sets the rate limit before the first request; one from a ConfigMap
+        // is read with the flags' (or the default) limit, which then changes to the config's.
+        let first = disk.as_ref().map(|(op, _)| op.config.model.operator.limits());
+        let (client, bucket) =
+            crate::client::connect(args.ops.limits(first.unwrap_or_default())).await?;
         let (op, current, regarding) = match (&args.config, disk) {
             (Source::Path(_), Some((op, current))) => (op, current, None),
             (Source::Path(path), None) => {
@@ -58,9 +62,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 (loaded.operator, loaded.fingerprint, Some(loaded.object))
             }
         };
+        bucket.set(args.ops.limits(op.config.model.operator.limits()));
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone()));
-        tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), "khai starting");
+        let limits = bucket.limits();
+        tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), qps = limits.qps, burst = limits.burst, "khai starting");
         for w in &op.config.warnings {
             tracing::warn!("{w}");
         }

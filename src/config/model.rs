@@ -75,6 +75,15 @@ pub struct OperatorSettings {
     pub startup: Option<super::handlers::Hook>,
     /// `fn name(ctx)` run once when khai stops.
     pub cleanup: Option<super::handlers::Hook>,
+    /// Requests a second khai may send to the API server on average (client-side rate limit,
+    /// controller-runtime's default 20); `0` turns the limit off. `khai run --kube-api-qps`
+    /// overrides it.
+    #[serde(default = "default_qps", deserialize_with = "non_negative")]
+    pub qps: f64,
+    /// Requests that may leave at once after a quiet spell (controller-runtime's default 30).
+    /// `khai run --kube-api-burst` overrides it.
+    #[serde(default = "default_burst", deserialize_with = "at_least_one")]
+    pub burst: u32,
 }
 
 /// One `[[operator.extra_rbac]]` rule, as in a Kubernetes PolicyRule.
@@ -105,7 +114,37 @@ impl Default for OperatorSettings {
             extra_rbac: Vec::new(),
             startup: None,
             cleanup: None,
+            qps: default_qps(),
+            burst: default_burst(),
         }
+    }
+}
+
+fn default_qps() -> f64 {
+    crate::client::rate_limit::DEFAULT_QPS
+}
+
+fn default_burst() -> u32 {
+    crate::client::rate_limit::DEFAULT_BURST
+}
+
+fn non_negative<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "must be a number of requests a second, 0 or more (0: no limit), not {v}"
+        )))
+    }
+}
+
+fn at_least_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    let v = u32::deserialize(d)?;
+    if v >= 1 {
+        Ok(v)
+    } else {
+        Err(serde::de::Error::custom("must be 1 or more"))
     }
 }
 
@@ -113,6 +152,14 @@ fn default_operator_name() -> String {
     "khai".into()
 }
 impl OperatorSettings {
+    /// The client-side rate limit the config asks for.
+    pub fn limits(&self) -> crate::client::Limits {
+        crate::client::Limits {
+            qps: self.qps,
+            burst: self.burst,
+        }
+    }
+
     /// The field manager of every server-side apply: `field_manager`, else the operator's name,
     /// so `kubectl get -o yaml --show-managed-fields` says which operator owns a field.
     pub fn field_manager(&self) -> &str {

@@ -49,6 +49,8 @@ struct Metrics {
     config_reloads: IntCounterVec,
     config_hash: Gauge,
     config_info: IntGaugeVec,
+    requests: IntCounterVec,
+    rate_limiter_wait: HistogramVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -80,6 +82,12 @@ const RECONCILE_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
     1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
     25.0, 30.0, 40.0, 50.0, 60.0,
+];
+
+/// client-go's rate limiter latency buckets, 1 ms to about a minute.
+const RATE_LIMITER_BUCKETS: &[f64] = &[
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    8.192, 16.384, 32.768, 65.536,
 ];
 
 /// controller-runtime's workqueue buckets: `ExponentialBuckets(10e-9, 10, 10)`, 10 ns to 10 s.
@@ -275,6 +283,19 @@ impl Metrics {
                 "khai_config_info",
                 "1 for the config running now: its source (config file, or configmap:NS/NAME/<file>), the source's version (a ConfigMap's resourceVersion; empty for files) and hash (as khai_config_hash, in hex)",
                 &["source", "version", "hash"],
+            ),
+            requests: counter(
+                &r,
+                "rest_client_requests_total",
+                "Number of HTTP requests to the API server, partitioned by status code (<error>: no answer) and method",
+                &["code", "method"],
+            ),
+            rate_limiter_wait: histogram_with(
+                &r,
+                "rest_client_rate_limiter_duration_seconds",
+                "Time requests waited for the client-side rate limiter (--kube-api-qps, --kube-api-burst), by verb",
+                &["verb"],
+                RATE_LIMITER_BUCKETS,
             ),
             registry: r,
         };
@@ -494,6 +515,19 @@ pub fn config_reloaded(ok: bool) {
     METRICS.config_reloads.with_label_values(&[result]).inc();
 }
 
+/// A request to the API server got an answer with status `code` (`<error>`: none).
+pub fn request_sent(code: &str, method: &str) {
+    METRICS.requests.with_label_values(&[code, method]).inc();
+}
+
+/// A request of `verb` waited `waited` for the client-side rate limiter.
+pub fn rate_limited(verb: &str, waited: Duration) {
+    METRICS
+        .rate_limiter_wait
+        .with_label_values(&[verb])
+        .observe(waited.as_secs_f64());
+}
+
 /// What `/readyz` answers from.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -532,6 +566,8 @@ mod tests {
         leader("unit-lease", true);
         script_call("unit.rhai", "reconcile", Duration::from_millis(3), None);
         reconcile_finished("unit", "success", Duration::from_millis(5));
+        request_sent("599", "PATCH");
+        rate_limited("UNIT", Duration::from_millis(3));
         let text = encode();
         for family in [
             "controller_runtime_reconcile_total{controller=\"unit\",result=\"success\"} 1",
@@ -546,6 +582,8 @@ mod tests {
             "khai_config_reloads_total{result=\"success\"} 0",
             "khai_watch_restarts_total{kind=\"Unit\"} 0",
             "khai_build_info{version=",
+            "rest_client_requests_total{code=\"599\",method=\"PATCH\"} 1",
+            "rest_client_rate_limiter_duration_seconds_bucket{verb=\"UNIT\",le=\"0.004\"} 1",
         ] {
             assert!(text.contains(family), "missing {family} in\n{text}");
         }

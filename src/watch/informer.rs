@@ -12,6 +12,11 @@
 //! entry holds while the object is seen at the version khai wrote from; seeing any other version
 //! forgets it, and so do the object's deletion and a relist, so an object deleted (or pruned)
 //! after khai wrote it is written again when it is wanted again.
+//!
+//! A failed watch is retried after [`WatchBackoff`]: 800 ms doubling to at most 5 s, so a watch
+//! resumes within about 5 s of the API server coming back (kube-runtime's default, client-go's
+//! reflector backoff, grows to 30 s plus up to 100 % jitter: after a 10 s API server restart
+//! khai's watches came back 10 s after the server did).
 
 use super::Kind;
 use super::subscription::{self, Changed, Publisher, Subscription};
@@ -438,7 +443,7 @@ async fn watch(
         kind: key.kind.clone(),
     };
     let mut events = watcher(api, config)
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(move |o| {
             o.managed_fields_mut().clear();
             if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
@@ -449,11 +454,36 @@ async fn watch(
     // What the cache held when a relist began: objects missing from the new list were deleted
     // while the watch was down, and subscribers must hear of that too.
     let mut before_relist: Vec<Arc<DynamicObject>> = Vec::new();
+    // A failing watch logs its first error and each new one; the same error again (every few
+    // seconds while the API server is away) only at debug level.
+    let mut failing: Option<Failing> = None;
     while let Some(event) = events.next().await {
         let event = match event {
-            Ok(ev) => ev,
+            Ok(ev) => {
+                if let Some(f) = failing.take() {
+                    tracing::info!(kind = %key.kind, namespace = ?key.namespace, failures = f.count, after = ?f.since.elapsed(), "watch resumed");
+                }
+                ev
+            }
             Err(e) => {
-                tracing::warn!(kind = %key.kind, namespace = ?key.namespace, error = %crate::client::watch_error(&e), "watch failed; retrying");
+                let error = crate::client::watch_error(&e);
+                match &mut failing {
+                    Some(f) if f.error == error => {
+                        f.count += 1;
+                        tracing::debug!(kind = %key.kind, namespace = ?key.namespace, %error, failures = f.count, "watch failed again; retrying");
+                    }
+                    _ => {
+                        tracing::warn!(kind = %key.kind, namespace = ?key.namespace, %error, "watch failed; retrying");
+                        let (since, count) = failing
+                            .as_ref()
+                            .map_or((std::time::Instant::now(), 1), |f| (f.since, f.count + 1));
+                        failing = Some(Failing {
+                            since,
+                            count,
+                            error,
+                        });
+                    }
+                }
                 crate::metrics::watch_restarted(&key.kind);
                 continue;
             }
@@ -507,10 +537,87 @@ async fn watch(
     }
 }
 
+/// A streak of watch failures.
+struct Failing {
+    since: std::time::Instant,
+    count: u32,
+    error: String,
+}
+
+/// How long a failed watch waits before it tries again: 800 ms (client-go's first step), doubling
+/// up to [`WatchBackoff::CAP`], each step plus up to 20 % jitter so replicas do not retry in
+/// step; back to 800 ms after any event.
+///
+/// The cap bounds how long khai stays blind after the API server is back: a watch retries at
+/// most [`WatchBackoff::CAP`] (+20 %) after the server returns. client-go's reflectors (and
+/// kube-runtime's default) cap at 30 s with up to 100 % jitter, to spare an API server that
+/// thousands of kubelets and controllers hammer; an operator has a handful of informers, so
+/// retrying each every 5 s while the server is away costs it a few requests a second at most,
+/// which buys resuming within seconds instead of up to a minute.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchBackoff {
+    next: std::time::Duration,
+}
+
+impl WatchBackoff {
+    /// The first wait.
+    pub(crate) const FIRST: std::time::Duration = std::time::Duration::from_millis(800);
+    /// The longest wait, before jitter.
+    pub(crate) const CAP: std::time::Duration = std::time::Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = std::time::Duration;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        use std::hash::BuildHasher;
+        let step = self.next;
+        self.next = (step * 2).min(Self::CAP);
+        // Up to 20 % more, from std's randomly keyed hasher (no RNG crate for one number).
+        let random = std::collections::hash_map::RandomState::new().hash_one(step);
+        #[allow(clippy::cast_precision_loss)]
+        let jitter = (random % 1000) as f64 / 5000.0;
+        Some(step.mul_f64(1.0 + jitter))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_failing_watch_waits_800ms_doubling_to_5s_with_at_most_20_percent_jitter() {
+        use kube::runtime::utils::Backoff;
+        use std::time::Duration;
+        let mut b = WatchBackoff::default();
+        let steps: Vec<Duration> = (0..8).map(|_| b.next().unwrap()).collect();
+        let base = [800, 1600, 3200, 5000, 5000, 5000, 5000, 5000];
+        for (got, ms) in steps.iter().zip(base) {
+            let ms = Duration::from_millis(ms);
+            assert!(
+                *got >= ms && *got <= ms.mul_f64(1.2),
+                "step {got:?} is not within 20 % above {ms:?}: {steps:?}"
+            );
+        }
+        b.reset();
+        assert!(
+            b.next().unwrap() < Duration::from_millis(961),
+            "reset starts over"
+        );
+    }
 
     fn child(name: &str, owner: Option<&str>) -> Arc<DynamicObject> {
         let refs: Vec<_> = owner

@@ -11,6 +11,7 @@
 mod support;
 
 mod apiserver;
+mod chaos;
 mod chart;
 mod cli;
 mod cluster_scoped;
@@ -24,6 +25,7 @@ mod idle;
 mod image;
 mod manifests;
 mod operations;
+mod rate_limit;
 mod rbac;
 mod reload;
 mod restart;

@@ -466,3 +466,119 @@ fn rbac_verify_file_checks_a_rules_file_offline() {
         "{stdout}"
     );
 }
+
+/// Issue 17: a permission missing from khai's RBAC (here `patch configmaps`: no child can be
+/// applied) must give each object one Warning Event (repeated, not multiplied) and a
+/// `Ready=False` condition in the API server's words, show in `rest_client_requests_total`
+/// with code 403, and be retried with backoff: no hot loop, no crash.
+#[tokio::test]
+async fn a_missing_permission_gives_one_event_and_condition_per_object_and_no_hot_loop() {
+    use crate::support::metrics::{http_get, metrics_until, sum};
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-403").await;
+    let config = hello_with_events();
+    let mut docs = generate_rbac(config.path(), &ns.name);
+    let mut removed = 0;
+    for doc in &mut docs {
+        for rule in doc
+            .get_mut("rules")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            if rule["resources"]
+                .as_array()
+                .is_some_and(|r| r.contains(&json!("configmaps")))
+                && let Some(verbs) = rule["verbs"].as_array_mut()
+            {
+                let before = verbs.len();
+                verbs.retain(|v| v != "patch");
+                removed += before - verbs.len();
+            }
+        }
+    }
+    assert!(
+        removed >= 1,
+        "the generated RBAC lets khai patch configmaps"
+    );
+    let (khai, _kubeconfig) = start(&client, &ns.name, config.path(), &docs).await;
+    let refused = |o: Option<&DynamicObject>| {
+        o.and_then(|o| o.data["status"]["conditions"].as_array().cloned())
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == "Ready"
+                    && c["status"] == "False"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("cannot patch resource \"configmaps\""))
+            })
+    };
+    let hello = wait_for(
+        &hellos(&client, &ns.name),
+        "world",
+        "Ready=False naming the refused permission",
+        refused,
+    )
+    .await;
+    let message = hello.data["status"]["conditions"][0]["message"].clone();
+    eprintln!("condition: {message}");
+    assert!(
+        !message.to_string().contains("Status {"),
+        "the condition is in the API server's words, not a debug dump: {message}"
+    );
+
+    // Retries back off (1, 2, 4, 8 s...): a few reconciles in 15 s, not hundreds.
+    let addr = khai.metrics_addr().await;
+    let before = metrics_until(&addr, "a first reconcile", |b| {
+        sum(b, "controller_runtime_reconcile_total") >= 1.0
+    })
+    .await;
+    let window = std::time::Duration::from_secs(15);
+    tokio::time::sleep(window).await;
+    let (code, _) = http_get(&addr, "/healthz").await;
+    assert_eq!(code, 200, "khai is alive and healthy");
+    let (_, after) = http_get(&addr, "/metrics").await;
+    let reconciles = sum(&after, "controller_runtime_reconcile_total")
+        - sum(&before, "controller_runtime_reconcile_total");
+    let refusals: f64 = after
+        .lines()
+        .filter(|l| l.starts_with("rest_client_requests_total{code=\"403\",method=\"PATCH\"}"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    eprintln!("in {window:?}: {reconciles} reconciles, {refusals} refused PATCHes in all");
+    assert!(
+        (1.0..=6.0).contains(&reconciles),
+        "{reconciles} reconciles in {window:?} of a permanent 403: a hot loop, or none at all"
+    );
+    assert!(
+        refusals >= 2.0,
+        "rest_client_requests_total counts the 403s"
+    );
+
+    // One Event for the object, its count going up, not one Event per attempt.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let warnings: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .collect();
+    let notes: Vec<_> = warnings.iter().map(|e| e.note.clone()).collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one Warning Event for the object, not one per attempt: {notes:#?}"
+    );
+    assert!(
+        notes[0]
+            .as_deref()
+            .is_some_and(|n| n.contains("cannot patch resource \"configmaps\"")),
+        "the Event says which permission is missing: {notes:?}"
+    );
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai stops cleanly");
+}

@@ -7,16 +7,25 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Writes by `verb resource[/subresource]`, e.g. `patch configmaps` or `patch items/status`.
 pub type Writes = BTreeMap<String, u64>;
 
-/// A point in the audit log; writes are counted from here on.
+/// A point in an audit log; writes are counted from here on.
 #[derive(Debug, Clone, Copy)]
-pub struct Mark(u64);
+pub struct Mark {
+    log: &'static Path,
+    at: u64,
+}
 
-fn log_path() -> PathBuf {
+static SHARED_LOG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+fn log_path() -> &'static Path {
+    SHARED_LOG.get_or_init(shared_log_path)
+}
+
+fn shared_log_path() -> PathBuf {
     let dir = super::kubeconfig()
         .parent()
         .expect("the kubeconfig lies in the cluster's directory")
@@ -30,9 +39,17 @@ fn log_path() -> PathBuf {
     path
 }
 
-/// The end of the audit log now.
+/// The end of the shared cluster's audit log now.
 pub fn mark() -> Mark {
-    Mark(std::fs::metadata(log_path()).map_or(0, |m| m.len()))
+    mark_in(log_path())
+}
+
+/// The end of the audit log `log` (another cluster's) now.
+pub fn mark_in(log: &'static Path) -> Mark {
+    Mark {
+        log,
+        at: std::fs::metadata(log).map_or(0, |m| m.len()),
+    }
 }
 
 /// The writes khai made in `namespace` since `from` (cluster-scoped objects are not counted).
@@ -47,8 +64,8 @@ pub fn khai_writes(from: Mark, namespace: &str) -> Writes {
 
 /// Writes since `from` of the audit events `keep` accepts.
 pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
-    let mut file = std::fs::File::open(log_path()).expect("open the audit log");
-    file.seek(SeekFrom::Start(from.0)).unwrap();
+    let mut file = std::fs::File::open(from.log).expect("open the audit log");
+    file.seek(SeekFrom::Start(from.at)).unwrap();
     let mut out = Writes::new();
     for line in BufReader::new(file).lines().map_while(Result::ok) {
         let Ok(e) = serde_json::from_str::<serde_json::Value>(&line) else {
@@ -72,8 +89,8 @@ pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
 /// the order the API server logged them. Each has `verb`, `userAgent`, `objectRef`,
 /// `requestReceivedTimestamp` and `stageTimestamp` (the API server's clock, in microseconds).
 pub fn entries(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
-    let mut file = std::fs::File::open(log_path()).expect("open the audit log");
-    file.seek(SeekFrom::Start(from.0)).unwrap();
+    let mut file = std::fs::File::open(from.log).expect("open the audit log");
+    file.seek(SeekFrom::Start(from.at)).unwrap();
     BufReader::new(file)
         .lines()
         .map_while(Result::ok)

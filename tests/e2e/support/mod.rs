@@ -7,6 +7,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod audit;
+pub mod chaos;
+pub mod dedicated;
 pub mod helm;
 pub mod metrics;
 
@@ -46,11 +48,20 @@ fn start_cluster() -> Cluster {
             _watchdog: None,
         };
     }
-    let dir = std::env::temp_dir().join(format!("khai-test-{}-{}", std::process::id(), nanos()));
+    start_cluster_in(&std::env::temp_dir().join(format!(
+        "khai-test-{}-{}",
+        std::process::id(),
+        nanos()
+    )))
+}
+
+/// Starts a cluster in `dir` with `scripts/cluster start`, and a watchdog that stops it when this
+/// process exits.
+fn start_cluster_in(dir: &Path) -> Cluster {
     let script = repo_root().join("scripts/cluster");
     let out = Command::new(&script)
         .arg("start")
-        .arg(&dir)
+        .arg(dir)
         .stderr(Stdio::inherit())
         .output()
         .expect("failed to run scripts/cluster start");
@@ -66,7 +77,7 @@ fn start_cluster() -> Cluster {
         .arg("-c")
         .arg("cat >/dev/null; exec \"$0\" stop \"$1\" >/dev/null 2>&1")
         .arg(&script)
-        .arg(&dir)
+        .arg(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .process_group(0)
@@ -87,9 +98,19 @@ fn nanos() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
+/// Nanoseconds of the wall clock, for unique names and seeds.
+pub fn nanos_u64() -> u64 {
+    (nanos() % u128::from(u64::MAX)) as u64
+}
+
 /// A client for the test cluster; made per test, since a client belongs to one runtime.
 pub async fn client() -> kube::Client {
-    let kc = Kubeconfig::read_from(kubeconfig()).expect("read kubeconfig");
+    client_of(kubeconfig()).await
+}
+
+/// A client for the cluster of `kubeconfig`.
+pub async fn client_of(kubeconfig: &Path) -> kube::Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("kubeconfig");
@@ -194,6 +215,17 @@ impl Khai {
     /// exec khai so that [`Khai::pid`] is khai's.
     pub fn start_wrapped(config: &Path, namespace: &str, extra: &[&str], wrapper: &[&str]) -> Self {
         Self::spawn(config, namespace, extra, kubeconfig(), &[], wrapper)
+    }
+
+    /// Like [`Khai::start`], on the cluster of `kubeconfig` with extra environment variables.
+    pub fn start_on(
+        kubeconfig: &Path,
+        config: &Path,
+        namespace: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::spawn(config, namespace, extra, kubeconfig, env, &[])
     }
 
     /// Like [`Khai::start`], with extra environment variables (e.g. `POD_NAME`).
