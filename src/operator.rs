@@ -21,6 +21,8 @@ pub struct Operator {
     pub limits: Limits,
     /// Each `[[webhook]]` with its compiled script, in config order.
     pub webhooks: Vec<crate::webhook::Handler>,
+    /// Handlers, timers, daemons, indexes and the startup/cleanup hooks, compiled.
+    pub handlers: crate::handler::load::Compiled,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,12 +87,15 @@ impl Operator {
         }
         let (webhooks, webhook_problems) = crate::webhook::script_api::load(&config, &limits);
         problems.extend(webhook_problems);
+        let (handlers, handler_problems) = crate::handler::load::load(&config, &engine, &limits);
+        problems.extend(handler_problems);
         if problems.is_empty() {
             Ok(Self {
                 config,
                 scripts,
                 limits,
                 webhooks,
+                handlers,
             })
         } else {
             Err(Error::Scripts(problems))

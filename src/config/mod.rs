@@ -64,6 +64,12 @@ impl Config {
         validate::diagnostic(&self.file, &self.source, &path, message)
     }
 
+    /// A diagnostic about the field at a path of keys, as `operator.startup.function`.
+    pub fn diagnostic_in(&self, keys: &[&str], message: String) -> Diagnostic {
+        let path: Vec<_> = keys.iter().map(|k| field_path::Seg::Key(k)).collect();
+        validate::diagnostic(&self.file, &self.source, &path, message)
+    }
+
     /// Resolves a path written in the config relative to the config's directory.
     pub fn resolve(&self, path: &Path) -> PathBuf {
         self.base_dir.join(path)

@@ -3,9 +3,16 @@
 //! per-object state (backoff, the requests waiting in its queue).
 
 use crate::apply::Applier;
+use crate::handler::Handlers;
+use crate::handler::clock::Clock;
+use crate::handler::index::IndexSet;
 use crate::queue;
+use crate::reconcile::lookup::CacheLookup;
 use crate::script::Script;
+use crate::script::ScriptCtx;
 use crate::watch::{Informer, Kind};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 use kube::runtime::events::Recorder;
 use serde_json::Value;
 use std::sync::Arc;
@@ -20,6 +27,16 @@ pub(crate) struct Ctx {
     pub spin: super::spin::Spin,
     /// Requests waiting for a reconcile, for the workqueue metrics.
     pub pending: queue::Pending,
+    /// What runs beside (or instead of) `reconcile` for this kind.
+    pub beside: Beside,
+}
+
+/// The handlers, timers and daemons of the controller's kind, and the config's indexes.
+#[derive(Default)]
+pub(crate) struct Beside {
+    pub handlers: Option<Arc<Handlers>>,
+    pub clock: Option<Arc<Clock>>,
+    pub indexes: Option<Arc<IndexSet>>,
 }
 
 /// What the config says about one controller, resolved against the cluster.
@@ -27,8 +44,9 @@ pub(crate) struct Spec {
     /// Name in logs and metrics.
     pub controller: String,
     pub operator: String,
-    /// The script's reconcile function.
-    pub function: String,
+    /// The script's reconcile function; `None` for a kind that has only handlers, timers or
+    /// daemons.
+    pub function: Option<String>,
     /// The script's `finalize(obj, ctx)`, when it defines one; only then is a finalizer added.
     pub finalize: Option<String>,
     pub finalizer_name: String,
@@ -77,12 +95,43 @@ impl Caches {
 }
 
 impl Ctx {
-    /// Forgets what the controller keeps per object (backoff, write history) for `obj`, which
-    /// is gone.
-    pub fn forget(&self, obj: &kube::api::DynamicObject) {
-        use kube::ResourceExt;
+    /// Forgets what the controller keeps per object (backoff, write history, handler state,
+    /// memo) for `obj`, which is gone; returns the daemons that ran for it, to be stopped.
+    pub fn forget(&self, obj: &DynamicObject) -> Vec<crate::handler::clock::Stopping> {
         let key = obj.uid().unwrap_or_else(|| obj.name_any());
         self.backoff.succeed(&key);
         self.spin.forget(&key);
+        crate::handler::memos().forget(&key);
+        if let Some(h) = &self.beside.handlers {
+            h.forget(&key);
+        }
+        self.beside
+            .clock
+            .as_ref()
+            .map(|c| c.forget(&key))
+            .unwrap_or_default()
+    }
+
+    /// The `ctx` a script called about `obj` sees.
+    pub fn script_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
+        let uid = obj.uid().unwrap_or_default();
+        ScriptCtx {
+            operator: self.spec.operator.clone(),
+            controller: self.spec.controller.clone(),
+            namespace: obj.namespace(),
+            params: self.spec.params.clone(),
+            memo: Some(crate::handler::memos().of(&uid)),
+            lookup: Arc::new(CacheLookup {
+                uid,
+                namespace: obj.namespace(),
+                informers: self.caches.visible.clone(),
+            }),
+            attempt: None,
+            indexes: self
+                .beside
+                .indexes
+                .clone()
+                .map(|i| i as Arc<dyn crate::script::Indexes>),
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! owned children mapped to their owner, related objects mapped by label or script, and the
 //! periodic resync all feed its queue, which never runs one object twice at once.
 
+use super::context::Ctx;
 use super::prepare::Prepared;
 use super::reconcile::reconcile_one;
 use super::report::error_policy;
@@ -30,24 +31,44 @@ fn requested<T: queue::Request>(pending: &queue::Pending) -> impl FnMut(&T) + Se
 pub(crate) async fn start(p: Prepared, shutdown: CancellationToken) {
     let caches = &p.ctx.caches.visible;
     let synced = futures::future::join_all(caches.iter().map(|i| i.synced()));
+    let indexes = async {
+        if let Some(ix) = &p.ctx.beside.indexes {
+            ix.ready().await;
+        }
+    };
     tokio::select! {
-        _ = synced => {}
+        _ = futures::future::join(synced, indexes) => {}
         () = shutdown.cancelled() => return,
     }
     tracing::debug!(caches = caches.len(), "caches synced; starting controller");
     run(p, shutdown).await;
 }
 
-fn run(p: Prepared, shutdown: CancellationToken) -> impl std::future::Future<Output = ()> {
+async fn run(p: Prepared, shutdown: CancellationToken) {
     let ctx = p.ctx;
     let name = ctx.spec.controller.clone();
     let parent = ctx.spec.kind.clone();
     let pending = ctx.pending.clone();
     crate::metrics::controller_started(&name, p.concurrency);
+    let (stops, stopping) = tokio::sync::mpsc::channel(STOPS);
     let forget = {
         let ctx = ctx.clone();
-        move |o: &kube::api::DynamicObject| ctx.forget(o)
+        move |o: &kube::api::DynamicObject| {
+            for s in ctx.forget(o) {
+                if stops.try_send(s).is_err() {
+                    tracing::warn!(
+                        "too many daemons stopping at once; one is dropped without its stop"
+                    );
+                }
+            }
+        }
     };
+    let spies = ctx
+        .beside
+        .handlers
+        .as_ref()
+        .is_some_and(|h| h.spies().next().is_some() || h.optional_deletes().next().is_some())
+        .then(|| p.primary.subscribe());
     let trigger = queue::primary(p.primary.subscribe(), p.reconcile_on_status, forget)
         .inspect(requested(&pending));
     let mut c =
@@ -81,8 +102,9 @@ fn run(p: Prepared, shutdown: CancellationToken) -> impl std::future::Future<Out
         c = c.reconcile_all_on(all);
     }
     tracing::info!(controller = %name, kind = %parent.resource.kind, namespace = p.primary.namespace.as_deref().unwrap_or("*"), "starting controller");
-    c.graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile_one, error_policy, ctx)
+    let controller = c
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile_one, error_policy, ctx.clone())
         .for_each(move |res| {
             match res {
                 // The object went away while its request waited.
@@ -95,5 +117,61 @@ fn run(p: Prepared, shutdown: CancellationToken) -> impl std::future::Future<Out
                 Ok(_) => {}
             }
             futures::future::ready(())
-        })
+        });
+    tokio::select! {
+        () = controller => {}
+        () = beside(&ctx, spies, stopping) => {}
+    }
+    // khai is stopping (or this controller is replaced): the daemons still running stop too.
+    if let Some(clock) = &ctx.beside.clock {
+        let stops = clock.drain().into_iter().map(|s| {
+            let c = ctx.script_ctx(&s.obj);
+            clock.stop(s, c)
+        });
+        futures::future::join_all(stops).await;
+    }
+}
+
+fn forget_memo(obj: &kube::api::DynamicObject) {
+    use kube::ResourceExt;
+    crate::handler::memos().forget(&obj.uid().unwrap_or_default());
+}
+
+/// Daemons of deleted objects waiting for their `stop`.
+const STOPS: usize = 1024;
+
+/// Runs what the watch events of the controller's kind call for apart from its turns: the raw
+/// event handlers and the optional delete handlers (`spies`, when there are any) and the
+/// `stop` of the daemons of objects that are gone. Never ends.
+async fn beside(
+    ctx: &Ctx,
+    spies: Option<crate::watch::Subscription>,
+    mut stopping: tokio::sync::mpsc::Receiver<crate::handler::clock::Stopping>,
+) {
+    let next_change = async |s: &Option<crate::watch::Subscription>| match s {
+        Some(s) => s.next().await,
+        None => futures::future::pending().await,
+    };
+    loop {
+        tokio::select! {
+            change = next_change(&spies) => {
+                let Some(h) = &ctx.beside.handlers else { continue };
+                let Ok(view) = crate::script::object_view(&change.object) else { continue };
+                let script_ctx = ctx.script_ctx(&change.object);
+                h.on_event(view.clone(), change.deleted, script_ctx.clone()).await;
+                if change.deleted {
+                    h.on_gone(&change.object, view, script_ctx).await;
+                    // Calls about a gone object may have brought its memo back.
+                    forget_memo(&change.object);
+                }
+            }
+            Some(s) = stopping.recv() => {
+                if let Some(clock) = &ctx.beside.clock {
+                    let (c, obj) = (ctx.script_ctx(&s.obj), s.obj.clone());
+                    clock.stop(s, c).await;
+                    forget_memo(&obj);
+                }
+            }
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! one object at a time ([`reconcile`]) and reporting what fails ([`report`]). [`context`] is
 //! what its reconciles share.
 
+mod beside;
 mod context;
 mod drive;
 mod prepare;

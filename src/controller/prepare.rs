@@ -2,7 +2,8 @@
 //! cluster, informers started, a [`Ctx`] each, and a fingerprint that says across versions of
 //! the config whether a controller changed.
 
-use super::context::{Caches, Ctx, Services, Spec};
+use super::beside;
+use super::context::{Beside, Caches, Ctx, Services, Spec};
 use crate::apply::Applier;
 use crate::config::kind::KindRef;
 use crate::config::model::{Controller, Model, Watch};
@@ -78,9 +79,45 @@ pub(crate) async fn prepare(
         client: client.clone(),
         watched: watched.clone(),
     };
+    let indexes = beside::indexes(op, client, informers, &all_or_each).await?;
+    let mut by_kind = beside::by_kind(op, client).await?;
+    let mut resolved = Vec::new();
+    for ctl in &model.controllers {
+        resolved.push(Kinds::resolve(client, model, ctl).await?);
+    }
+    let mut synthesized = Vec::new();
+    for group in &mut by_kind {
+        // Handlers join the controller of their kind when it selects every object; otherwise
+        // (or with no controller) the kind gets a controller of its own that runs only them.
+        let joins = model.controllers.iter().zip(&resolved).position(|(c, k)| {
+            c.selector.is_none()
+                && c.field_selector.is_none()
+                && c.annotations.is_empty()
+                && c.when.is_none()
+                && k.primary == group.kind
+        });
+        match joins {
+            Some(i) => group.controller = Some(i),
+            None => synthesized.extend(group.synthesize(&op.handlers)),
+        }
+    }
     let mut prepared = Vec::new();
-    for (ctl, script) in model.controllers.iter().zip(&op.scripts) {
-        let kinds = Kinds::resolve(client, model, ctl).await?;
+    let controllers = model
+        .controllers
+        .iter()
+        .zip(&op.scripts)
+        .enumerate()
+        .map(|(i, (c, s))| (Some(i), c, s))
+        .chain(synthesized.iter().map(|(c, s)| (None, c, s)));
+    for (i, ctl, script) in controllers {
+        let kinds = match i {
+            Some(i) => resolved[i].clone(),
+            None => Kinds::resolve(client, model, ctl).await?,
+        };
+        let group = by_kind.iter().find(|g| match i {
+            Some(i) => g.controller == Some(i),
+            None => g.controller.is_none() && g.kind == kinds.primary,
+        });
         let env = Env {
             model,
             ctl,
@@ -88,6 +125,10 @@ pub(crate) async fn prepare(
             kinds: &kinds,
             informers,
             shared: &shared,
+            reconciles: i.is_some(),
+            beside: group.map(|g| g.start(op)),
+            indexes: indexes.clone(),
+            extra: beside::fingerprint(op),
         };
         if kinds.primary.namespaced {
             for ns in &all_or_each {
@@ -133,6 +174,7 @@ struct Shared {
 }
 
 /// The kinds one controller names, resolved.
+#[derive(Clone)]
 struct Kinds {
     primary: Kind,
     owned: Vec<Kind>,
@@ -181,6 +223,13 @@ struct Env<'a> {
     kinds: &'a Kinds,
     informers: &'a Informers,
     shared: &'a Shared,
+    /// Whether the controller runs `reconcile` (not only handlers, timers or daemons).
+    reconciles: bool,
+    /// The handlers, timers and daemons of its kind, if any.
+    beside: Option<beside::Started>,
+    indexes: Option<Arc<crate::handler::index::IndexSet>>,
+    /// What else the fingerprint covers: the handler, timer, daemon and index entries.
+    extra: u64,
 }
 
 impl Env<'_> {
@@ -193,15 +242,16 @@ impl Env<'_> {
             kinds,
             informers,
             shared,
+            ..
         } = self;
         let name = ctl.display_name();
         let kind = &kinds.primary;
         let manage_status = model.crds.iter().any(|c| {
             c.status.is_some() && c.kind == kind.resource.kind && c.group == kind.resource.group
         });
-        let finalize = script
-            .has_function(FINALIZE, crate::operator::RECONCILE_ARITY)
-            .then(|| FINALIZE.to_string());
+        let finalize = (self.reconciles
+            && script.has_function(FINALIZE, crate::operator::RECONCILE_ARITY))
+        .then(|| FINALIZE.to_string());
         let filter = Filter {
             labels: ctl.selector.clone(),
             fields: ctl.field_selector.clone(),
@@ -234,7 +284,7 @@ impl Env<'_> {
             spec: Spec {
                 controller: name.clone(),
                 operator: model.operator.name.clone(),
-                function: ctl.reconcile.clone(),
+                function: self.reconciles.then(|| ctl.reconcile.clone()),
                 finalize,
                 finalizer_name: format!("khai.dev/{}", model.operator.name),
                 when: ctl.when.clone(),
@@ -258,6 +308,11 @@ impl Env<'_> {
             backoff: queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
             spin: Default::default(),
             pending: queue::Pending::new(&name),
+            beside: Beside {
+                handlers: self.beside.as_ref().and_then(|(h, _)| h.clone()),
+                clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),
+                indexes: self.indexes.clone(),
+            },
         });
         Prepared {
             ctx,
@@ -266,7 +321,7 @@ impl Env<'_> {
             reconcile_on_status: ctl.reconcile_on_status,
             concurrency: ctl.concurrency,
             resync: ctl.resync.map(crate::config::duration::Duration::get),
-            fingerprint: fingerprint(model, ctl, script, primary_ns),
+            fingerprint: fingerprint(model, ctl, script, primary_ns) ^ self.extra,
         }
     }
 }

@@ -5,9 +5,9 @@ use super::context::Ctx;
 use super::prepare::FINALIZE;
 use super::report::{ReconcileError, object_span, publish, report_failure, result_label};
 use super::spin::{Recorded, Verdict};
+use crate::handler::{Handled, Turn};
 use crate::reconcile::conditions::{self, Health};
-use crate::reconcile::lookup::CacheLookup;
-use crate::script::{ScriptCtx, object_view};
+use crate::script::object_view;
 use crate::watch;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -17,23 +17,6 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use serde_json::Value;
 use std::sync::Arc;
 use tracing::Instrument;
-
-fn script_ctx(ctx: &Ctx, obj: &DynamicObject) -> ScriptCtx {
-    ScriptCtx {
-        operator: ctx.spec.operator.clone(),
-        controller: ctx.spec.controller.clone(),
-        namespace: obj.namespace(),
-        params: ctx.spec.params.clone(),
-        lookup: Arc::new(CacheLookup {
-            uid: obj.uid().unwrap_or_default(),
-            namespace: obj.namespace(),
-            informers: ctx.caches.visible.clone(),
-        }),
-        memo: None,
-        attempt: None,
-        indexes: None,
-    }
-}
 
 /// The reconcile function kube-runtime calls, one object at a time.
 pub(crate) async fn reconcile_one(
@@ -57,8 +40,14 @@ pub(crate) async fn reconcile_one(
             tracing::debug!("not selected by the controller's filters");
             return Ok(Action::await_change());
         }
-        let result = match &ctx.spec.finalize {
-            Some(_) => {
+        let needs_finalizer = ctx.spec.finalize.is_some()
+            || ctx
+                .beside
+                .handlers
+                .as_ref()
+                .is_some_and(|h| h.hold_deletion());
+        let result = match needs_finalizer {
+            true => {
                 let api = watch::api(
                     &ctx.services.client,
                     &ctx.spec.kind,
@@ -66,25 +55,25 @@ pub(crate) async fn reconcile_one(
                 );
                 finalizer(&api, &ctx.spec.finalizer_name, obj.clone(), |event| async {
                     match event {
-                        FinalizerEvent::Apply(o) => apply(&o, &ctx).await,
+                        FinalizerEvent::Apply(o) => turn(&o, &ctx).await,
                         FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
                     }
                 })
                 .await
                 .map_err(ReconcileError::from_finalizer)
             }
-            // The script no longer defines finalize (an edit or a reload since the finalizer was
-            // added): nothing needs khai's finalizer any more, so it goes, or the object would
-            // hang on deletion for ever.
-            None if ours => match release_finalizer(&obj, &ctx).await {
+            // The script no longer defines finalize, and no delete handler holds the object (an
+            // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
+            // more, so it goes, or the object would hang on deletion for ever.
+            false if ours => match release_finalizer(&obj, &ctx).await {
                 Ok(()) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
-                Ok(()) => apply(&obj, &ctx).await,
+                Ok(()) => turn(&obj, &ctx).await,
                 Err(e) => Err(e),
             },
             // Without finalize there is nothing to do for an object on its way out; its children
             // go with it through their ownerReferences.
-            None if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
-            None => apply(&obj, &ctx).await,
+            false if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+            false => turn(&obj, &ctx).await,
         };
         if let Err(e) = &result {
             report_failure(&obj, &ctx, e).await;
@@ -162,18 +151,101 @@ async fn selected(obj: &DynamicObject, ctx: &Ctx) -> bool {
     }
 }
 
-/// The normal path: run `reconcile`, then carry out its plan.
-async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
+/// The normal path: the object's handlers, timers and daemons, then `reconcile` and its plan
+/// carried out. Asks to be woken for the earliest of: a handler's retry, the next timer or
+/// daemon tick, the script's `requeue_after`.
+async fn turn(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
     let key = obj.uid().unwrap_or_else(|| obj.name_any());
     if let Verdict::CoolDown(left) = ctx.spin.check(&key) {
         tracing::debug!(retry_in = ?left, "cooling down after a hot loop; not reconciling yet");
         return Ok(Action::requeue(left));
     }
+    let mut wake = Vec::new();
+    if ctx.beside.handlers.is_some() || ctx.beside.clock.is_some() {
+        let t = beside_turn(obj, ctx)?;
+        let mut handled = match &ctx.beside.handlers {
+            Some(h) => h.on_change(&t).await?,
+            None => Handled::default(),
+        };
+        if let Some(c) = &ctx.beside.clock {
+            wake.push(c.run(&t, &mut handled).await);
+        }
+        wake.push(handled.retry_in);
+        carry_out(obj, ctx, handled).await?;
+    }
+    if let Some(function) = &ctx.spec.function {
+        wake.push(apply(obj, ctx, function, &key).await?);
+    }
+    Ok(wake
+        .into_iter()
+        .flatten()
+        .min()
+        .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// What handlers, timers and daemons see of `obj`.
+fn beside_turn<'a>(obj: &'a DynamicObject, ctx: &Ctx) -> Result<Turn<'a>, ReconcileError> {
+    Ok(Turn {
+        obj,
+        view: object_view(obj)?,
+        ctx: ctx.script_ctx(obj),
+        api: watch::api(
+            &ctx.services.client,
+            &ctx.spec.kind,
+            obj.namespace().as_deref(),
+        ),
+    })
+}
+
+/// Writes the status handlers, timers and daemons returned (a merge patch of the status, only
+/// when it changes something) and records their events.
+async fn carry_out(obj: &DynamicObject, ctx: &Ctx, handled: Handled) -> Result<(), ReconcileError> {
+    if let Some(status) = handled.status
+        && status
+            .iter()
+            .any(|(k, v)| obj.data["status"].get(k) != Some(v))
+    {
+        let api = watch::api(
+            &ctx.services.client,
+            &ctx.spec.kind,
+            obj.namespace().as_deref(),
+        );
+        let params = kube::api::PatchParams {
+            field_manager: Some(HANDLERS_MANAGER.into()),
+            ..Default::default()
+        };
+        let patch = serde_json::json!({ "status": status });
+        api.patch_status(&obj.name_any(), &params, &kube::api::Patch::Merge(&patch))
+            .await
+            .map_err(|e| ReconcileError::HandlerStatus(e.into()))?;
+    }
+    for e in &handled.events {
+        let kind = if e.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish(ctx, obj, kind, &e.reason, &e.message).await;
+    }
+    Ok(())
+}
+
+/// The field manager of the status handlers, timers and daemons return: apart from khai's
+/// server-side apply of `reconcile`'s status, so neither takes away the other's fields.
+const HANDLERS_MANAGER: &str = "khai-handlers";
+
+/// `reconcile` and its plan carried out; returns when the script asked to run again.
+async fn apply(
+    obj: &DynamicObject,
+    ctx: &Ctx,
+    function: &str,
+    key: &str,
+) -> Result<Option<std::time::Duration>, ReconcileError> {
     let mut plan = crate::reconcile::plan(
         &ctx.spec.script,
-        &ctx.spec.function,
+        function,
         object_view(obj)?,
-        script_ctx(ctx, obj),
+        ctx.script_ctx(obj),
     )
     .await?;
     if ctx.spec.manage_status {
@@ -193,9 +265,9 @@ async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError>
         outcome.children_pruned,
         outcome.status_written,
     );
-    ctx.backoff.succeed(&key);
+    ctx.backoff.succeed(key);
     let wrote = outcome.children_applied + outcome.children_pruned > 0 || outcome.status_written;
-    if let Recorded::Hot { writes, cooldown } = ctx.spin.record(&key, wrote) {
+    if let Recorded::Hot { writes, cooldown } = ctx.spin.record(key, wrote) {
         let message = format!(
             "{writes} reconciles wrote within {}s: something this object's reconcile writes \
              triggers it again (a child or label it changes every time?); pausing it for {}s",
@@ -221,9 +293,7 @@ async fn apply(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError>
         status_written = outcome.status_written,
         "reconciled"
     );
-    Ok(plan
-        .requeue_after
-        .map_or_else(Action::await_change, Action::requeue))
+    Ok(plan.requeue_after)
 }
 
 /// Removes khai's finalizer from `obj`. The JSON patch tests that the finalizer is still where
@@ -258,13 +328,32 @@ async fn release_finalizer(obj: &DynamicObject, ctx: &Ctx) -> Result<(), Reconci
     Ok(())
 }
 
-/// The deletion path: run `finalize` until it returns true; the finalizer is then removed.
+/// The deletion path: the delete handlers until all are done, the daemons stopped, then
+/// `finalize` until it returns true; the finalizer is then removed.
 async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
+    if let Some(h) = &ctx.beside.handlers
+        && h.hold_deletion()
+    {
+        let t = beside_turn(obj, ctx)?;
+        let (done, handled) = h.on_delete(&t).await?;
+        carry_out(obj, ctx, handled).await?;
+        if !done {
+            return Err(ReconcileError::DeleteHandlersPending);
+        }
+    }
+    if let Some(c) = &ctx.beside.clock {
+        let t = beside_turn(obj, ctx)?;
+        let mut handled = Handled::default();
+        c.run(&t, &mut handled).await;
+    }
+    if ctx.spec.finalize.is_none() {
+        return Ok(Action::await_change());
+    }
     let function = ctx.spec.finalize.clone().unwrap_or_else(|| FINALIZE.into());
     let done = ctx
         .spec
         .script
-        .call_async(&function, object_view(obj)?, script_ctx(ctx, obj))
+        .call_async(&function, object_view(obj)?, ctx.script_ctx(obj))
         .await
         .map_err(|e| ReconcileError::Plan(e.into()))?;
     if done == Value::Bool(true) {

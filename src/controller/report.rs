@@ -26,6 +26,12 @@ pub enum ReconcileError {
     AddFinalizer(#[source] crate::client::ApiError),
     #[error("failed to remove khai's finalizer: {0}")]
     RemoveFinalizer(#[source] crate::client::ApiError),
+    #[error(transparent)]
+    Handlers(#[from] crate::handler::Error),
+    #[error("failed to write the status handlers returned: {0}")]
+    HandlerStatus(#[source] crate::client::ApiError),
+    #[error("delete handlers have not all finished yet; the object is held until they do")]
+    DeleteHandlersPending,
     /// The finalizer helper refused the object (no name; an invalid finalizer name).
     #[error("{0}")]
     Finalizer(String),

@@ -81,6 +81,11 @@ pub async fn run(
     }
     let informers = Informers::new(client.clone());
     let prepared = controller::prepare(&op, &client, &opts.namespaces, &informers).await?;
+    let operator = op.config.model.operator.name.clone();
+    if let Some(hook) = &op.handlers.startup {
+        crate::handler::run_hook(hook, &operator, "startup").await;
+    }
+    let cleanup = op.handlers.cleanup.clone();
     let synced = tokio::spawn(report_synced(informers.all()));
     let env = Env {
         client: &client,
@@ -99,6 +104,9 @@ pub async fn run(
         }
     };
     synced.abort();
+    if let Some(hook) = &cleanup {
+        crate::handler::run_hook(hook, &operator, "cleanup").await;
+    }
     informers.shutdown();
     tracing::info!("all controllers stopped");
     result

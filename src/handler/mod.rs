@@ -17,7 +17,10 @@
 //! runs that handler again for the same change after the restart.
 
 pub mod change;
+pub mod clock;
 pub mod filter;
+pub mod index;
+pub mod load;
 pub mod progress;
 
 use crate::config::handlers::{Handler, On};
@@ -31,6 +34,30 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// The memos of every object (`ctx.memo`), process-wide: they outlive reloads of the config.
+pub fn memos() -> &'static crate::script::memo::Memos {
+    static MEMOS: std::sync::LazyLock<crate::script::memo::Memos> =
+        std::sync::LazyLock::new(Default::default);
+    &MEMOS
+}
+
+/// Runs `[operator] startup` or `cleanup`: `fn name(ctx)`, whose `ctx.memo` is the operator's
+/// memo that every object's memo starts from. A failure is logged; khai carries on.
+pub async fn run_hook(hook: &load::HookEntry, operator: &str, which: &str) {
+    let mut ctx = ScriptCtx::detached(operator, which, None);
+    ctx.memo = Some(memos().operator());
+    match hook
+        .script
+        .call_args_async(&hook.spec.function, vec![CallArg::Ctx(ctx)])
+        .await
+    {
+        Ok(_) => tracing::info!(hook = which, function = %hook.spec.function, "hook ran"),
+        Err(e) => {
+            tracing::error!(hook = which, function = %hook.spec.function, error = %e, "hook failed")
+        }
+    }
+}
+
 /// A failure to record handlers' progress; retried with the object's backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -39,6 +66,7 @@ pub enum Error {
 }
 
 /// One `[[handler]]` with its compiled script.
+#[derive(Debug, Clone)]
 pub struct Entry {
     pub spec: Handler,
     pub script: Script,
@@ -338,24 +366,13 @@ impl Handlers {
     /// Whether `entry`'s `when(obj, ctx)` (if any) selects the object; a failing predicate is
     /// logged and selects nothing.
     async fn wanted(&self, entry: &Entry, turn: &Turn<'_>) -> bool {
-        let Some(when) = entry.spec.filters().when else {
-            return true;
-        };
-        let args = if entry.script.has_function(when, 2) {
-            vec![
-                CallArg::Json(turn.view.clone()),
-                CallArg::Ctx(turn.ctx.clone()),
-            ]
-        } else {
-            vec![CallArg::Json(turn.view.clone())]
-        };
-        match entry.script.call_args_async(when, args).await {
-            Ok(v) => v == Value::Bool(true),
-            Err(e) => {
-                tracing::warn!(handler = %entry.spec.id(), error = %e, "when() failed; not running the handler");
-                false
-            }
-        }
+        selects(
+            &entry.script,
+            entry.spec.filters().when,
+            turn,
+            &entry.spec.id(),
+        )
+        .await
     }
 
     /// One attempt of `entry` unless it is done or waiting for its retry; records the outcome
@@ -515,6 +532,30 @@ impl Handlers {
     }
 }
 
+/// Whether `when(obj)` or `when(obj, ctx)` (if any) selects the turn's object; a failing
+/// predicate is logged and selects nothing. `what` names the entry in the log.
+pub(crate) async fn selects(
+    script: &Script,
+    when: Option<&str>,
+    turn: &Turn<'_>,
+    what: &str,
+) -> bool {
+    let Some(when) = when else {
+        return true;
+    };
+    let mut args = vec![CallArg::Json(turn.view.clone())];
+    if script.has_function(when, 2) {
+        args.push(CallArg::Ctx(turn.ctx.clone()));
+    }
+    match script.call_args_async(when, args).await {
+        Ok(v) => v == Value::Bool(true),
+        Err(e) => {
+            tracing::warn!(entry = %what, error = %e, "when() failed; not running it");
+            false
+        }
+    }
+}
+
 /// Why an attempt failed.
 enum Failure {
     /// Tried again after the handler's backoff.
@@ -537,7 +578,7 @@ fn rfc3339(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
-fn warning(reason: &str, message: &str) -> PlannedEvent {
+pub(crate) fn warning(reason: &str, message: &str) -> PlannedEvent {
     PlannedEvent {
         warning: true,
         reason: reason.into(),
@@ -562,6 +603,20 @@ fn relevant<'a>(spec: &'a Handler, old: &Value, new: &Value) -> Option<&'a str> 
 
 /// The change record a handler gets: `#{ type, old, new, diff }`, relative to `field` when
 /// given (and `field` itself).
+/// The change record a handler of `spec` gets for a change from `old` to `new` (the
+/// objects' essences; `old` is the object itself for a delete); what `khai test` calls
+/// handlers with.
+pub fn change_record(spec: &Handler, old: &Value, new: &Value) -> Value {
+    match spec.on {
+        On::Create => record("create", &Value::Null, new, None),
+        On::Update => record("update", old, new, None),
+        On::Field => record("field", old, new, spec.field.as_deref()),
+        On::Delete => record("delete", old, &Value::Null, None),
+        On::Resume => json!({ "type": "resume", "old": old, "new": new, "diff": [] }),
+        On::Event => json!({ "type": "MODIFIED", "object": new }),
+    }
+}
+
 fn record(kind: &str, old: &Value, new: &Value, field: Option<&str>) -> Value {
     match field.filter(|f| !f.is_empty()) {
         Some(f) => {
@@ -582,7 +637,7 @@ fn diffs(old: &Value, new: &Value) -> Value {
 }
 
 /// Reads a handler's answer: nothing, or a map with `status` and `events`.
-fn take_result(out: Value, handled: &mut Handled) -> Result<(), String> {
+pub fn take_result(out: Value, handled: &mut Handled) -> Result<(), String> {
     let mut map = match out {
         Value::Null => return Ok(()),
         Value::Object(m) => m,

@@ -168,6 +168,13 @@ pub fn engine(limits: &Limits) -> Engine {
         // Simple folds only built-in operators on constants, never registered functions, so
         // functions that read the clock or the cache are always called at run time.
         .set_optimization_level(OptimizationLevel::Simple);
+    // `new` is reserved in Rhai, but a change record's `change.new` (Kopf's name, next to
+    // `change.old`) must read naturally: khai lets it be an ordinary name.
+    #[allow(deprecated)]
+    e.on_parse_token(|token, _, _| match token {
+        rhai::Token::Reserved(s) if s.as_str() == "new" => rhai::Token::Identifier(s),
+        t => t,
+    });
     ctx::register(&mut e);
     memo::register(&mut e);
     e.on_progress(|ops| {

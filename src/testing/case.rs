@@ -41,6 +41,20 @@ pub enum Call {
     Mutate(AdmissionInput),
     /// A webhook's `convert(obj, to_version)`.
     Convert(ConvertInput),
+    /// A `[[handler]]`, `[[timer]]` or `[[daemon]]` function with `object` (the object now).
+    Handler(HandlerInput),
+}
+
+/// Which handler, timer or daemon function a case calls, and what it is called with besides
+/// the object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlerInput {
+    /// The function (or a handler's `id`).
+    pub name: String,
+    /// The object before the change, for update, field and delete handlers.
+    pub old: Option<Value>,
+    /// A daemon tick's `state`.
+    pub state: Option<Value>,
 }
 
 impl Call {
@@ -51,6 +65,7 @@ impl Call {
             Call::Validate(_) => "validate",
             Call::Mutate(_) => "mutate",
             Call::Convert(_) => "convert",
+            Call::Handler(_) => "handler",
         }
     }
 }
@@ -165,6 +180,12 @@ struct CaseFile {
     validate: Option<AdmissionInput>,
     mutate: Option<AdmissionInput>,
     convert: Option<ConvertInput>,
+    /// A handler, timer or daemon function to call with `object`.
+    handler: Option<String>,
+    /// For a handler case: the object before the change.
+    old: Option<Value>,
+    /// For a daemon tick case: its state.
+    state: Option<Value>,
     #[serde(default)]
     expect: Expect,
 }
@@ -231,8 +252,28 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
             "give exactly one of `object` (a reconcile), `validate`, `mutate` or `convert`".into(),
         )
     };
+    if raw.handler.is_none() {
+        for (key, given) in [("old", raw.old.is_some()), ("state", raw.state.is_some())] {
+            if given {
+                return Err(bad(
+                    key,
+                    "only for handler cases (`handler` with `object`)".into(),
+                ));
+            }
+        }
+    }
     let (call, object) = match (raw.object, raw.validate, raw.mutate, raw.convert) {
-        (Some(object), None, None, None) => (Call::Reconcile, object),
+        (Some(object), None, None, None) => match raw.handler {
+            Some(name) => (
+                Call::Handler(HandlerInput {
+                    name,
+                    old: raw.old,
+                    state: raw.state,
+                }),
+                object,
+            ),
+            None => (Call::Reconcile, object),
+        },
         (None, Some(input), None, None) => {
             let object = admission_object(&input, "validate").map_err(|(f, m)| bad(&f, m))?;
             (Call::Validate(input), object)
@@ -304,7 +345,7 @@ fn check(case: &Case) -> Result<(), Error> {
         message: message.into(),
     };
     let objects: Vec<(String, &Value)> = match &case.call {
-        Call::Reconcile => vec![("object".into(), &case.object)],
+        Call::Reconcile | Call::Handler(_) => vec![("object".into(), &case.object)],
         Call::Validate(r) | Call::Mutate(r) => {
             let key = case.call.key();
             [("object", &r.object), ("oldObject", &r.old_object)]
@@ -374,6 +415,7 @@ fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
             "allowed", "message", "reason", "code", "warnings", "object", "patch",
         ],
         Call::Convert(_) => &["object", "error"],
+        Call::Handler(_) => &["status", "events", "error"],
     };
     match case
         .expect

@@ -74,7 +74,89 @@ pub fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
         Call::Validate(input) => webhook::run_admission(op, case, Kind::Validate, input),
         Call::Mutate(input) => webhook::run_admission(op, case, Kind::Mutate, input),
         Call::Convert(input) => webhook::run_conversion(op, case, input),
+        Call::Handler(input) => run_handler(op, case, input),
     }
+}
+
+/// Calls the handler, timer or daemon function a case names with its object (and the change
+/// record built from `old`, or the daemon's `state`), and checks its status and events.
+fn run_handler(
+    op: &Operator,
+    case: &Case,
+    input: &case::HandlerInput,
+) -> Result<Vec<Mismatch>, Error> {
+    use crate::handler::{Handled, change, change_record, clock::daemon_result, take_result};
+    use crate::script::CallArg;
+    let bad = |field: &str, message: String| Error::Case {
+        file: case.file.clone(),
+        field: field.into(),
+        message,
+    };
+    let compiled = &op.handlers;
+    let object = stored(op, &case.object, None).map_err(|m| bad("object", m))?;
+    let mut ctx = ScriptCtx::detached(
+        &op.config.model.operator.name,
+        &input.name,
+        object["metadata"]["namespace"].as_str(),
+    );
+    ctx.params = Value::Object(op.config.model.params.clone());
+    ctx.memo = Some(crate::script::memo::Memo::default());
+    let keys = crate::handler::progress::Keys::new(&op.config.model.operator.name);
+    let essence = |v: &Value| change::essence(v, &keys.prefix);
+    let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
+    let name = input.name.as_str();
+    let (script, function, args, daemon) = if let Some(h) = compiled
+        .handlers
+        .iter()
+        .find(|h| h.spec.function() == name || h.spec.id() == name)
+    {
+        let old = match &input.old {
+            Some(o) => essence(&stored(op, o, None).map_err(|m| bad("old", m))?),
+            None if h.spec.on == crate::config::handlers::On::Delete => essence(&object),
+            None => Value::Null,
+        };
+        let record = change_record(&h.spec, &old, &essence(&object));
+        let args = vec![obj, c, CallArg::Json(record)];
+        (&h.script, h.spec.function(), args, false)
+    } else if let Some(t) = compiled.timers.iter().find(|t| t.spec.function == name) {
+        (&t.script, t.spec.function.clone(), vec![obj, c], false)
+    } else if let Some(d) = compiled
+        .daemons
+        .iter()
+        .find(|d| d.spec.tick == name || d.spec.stop.as_deref() == Some(name))
+    {
+        let state = CallArg::Json(input.state.clone().unwrap_or(Value::Null));
+        (&d.script, name.to_string(), vec![obj, c, state], true)
+    } else {
+        return Err(bad(
+            "handler",
+            format!("no handler, timer or daemon function named {name:?} in the config"),
+        ));
+    };
+    let answer = script
+        .call_args(&function, &args)
+        .map_err(reconcile::Error::Script)
+        .and_then(|out| {
+            let mut handled = Handled::default();
+            let taken = if daemon {
+                daemon_result(out, &mut handled).map(|_| ())
+            } else {
+                take_result(out, &mut handled)
+            };
+            taken.map_err(|message| reconcile::Error::InvalidResult {
+                file: script.file().display().to_string(),
+                function: function.clone(),
+                field: "result".into(),
+                message,
+            })?;
+            Ok(Plan {
+                children: Vec::new(),
+                status: handled.status,
+                requeue_after: None,
+                events: handled.events,
+            })
+        });
+    expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
 }
 
 fn run_reconcile(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {

@@ -19,6 +19,7 @@ mod config_map;
 mod crds;
 mod engine;
 mod examples;
+mod handlers;
 mod hello;
 mod helm;
 mod idle;

@@ -1,0 +1,311 @@
+//! Kopf's handler model on khai (issue 13), end to end on the real API server with
+//! `examples/notes`: create, field and delete handlers with change records, a spy, a timer
+//! reading an index, a daemon with state and a stop, the startup hook filling the memo; and the
+//! bookkeeping's cost in writes, across a restart too.
+
+use crate::support::{Khai, TestNamespace, audit, wait_for, wait_until_gone};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use std::path::PathBuf;
+
+fn example() -> PathBuf {
+    crate::support::repo_root().join("examples/notes")
+}
+
+fn notes(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("examples.khai.dev", "v1", "Note"),
+        "notes",
+    );
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+fn note(name: &str, spec: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "examples.khai.dev/v1", "kind": "Note",
+        "metadata": { "name": name }, "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn status<'a>(o: &'a DynamicObject, field: &str) -> &'a serde_json::Value {
+    &o.data["status"][field]
+}
+
+async fn patch(api: &Api<DynamicObject>, name: &str, p: serde_json::Value) {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn every_kind_of_handler_timer_daemon_and_index_runs_on_notes() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "notes").await;
+    let khai = Khai::start(&example(), &ns.name, &[]);
+    crate::support::wait_for_crd(&client, "notes.examples.khai.dev").await;
+    let api = notes(&client, &ns.name);
+    let pp = PostParams::default();
+    api.create(
+        &pp,
+        &note(
+            "a",
+            json!({ "text": "buy milk", "priority": 1, "team": "red" }),
+        ),
+    )
+    .await
+    .unwrap();
+    api.create(
+        &pp,
+        &note("b", json!({ "text": "call bob", "team": "red" })),
+    )
+    .await
+    .unwrap();
+
+    // on create, with the change record's `new` and the memo the startup hook filled.
+    let a = wait_for(
+        &api,
+        "a",
+        "the create handler's status",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| status(o, "created") == "created saying buy milk")
+        },
+    )
+    .await;
+    assert_eq!(status(&a, "region"), "eu-west", "startup filled the memo");
+    // The timer reads the index: two Notes of team red.
+    wait_for(
+        &api,
+        "a",
+        "the timer's team size from the index",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "team_size") == 2),
+    )
+    .await;
+    api.create(&pp, &note("c", json!({ "text": "x", "team": "red" })))
+        .await
+        .unwrap();
+    wait_for(
+        &api,
+        "a",
+        "the index following a new Note",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "team_size") == 3),
+    )
+    .await;
+
+    // on field spec.priority: old and new are the field's.
+    patch(&api, "a", json!({ "spec": { "priority": 5 } })).await;
+    wait_for(
+        &api,
+        "a",
+        "the field handler's old -> new",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "priority_change") == "1 -> 5"),
+    )
+    .await;
+    // A change of another field does not call it again.
+    patch(&api, "a", json!({ "spec": { "text": "buy oat milk" } })).await;
+
+    // The spy saw the Notes.
+    khai.wait_for_log(0, "the spy's line for b", |l| {
+        l.contains("spied") && l.contains(" b")
+    })
+    .await;
+
+    // A daemon runs while the label is there, with its own state, and stops when it goes.
+    patch(
+        &api,
+        "b",
+        json!({ "metadata": { "labels": { "beating": "yes" } } }),
+    )
+    .await;
+    wait_for(
+        &api,
+        "b",
+        "the daemon's third beat",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| status(o, "beats").as_i64().is_some_and(|n| n >= 3))
+        },
+    )
+    .await;
+    patch(
+        &api,
+        "b",
+        json!({ "metadata": { "labels": { "beating": null } } }),
+    )
+    .await;
+    khai.wait_for_log(0, "the daemon's stop", |l| {
+        l.contains("daemon of b stopped after") && l.contains("beats")
+    })
+    .await;
+
+    // on delete holds the Note with a finalizer until the handler succeeds (on its retry).
+    let from = khai.log_len();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let held = api.get("a").await.unwrap();
+    assert!(
+        held.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "khai.dev/notes"),
+        "the delete handler holds the Note: {:?}",
+        held.metadata.finalizers
+    );
+    wait_until_gone(&api, "a", "the Note after its delete handler succeeded").await;
+    khai.wait_for_log(from, "the delete handler's retry", |l| {
+        l.contains("deleted a on attempt 2")
+    })
+    .await;
+    let log = khai.tail(400);
+    assert!(
+        !log.contains("two reconciles of this object at once"),
+        "{log}"
+    );
+    // The index forgets a deleted Note.
+    wait_for(
+        &api,
+        "c",
+        "the index after a Note went",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "team_size") == 2),
+    )
+    .await;
+}
+
+/// A kind with only an update handler that returns nothing: one write per handled change (the
+/// `last-handled` annotation), none while idle, none on a restart, and the resume handler runs
+/// once per object after it.
+#[tokio::test]
+async fn handlers_cost_one_write_per_change_and_nothing_idle_or_on_restart() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-writes").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::support::example_copy("notes", dir.path(), "tally", "tally.khai.dev");
+    std::fs::write(
+        config.join("operator.toml"),
+        r#"
+[operator]
+name = "tally"
+
+[[crd]]
+group = "tally.khai.dev"
+kind = "Note"
+versions = ["v1"]
+spec.text = { type = "string" }
+
+[[handler]]
+for = "Note"
+on = "update"
+script = "scripts/tally.rhai"
+function = "updated"
+
+[[handler]]
+for = "Note"
+on = "create"
+script = "scripts/tally.rhai"
+function = "created"
+
+[[handler]]
+for = "Note"
+on = "resume"
+script = "scripts/tally.rhai"
+function = "resumed"
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("scripts/tally.rhai"),
+        r#"
+fn created(obj, ctx, change) { log_info(`created ${obj.metadata.name}`); }
+fn updated(obj, ctx, change) {
+    log_info(`updated ${obj.metadata.name}: ${change.diff[0].path} ${change.old.spec.text} -> ${change.new.spec.text}`);
+}
+fn resumed(obj, ctx, change) { log_info(`resumed ${obj.metadata.name}`); }
+"#,
+    )
+    .unwrap();
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, "notes.tally.khai.dev").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("tally.khai.dev", "v1", "Note"),
+        "notes",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    const N: usize = 5;
+    let names: Vec<String> = (0..N).map(|i| format!("n{i}")).collect();
+    let handled = "tally.khai.dev/last-handled";
+    let mark = audit::mark();
+    for n in &names {
+        let mut o = note(n, json!({ "text": "one" }));
+        o.types = Some(kube::core::TypeMeta {
+            api_version: "tally.khai.dev/v1".into(),
+            kind: "Note".into(),
+        });
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+    for n in &names {
+        wait_for(
+            &api,
+            n,
+            "the create handled",
+            |o: Option<&DynamicObject>| {
+                o.is_some_and(|o| {
+                    o.metadata
+                        .annotations
+                        .iter()
+                        .flatten()
+                        .any(|(k, _)| k == handled)
+                })
+            },
+        )
+        .await;
+    }
+    khai.wait_for_logs(0, "each create", N, |l| l.contains("created n"))
+        .await;
+    for n in &names {
+        patch(&api, n, json!({ "spec": { "text": "two" } })).await;
+    }
+    khai.wait_for_logs(0, "each update with its diff", N, |l| {
+        l.contains("updated n") && l.contains(r#"["spec", "text"] one -> two"#)
+    })
+    .await;
+    for n in &names {
+        wait_for(
+            &api,
+            n,
+            "the update recorded",
+            |o: Option<&DynamicObject>| {
+                o.is_some_and(|o| {
+                    o.metadata
+                        .annotations
+                        .iter()
+                        .flatten()
+                        .any(|(k, v)| k == handled && v.contains("two"))
+                })
+            },
+        )
+        .await;
+    }
+    let writes = audit::khai_writes(mark, &ns.name);
+    assert_eq!(
+        audit::total(&writes),
+        2 * N as u64,
+        "one write per handled change (create and update of {N} Notes): {writes:?}"
+    );
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+
+    let mark = audit::mark();
+    let again = Khai::start(&config, &ns.name, &[]);
+    again
+        .wait_for_logs(0, "each Note resumed", N, |l| l.contains("resumed n"))
+        .await;
+    let (code, log) = again.terminate().await;
+    assert_eq!(code, Some(0));
+    let writes = audit::khai_writes(mark, &ns.name);
+    assert!(writes.is_empty(), "a restart wrote {writes:?}");
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("created n") || l.contains("updated n")),
+        "handlers that succeeded ran again after the restart"
+    );
+}
