@@ -549,13 +549,14 @@ fn every_relative_link_in_the_docs_resolves() {
                 problems.push(format!("{at}: {dest}: no such file"));
                 continue;
             }
-            if !anchor.is_empty() && target.extension().is_some_and(|e| e == "md") {
-                if !anchors(&read(&target)).contains(anchor) {
-                    problems.push(format!(
-                        "{at}: {dest}: {} has no heading with that anchor",
-                        target.display()
-                    ));
-                }
+            if !anchor.is_empty()
+                && target.extension().is_some_and(|e| e == "md")
+                && !anchors(&read(&target)).contains(anchor)
+            {
+                problems.push(format!(
+                    "{at}: {dest}: {} has no heading with that anchor",
+                    target.display()
+                ));
             }
         }
     }
