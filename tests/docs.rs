@@ -16,8 +16,8 @@
 //!   checks every named function, as `khai check` does.
 //! - ```` ```toml examples/x/operator.toml ````, ```` ```rust examples/x/y.rhai ````: a file of the
 //!   repository quoted whole; it must be that file, byte for byte.
-//! - any other ```` ```toml ````: parsed into the model (every key and type checked; kinds and
-//!   scripts named are not); any other ```` ```rust ```` or ```` ```rhai ````: compiles as Rhai;
+//! - any other ```` ```toml ````: parsed and validated as `khai check` does (keys, types, the
+//!   schema rules), without reading the scripts and files it names; any other ```` ```rust ```` or ```` ```rhai ````: compiles as Rhai;
 //!   ```` ```yaml ````: parses as YAML.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -339,7 +339,7 @@ fn check_blocks(page: &Path, src: &str, problems: &mut Vec<String>, checked: &mu
             },
             ("toml", _) => {
                 *checked += 1;
-                if let Err(e) = khai::config::parse(Path::new("operator.toml"), &b.text) {
+                if let Err(e) = khai::config::check_source(Path::new("operator.toml"), &b.text) {
                     problems.push(format!("{at}: {e}"));
                 }
             }
@@ -372,7 +372,7 @@ fn check_blocks(page: &Path, src: &str, problems: &mut Vec<String>, checked: &mu
 
 /// Every config, script and YAML document quoted in README.md and docs/*.md loads: complete
 /// configs with their scripts as `khai check` loads them, quoted example files as they are in
-/// examples/, fragments through the parser (keys and types) or the Rhai compiler.
+/// examples/, fragments through the config checks (no files read) or the Rhai compiler.
 #[test]
 fn every_code_block_in_the_docs_loads() {
     let mut problems = Vec::new();
