@@ -189,10 +189,17 @@ fn version_fields() -> BTreeSet<String> {
         .collect()
 }
 
+/// One documented field: the line of its row and its `default` cell (the third column).
+#[derive(Clone)]
+struct Row {
+    line: usize,
+    default: String,
+}
+
 /// `<!-- fields: a b -->` marks, in docs/configuration.md, and the fields of the table after
-/// each (first column, in backticks), with the line of each row.
-fn documented_fields(src: &str) -> BTreeMap<String, BTreeMap<String, usize>> {
-    let mut out: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+/// each (first column, in backticks).
+fn documented_fields(src: &str) -> BTreeMap<String, BTreeMap<String, Row>> {
+    let mut out: BTreeMap<String, BTreeMap<String, Row>> = BTreeMap::new();
     let lines: Vec<&str> = src.lines().collect();
     let mut i = 0;
     while i < lines.len() {
@@ -222,7 +229,14 @@ fn documented_fields(src: &str) -> BTreeMap<String, BTreeMap<String, usize>> {
                     i + 1,
                     lines[i]
                 );
-                fields.insert(name.to_string(), i + 1);
+                let default = cells.get(3).copied().unwrap_or_default().trim().to_string();
+                fields.insert(
+                    name.to_string(),
+                    Row {
+                        line: i + 1,
+                        default,
+                    },
+                );
             }
             i += 1;
         }
@@ -267,7 +281,7 @@ fn the_configuration_reference_documents_exactly_the_fields_the_model_accepts() 
                 ));
             }
         }
-        for (f, line) in doc_fields {
+        for (f, Row { line, .. }) in doc_fields {
             if !fields.contains(f) {
                 problems.push(format!(
                     "docs/configuration.md:{line}: {table}.{f} is documented but the model does not accept it"
@@ -282,6 +296,130 @@ fn the_configuration_reference_documents_exactly_the_fields_the_model_accepts() 
             ));
         }
     }
+    fail_with(problems);
+}
+
+/// Each table with only its required keys, and where its entry is in the model serialized
+/// back: what the model fills in for every key left out.
+fn defaults() -> Vec<(&'static str, String, &'static str)> {
+    let field = format!("{CRD}spec.x = {{ type = \"string\" }}\n");
+    let webhook = "[[webhook]]\nfor = \"K\"\nscript = \"k.rhai\"\n".to_string();
+    let each = "for = \"K\"\nscript = \"k.rhai\"\n";
+    vec![
+        ("root", String::new(), ""),
+        ("operator", String::new(), "/operator"),
+        (
+            "operator.extra_rbac",
+            "[[operator.extra_rbac]]\napi_groups = []\nresources = []\nverbs = []\n".into(),
+            "/operator/extra_rbac/0",
+        ),
+        (
+            "operator.startup",
+            "[operator.startup]\nscript = \"s.rhai\"\nfunction = \"f\"\n".into(),
+            "/operator/startup",
+        ),
+        ("crd", CRD.into(), "/crd/0"),
+        (
+            "crd.versions",
+            CRD.replace("[\"v1\"]", "[{ name = \"v1\" }]"),
+            "/crd/0/versions/0",
+        ),
+        (
+            "crd.printer_columns",
+            format!(
+                "{CRD}printer_columns = [{{ name = \"a\", type = \"string\", json_path = \".spec.a\" }}]\n"
+            ),
+            "/crd/0/printer_columns/0",
+        ),
+        (
+            "crd.scale",
+            format!(
+                "{CRD}scale = {{ spec_replicas_path = \".spec.r\", status_replicas_path = \".status.r\" }}\n"
+            ),
+            "/crd/0/scale",
+        ),
+        ("crd.spec.FIELD", field, "/crd/0/spec/x"),
+        ("controller", CONTROLLER.into(), "/controller/0"),
+        (
+            "controller.backoff",
+            format!("{CONTROLLER}backoff = {{}}\n"),
+            "/controller/0/backoff",
+        ),
+        ("webhook", webhook, "/webhook/0"),
+        ("webhook_server", String::new(), "/webhook_server"),
+        (
+            "webhook_server.service",
+            "[webhook_server.service]\nname = \"a\"\nnamespace = \"b\"\n".into(),
+            "/webhook_server/service",
+        ),
+        (
+            "handler",
+            format!("[[handler]]\n{each}on = \"create\"\n"),
+            "/handler/0",
+        ),
+        (
+            "timer",
+            format!("[[timer]]\n{each}function = \"f\"\ninterval = \"1m\"\n"),
+            "/timer/0",
+        ),
+        (
+            "daemon",
+            format!("[[daemon]]\n{each}tick = \"f\"\ninterval = \"1m\"\n"),
+            "/daemon/0",
+        ),
+    ]
+}
+
+/// Whether a documented default says what the model fills in: numbers by value, the rest as
+/// JSON.
+fn same_value(doc: &serde_json::Value, model: &serde_json::Value) -> bool {
+    match (doc.as_f64(), model.as_f64()) {
+        (Some(a), Some(b)) => a == b,
+        _ => doc == model,
+    }
+}
+
+/// The `default` column of docs/configuration.md says what the model fills in for a key left
+/// out: a default written as a TOML value in backticks (`"khai"`, `64`, `[]`,
+/// `{ base = "1s", cap = "5m" }`) must equal the model's, and `none` must be unset. Defaults
+/// written in words (`lower-cased kind`) are not checked.
+#[test]
+fn the_configuration_reference_states_the_defaults_the_model_fills_in() {
+    let doc = read(Path::new("docs/configuration.md"));
+    let documented = documented_fields(&doc);
+    let mut problems = Vec::new();
+    let mut compared = 0;
+    for (table, src, pointer) in defaults() {
+        let model = khai::config::parse(Path::new("operator.toml"), &src)
+            .unwrap_or_else(|e| panic!("{table}: {e}\n{src}"));
+        let json = serde_json::to_value(&model).unwrap();
+        let entry = json
+            .pointer(pointer)
+            .unwrap_or_else(|| panic!("{table}: nothing at {pointer} in {json}"));
+        for (field, row) in &documented[table] {
+            let cell = row.default.as_str();
+            let expected = if cell.starts_with("none") {
+                serde_json::Value::Null
+            } else if let Some(literal) = cell
+                .strip_prefix('`')
+                .and_then(|c| c.split('`').next())
+                .and_then(|l| toml::from_str::<toml::Table>(&format!("v = {l}")).ok())
+            {
+                serde_json::to_value(&literal["v"]).unwrap()
+            } else {
+                continue;
+            };
+            compared += 1;
+            let got = entry.get(field).unwrap_or(&serde_json::Value::Null);
+            if !same_value(&expected, got) {
+                problems.push(format!(
+                    "docs/configuration.md:{}: {table}.{field}: documented default {cell}, the model fills in {got}",
+                    row.line
+                ));
+            }
+        }
+    }
+    assert!(compared > 50, "only {compared} defaults compared");
     fail_with(problems);
 }
 
