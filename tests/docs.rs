@@ -551,6 +551,27 @@ fn the_code_block_checks_catch_broken_blocks() {
     assert!(problems[2].contains("reconcile"), "{}", problems[2]);
 }
 
+/// Issue 12: README.md is a front page. Its first screen (before the first `---`) holds exactly
+/// two commands, the demo and the whole test suite, and the page stays under 200 lines.
+#[test]
+fn the_readme_front_page_keeps_its_two_commands_and_its_length() {
+    let readme = read(Path::new("README.md"));
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines; move detail into docs/"
+    );
+    let first_screen = readme.split("\n---\n").next().unwrap();
+    let commands: Vec<String> = code_blocks(first_screen)
+        .into_iter()
+        .map(|b| b.text.trim().to_string())
+        .collect();
+    assert_eq!(commands, ["scripts/demo", "scripts/test"]);
+    for script in ["scripts/demo", "scripts/test"] {
+        assert!(root().join(script).is_file(), "{script} is gone");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Metrics.
 
