@@ -396,27 +396,24 @@ async fn a_crd_from_a_raw_schema_file_installs_and_is_enforced() {
     );
 }
 
-/// The worked `[[crd]]` example in README.md, with its own group.
-fn readme_example() -> String {
-    let readme = std::fs::read_to_string(crate::support::repo_root().join("README.md")).unwrap();
-    let start = readme
-        .find("  ```toml\n  [[crd]]\n")
-        .expect("README has an indented [[crd]] example")
-        + "  ```toml\n".len();
-    let len = readme[start..].find("  ```\n").unwrap();
-    readme[start..start + len]
-        .lines()
-        .map(|l| l.strip_prefix("  ").unwrap_or(l))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("examples.khai.dev", "readme.crds.khai.dev")
+/// The first `[[crd]]` example of docs/configuration.md (the `[[crd]]` section's), with its own
+/// group.
+fn reference_crd_example() -> String {
+    let page =
+        std::fs::read_to_string(crate::support::repo_root().join("docs/configuration.md")).unwrap();
+    let start = page
+        .find("```toml\n[[crd]]\n")
+        .expect("docs/configuration.md has a [[crd]] example")
+        + "```toml\n".len();
+    let len = page[start..].find("```\n").unwrap();
+    page[start..start + len].replace("examples.khai.dev", "readme.crds.khai.dev")
 }
 
 #[tokio::test]
-async fn the_readme_crd_example_installs_with_its_columns_and_scale() {
+async fn the_reference_crd_example_installs_with_its_columns_and_scale() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "crd-readme").await;
-    let config = install(&client, &[("operator.toml", &readme_example())]).await;
+    let config = install(&client, &[("operator.toml", &reference_crd_example())]).await;
     let crd = &config.model.crds[0];
     let stored = stored_crd(&client, &crd.crd_name()).await;
     assert_eq!(condition(&stored, "Established"), Some(&json!("True")));

@@ -1,4 +1,4 @@
-//! The user's path with the real Helm, end to end: the README's two commands
+//! The user's path with the real Helm, end to end: the two commands of docs/deploying.md
 //! (`khai generate values DIR > values.yaml`, `helm install NAME charts/khai -f values.yaml`),
 //! khai started exactly as the release's Deployment says, a script change through
 //! `helm upgrade` live in under 2 s with no restart, a broken script reported while the last
@@ -32,7 +32,7 @@ fn cache_copy(into: &Path, operator: &str, group: &str) -> PathBuf {
     support::example_copy("cache", into, operator, group)
 }
 
-/// `khai generate values DIR > OUT`, exactly as the README says.
+/// `khai generate values DIR > OUT`, exactly as docs/deploying.md says.
 fn generate_values(dir: &Path, out: &Path) {
     let values = support::khai_stdout(&["generate", "values", dir.to_str().unwrap()]);
     std::fs::write(out, values).unwrap();
@@ -202,7 +202,7 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
     // Any release name: object names come from it.
     let release = "cache";
 
-    // The README's two commands.
+    // The two commands of docs/deploying.md.
     let values = tmp.path().join("values.yaml");
     generate_values(&dir, &values);
     let chart = helm::chart();

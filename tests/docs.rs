@@ -1,0 +1,739 @@
+//! The docs cannot rot: the configuration reference matches the config model field for field,
+//! every config and script quoted in the docs loads the way `khai check` loads it, every metric
+//! family docs/operations.md names is one khai registers (and the other way round), and every
+//! relative link in README.md and docs/*.md points at a file (and heading) that exists.
+//!
+//! No cluster. The conventions the docs follow (stated for authors in docs/README.md):
+//!
+//! - `<!-- fields: PATH... -->` in docs/configuration.md comes before a table whose first column
+//!   names, in backticks, every field of the config table PATH (`root`, `operator`,
+//!   `crd.versions`, ...). The fields the model accepts are read from the model itself: the
+//!   parser is fed a table holding one unknown key, and every table is `deny_unknown_fields`,
+//!   so its error lists the accepted ones (`expected one of ...`).
+//! - ```` ```toml operator.toml ````: a complete config. The ```` ```rust scripts/x.rhai ```` (or
+//!   `rhai`) blocks after it, up to the next complete config, are its scripts; together they
+//!   load through `Operator::load_memory`, which parses, validates, compiles every script and
+//!   checks every named function, as `khai check` does.
+//! - ```` ```toml examples/x/operator.toml ````, ```` ```rust examples/x/y.rhai ````: a file of the
+//!   repository quoted whole; it must be that file, byte for byte.
+//! - any other ```` ```toml ````: parsed and validated as `khai check` does (keys, types, the
+//!   schema rules), without reading the scripts and files it names; any other ```` ```rust ```` or ```` ```rhai ````: compiles as Rhai;
+//!   ```` ```yaml ````: parses as YAML.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// README.md and every docs/*.md, as paths relative to the repository.
+fn pages() -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .map(|p| p.strip_prefix(root()).unwrap().to_path_buf())
+        .collect();
+    docs.sort();
+    out.extend(docs);
+    out
+}
+
+fn read(rel: &Path) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{}: {e}", rel.display()))
+}
+
+fn line_of(src: &str, offset: usize) -> usize {
+    src[..offset].matches('\n').count() + 1
+}
+
+/// A fenced code block: where it starts, its info string, its text.
+struct Block {
+    line: usize,
+    info: String,
+    text: String,
+}
+
+fn code_blocks(src: &str) -> Vec<Block> {
+    let mut out = Vec::new();
+    let mut open: Option<Block> = None;
+    for (event, range) in Parser::new_ext(src, Options::ENABLE_TABLES).into_offset_iter() {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) => {
+                open = Some(Block {
+                    line: line_of(src, range.start),
+                    info: info.to_string(),
+                    text: String::new(),
+                });
+            }
+            Event::Text(t) => {
+                if let Some(b) = open.as_mut() {
+                    b.text.push_str(&t);
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => out.extend(open.take()),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn fail_with(problems: Vec<String>) {
+    assert!(
+        problems.is_empty(),
+        "{} problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The configuration reference against the model.
+
+const PROBE: &str = "__not_a_field__";
+
+/// A minimal `[[crd]]` that later lines can add sub-tables to.
+const CRD: &str = "[[crd]]\ngroup = \"g.khai.dev\"\nkind = \"K\"\nversions = [\"v1\"]\n";
+const CONTROLLER: &str = "[[controller]]\nfor = \"K\"\nscript = \"k.rhai\"\n";
+
+/// Each table of the config, and a config whose only unknown key sits in that table.
+fn probes() -> Vec<(&'static str, String)> {
+    let p = format!("{PROBE} = 0\n");
+    vec![
+        ("root", p.clone()),
+        ("operator", format!("[operator]\n{p}")),
+        (
+            "operator.extra_rbac",
+            format!("[[operator.extra_rbac]]\n{p}"),
+        ),
+        ("operator.startup", format!("[operator.startup]\n{p}")),
+        ("operator.cleanup", format!("[operator.cleanup]\n{p}")),
+        ("crd", format!("[[crd]]\n{p}")),
+        (
+            "crd.printer_columns",
+            format!("{CRD}[[crd.printer_columns]]\n{p}"),
+        ),
+        ("crd.scale", format!("{CRD}[crd.scale]\n{p}")),
+        ("crd.spec.FIELD", format!("{CRD}[crd.spec.x]\n{p}")),
+        ("crd.status.FIELD", format!("{CRD}[crd.status.x]\n{p}")),
+        (
+            "FIELD.items",
+            format!("{CRD}[crd.spec.x]\ntype = \"array\"\n[crd.spec.x.items]\n{p}"),
+        ),
+        (
+            "FIELD.properties.NAME",
+            format!("{CRD}[crd.spec.x]\ntype = \"object\"\n[crd.spec.x.properties.y]\n{p}"),
+        ),
+        (
+            "FIELD.values",
+            format!("{CRD}[crd.spec.x]\ntype = \"map\"\n[crd.spec.x.values]\n{p}"),
+        ),
+        ("controller", format!("[[controller]]\n{p}")),
+        (
+            "controller.watches",
+            format!("{CONTROLLER}[[controller.watches]]\n{p}"),
+        ),
+        (
+            "controller.backoff",
+            format!("{CONTROLLER}[controller.backoff]\n{p}"),
+        ),
+        ("webhook", format!("[[webhook]]\n{p}")),
+        ("webhook_server", format!("[webhook_server]\n{p}")),
+        (
+            "webhook_server.service",
+            format!("[webhook_server.service]\n{p}"),
+        ),
+        ("handler", format!("[[handler]]\n{p}")),
+        ("timer", format!("[[timer]]\n{p}")),
+        ("daemon", format!("[[daemon]]\n{p}")),
+        ("index", format!("[[index]]\n{p}")),
+    ]
+}
+
+/// The fields the parser accepts in the table `src` puts an unknown key into, read from its
+/// `unknown field` error (serde: "expected one of `a`, `b`", "expected `a`", "there are no
+/// fields").
+fn accepted_fields(table: &str, src: &str) -> BTreeSet<String> {
+    let err = match khai::config::parse(Path::new("operator.toml"), src) {
+        Ok(_) => panic!("{table}: the model accepted the unknown key {PROBE}:\n{src}"),
+        Err(e) => e.message,
+    };
+    let marker = format!("unknown field `{PROBE}`");
+    let Some(rest) = err.strip_prefix(&marker) else {
+        panic!("{table}: expected an unknown-field error, got: {err}\n{src}");
+    };
+    rest.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// `crd.versions` entries are an untagged enum (`"v1"` or a table), whose error lists no
+/// fields: the table's fields are read from the model serialized back (every field of
+/// `CrdVersionSpec` is serialized, none skipped).
+fn version_fields() -> BTreeSet<String> {
+    let src = CRD.replace("[\"v1\"]", "[{ name = \"v1\" }]");
+    let model = khai::config::parse(Path::new("operator.toml"), &src).unwrap();
+    let json = serde_json::to_value(&model).unwrap();
+    json["crd"][0]["versions"][0]
+        .as_object()
+        .expect("a version table serializes as a map")
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// One documented field: the line of its row and its `default` cell (the third column).
+#[derive(Clone)]
+struct Row {
+    line: usize,
+    default: String,
+}
+
+/// `<!-- fields: a b -->` marks, in docs/configuration.md, and the fields of the table after
+/// each (first column, in backticks).
+fn documented_fields(src: &str) -> BTreeMap<String, BTreeMap<String, Row>> {
+    let mut out: BTreeMap<String, BTreeMap<String, Row>> = BTreeMap::new();
+    let lines: Vec<&str> = src.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim();
+        i += 1;
+        let Some(ids) = line
+            .strip_prefix("<!-- fields:")
+            .and_then(|r| r.strip_suffix("-->"))
+        else {
+            continue;
+        };
+        let mut fields = BTreeMap::new();
+        while i < lines.len() && lines[i].trim().is_empty() {
+            i += 1;
+        }
+        let mut row = 0;
+        while i < lines.len() && lines[i].trim_start().starts_with('|') {
+            row += 1;
+            let cells: Vec<&str> = lines[i].split('|').collect();
+            // The header and the separator row come first.
+            if row > 2 {
+                let first = cells.get(1).copied().unwrap_or_default().trim();
+                let name = first.trim_matches('`');
+                assert!(
+                    first.starts_with('`') && first.ends_with('`') && !name.contains('`'),
+                    "docs/configuration.md:{}: a field row must start with one `field`: {}",
+                    i + 1,
+                    lines[i]
+                );
+                let default = cells.get(3).copied().unwrap_or_default().trim().to_string();
+                fields.insert(
+                    name.to_string(),
+                    Row {
+                        line: i + 1,
+                        default,
+                    },
+                );
+            }
+            i += 1;
+        }
+        for id in ids.split_whitespace() {
+            let previous = out.insert(id.to_string(), fields.clone());
+            assert!(
+                previous.is_none(),
+                "docs/configuration.md: table {id} twice"
+            );
+        }
+    }
+    out
+}
+
+/// Issue 12: every field the config model accepts is in docs/configuration.md, in the table of
+/// its section, and the page documents no field the model does not accept.
+#[test]
+fn the_configuration_reference_documents_exactly_the_fields_the_model_accepts() {
+    let doc = read(Path::new("docs/configuration.md"));
+    let documented = documented_fields(&doc);
+    let mut accepted: BTreeMap<String, BTreeSet<String>> = probes()
+        .into_iter()
+        .map(|(table, src)| (table.to_string(), accepted_fields(table, &src)))
+        .collect();
+    accepted.insert("crd.versions".into(), version_fields());
+    // A sanity check of the probes themselves: a few fields everyone knows.
+    assert!(accepted["root"].contains("crd") && accepted["controller"].contains("for"));
+
+    let mut problems = Vec::new();
+    for (table, fields) in &accepted {
+        let Some(doc_fields) = documented.get(table) else {
+            problems.push(format!(
+                "docs/configuration.md: no `<!-- fields: {table} -->` table; the model accepts {}",
+                fields.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+            continue;
+        };
+        for f in fields {
+            if !doc_fields.contains_key(f) {
+                problems.push(format!(
+                    "docs/configuration.md: {table}.{f} is accepted by the model but not documented"
+                ));
+            }
+        }
+        for (f, Row { line, .. }) in doc_fields {
+            if !fields.contains(f) {
+                problems.push(format!(
+                    "docs/configuration.md:{line}: {table}.{f} is documented but the model does not accept it"
+                ));
+            }
+        }
+    }
+    for table in documented.keys() {
+        if !accepted.contains_key(table) {
+            problems.push(format!(
+                "docs/configuration.md: table {table} is not a table of the model (or tests/docs.rs has no probe for it)"
+            ));
+        }
+    }
+    fail_with(problems);
+}
+
+/// Each table with only its required keys, and where its entry is in the model serialized
+/// back: what the model fills in for every key left out.
+fn defaults() -> Vec<(&'static str, String, &'static str)> {
+    let field = format!("{CRD}spec.x = {{ type = \"string\" }}\n");
+    let webhook = "[[webhook]]\nfor = \"K\"\nscript = \"k.rhai\"\n".to_string();
+    let each = "for = \"K\"\nscript = \"k.rhai\"\n";
+    vec![
+        ("root", String::new(), ""),
+        ("operator", String::new(), "/operator"),
+        (
+            "operator.extra_rbac",
+            "[[operator.extra_rbac]]\napi_groups = []\nresources = []\nverbs = []\n".into(),
+            "/operator/extra_rbac/0",
+        ),
+        (
+            "operator.startup",
+            "[operator.startup]\nscript = \"s.rhai\"\nfunction = \"f\"\n".into(),
+            "/operator/startup",
+        ),
+        ("crd", CRD.into(), "/crd/0"),
+        (
+            "crd.versions",
+            CRD.replace("[\"v1\"]", "[{ name = \"v1\" }]"),
+            "/crd/0/versions/0",
+        ),
+        (
+            "crd.printer_columns",
+            format!(
+                "{CRD}printer_columns = [{{ name = \"a\", type = \"string\", json_path = \".spec.a\" }}]\n"
+            ),
+            "/crd/0/printer_columns/0",
+        ),
+        (
+            "crd.scale",
+            format!(
+                "{CRD}scale = {{ spec_replicas_path = \".spec.r\", status_replicas_path = \".status.r\" }}\n"
+            ),
+            "/crd/0/scale",
+        ),
+        ("crd.spec.FIELD", field, "/crd/0/spec/x"),
+        ("controller", CONTROLLER.into(), "/controller/0"),
+        (
+            "controller.backoff",
+            format!("{CONTROLLER}backoff = {{}}\n"),
+            "/controller/0/backoff",
+        ),
+        ("webhook", webhook, "/webhook/0"),
+        ("webhook_server", String::new(), "/webhook_server"),
+        (
+            "webhook_server.service",
+            "[webhook_server.service]\nname = \"a\"\nnamespace = \"b\"\n".into(),
+            "/webhook_server/service",
+        ),
+        (
+            "handler",
+            format!("[[handler]]\n{each}on = \"create\"\n"),
+            "/handler/0",
+        ),
+        (
+            "timer",
+            format!("[[timer]]\n{each}function = \"f\"\ninterval = \"1m\"\n"),
+            "/timer/0",
+        ),
+        (
+            "daemon",
+            format!("[[daemon]]\n{each}tick = \"f\"\ninterval = \"1m\"\n"),
+            "/daemon/0",
+        ),
+    ]
+}
+
+/// Whether a documented default says what the model fills in: numbers by value, the rest as
+/// JSON.
+fn same_value(doc: &serde_json::Value, model: &serde_json::Value) -> bool {
+    match (doc.as_f64(), model.as_f64()) {
+        (Some(a), Some(b)) => a == b,
+        _ => doc == model,
+    }
+}
+
+/// The `default` column of docs/configuration.md says what the model fills in for a key left
+/// out: a default written as a TOML value in backticks (`"khai"`, `64`, `[]`,
+/// `{ base = "1s", cap = "5m" }`) must equal the model's, and `none` must be unset. Defaults
+/// written in words (`lower-cased kind`) are not checked.
+#[test]
+fn the_configuration_reference_states_the_defaults_the_model_fills_in() {
+    let doc = read(Path::new("docs/configuration.md"));
+    let documented = documented_fields(&doc);
+    let mut problems = Vec::new();
+    let mut compared = 0;
+    for (table, src, pointer) in defaults() {
+        let model = khai::config::parse(Path::new("operator.toml"), &src)
+            .unwrap_or_else(|e| panic!("{table}: {e}\n{src}"));
+        let json = serde_json::to_value(&model).unwrap();
+        let entry = json
+            .pointer(pointer)
+            .unwrap_or_else(|| panic!("{table}: nothing at {pointer} in {json}"));
+        for (field, row) in &documented[table] {
+            let cell = row.default.as_str();
+            let expected = if cell.starts_with("none") {
+                serde_json::Value::Null
+            } else if let Some(literal) = cell
+                .strip_prefix('`')
+                .and_then(|c| c.split('`').next())
+                .and_then(|l| toml::from_str::<toml::Table>(&format!("v = {l}")).ok())
+            {
+                serde_json::to_value(&literal["v"]).unwrap()
+            } else {
+                continue;
+            };
+            compared += 1;
+            let got = entry.get(field).unwrap_or(&serde_json::Value::Null);
+            if !same_value(&expected, got) {
+                problems.push(format!(
+                    "docs/configuration.md:{}: {table}.{field}: documented default {cell}, the model fills in {got}",
+                    row.line
+                ));
+            }
+        }
+    }
+    assert!(compared > 50, "only {compared} defaults compared");
+    fail_with(problems);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Code blocks.
+
+/// The language and the optional path of an info string: `toml operator.toml`.
+fn split_info(info: &str) -> (&str, Option<&str>) {
+    let mut words = info.split_whitespace();
+    (words.next().unwrap_or_default(), words.next())
+}
+
+/// A complete config and the scripts quoted after it.
+struct Complete {
+    at: String,
+    data: BTreeMap<String, String>,
+}
+
+fn check_blocks(page: &Path, src: &str, problems: &mut Vec<String>, checked: &mut usize) {
+    let mut configs: Vec<Complete> = Vec::new();
+    for b in code_blocks(src) {
+        let at = format!("{}:{}", page.display(), b.line);
+        let (lang, path) = split_info(&b.info);
+        let rhai = matches!(lang, "rust" | "rhai");
+        match (lang, path) {
+            (_, Some(p)) if p.starts_with("examples/") => {
+                *checked += 1;
+                match std::fs::read_to_string(root().join(p)) {
+                    Ok(file) if file.trim_end() == b.text.trim_end() => {
+                        if p.ends_with("operator.toml") {
+                            let dir = root().join(p).parent().unwrap().to_path_buf();
+                            if let Err(e) = khai::operator::Operator::load(&dir) {
+                                problems.push(format!("{at}: {p} does not load: {e}"));
+                            }
+                        }
+                    }
+                    Ok(_) => problems.push(format!("{at}: differs from {p}; quote it whole")),
+                    Err(e) => problems.push(format!("{at}: {p}: {e}")),
+                }
+            }
+            ("toml", Some("operator.toml")) => {
+                *checked += 1;
+                configs.push(Complete {
+                    at,
+                    data: BTreeMap::from([("operator.toml".to_string(), b.text)]),
+                });
+            }
+            (_, Some(p)) if rhai => match configs.last_mut() {
+                Some(c) => {
+                    c.data.insert(khai::config::files::key_of(p), b.text);
+                }
+                None => problems.push(format!(
+                    "{at}: script {p} comes before any ```toml operator.toml block"
+                )),
+            },
+            ("toml", _) => {
+                *checked += 1;
+                if let Err(e) = khai::config::check_source(Path::new("operator.toml"), &b.text) {
+                    problems.push(format!("{at}: {e}"));
+                }
+            }
+            _ if rhai => {
+                *checked += 1;
+                // khai's engine and limits; a fragment may use names defined around it
+                // (`obj`, `ctx`), so variables need not be declared.
+                let mut engine = khai::script::engine(&khai::script::Limits::default());
+                engine.set_strict_variables(false);
+                if let Err(e) = engine.compile(&b.text) {
+                    problems.push(format!("{at}: does not compile as Rhai: {e}"));
+                }
+            }
+            ("yaml", _) => {
+                *checked += 1;
+                if let Err(e) = serde_saphyr::from_str::<serde_json::Value>(&b.text) {
+                    problems.push(format!("{at}: not YAML: {e}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    for c in configs {
+        let root = PathBuf::from(&c.at);
+        if let Err(e) = khai::operator::Operator::load_memory(&root, c.data, None) {
+            problems.push(format!("{}: the config does not load:\n{e}", c.at));
+        }
+    }
+}
+
+/// Every config, script and YAML document quoted in README.md and docs/*.md loads: complete
+/// configs with their scripts as `khai check` loads them, quoted example files as they are in
+/// examples/, fragments through the config checks (no files read) or the Rhai compiler.
+#[test]
+fn every_code_block_in_the_docs_loads() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        check_blocks(&page, &read(&page), &mut problems, &mut checked);
+    }
+    assert!(
+        checked > 20,
+        "only {checked} blocks checked: are the docs read?"
+    );
+    fail_with(problems);
+}
+
+/// The checks above catch what they claim to: a misspelled key, a script that does not compile,
+/// and a complete config whose script lacks the function the config names.
+#[test]
+fn the_code_block_checks_catch_broken_blocks() {
+    let page = "```toml\n[[controller]]\nfor = \"Hello\"\nown = [\"v1/ConfigMap\"]\nscript = \"h.rhai\"\n```\n\n\
+                ```rust\nfn reconcile(obj, ctx) { #{ children: [ }\n```\n\n\
+                ```toml operator.toml\n[[controller]]\nfor = \"v1/ConfigMap\"\nscript = \"h.rhai\"\n```\n\n\
+                ```rust h.rhai\nfn recon(obj, ctx) {}\n```\n";
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    check_blocks(Path::new("broken.md"), page, &mut problems, &mut checked);
+    assert_eq!(checked, 3, "{problems:?}");
+    assert_eq!(problems.len(), 3, "{problems:#?}");
+    assert!(
+        problems[0].contains("unknown field `own`"),
+        "{}",
+        problems[0]
+    );
+    assert!(
+        problems[1].contains("does not compile as Rhai"),
+        "{}",
+        problems[1]
+    );
+    assert!(problems[2].contains("reconcile"), "{}", problems[2]);
+}
+
+/// Issue 12: README.md is a front page. Its first screen (before the first `---`) holds exactly
+/// two commands, the demo and the whole test suite, and the page stays under 200 lines.
+#[test]
+fn the_readme_front_page_keeps_its_two_commands_and_its_length() {
+    let readme = read(Path::new("README.md"));
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 200,
+        "README.md has {lines} lines; move detail into docs/"
+    );
+    let first_screen = readme.split("\n---\n").next().unwrap();
+    let commands: Vec<String> = code_blocks(first_screen)
+        .into_iter()
+        .map(|b| b.text.trim().to_string())
+        .collect();
+    assert_eq!(commands, ["scripts/demo", "scripts/test"]);
+    for script in ["scripts/demo", "scripts/test"] {
+        assert!(root().join(script).is_file(), "{script} is gone");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics.
+
+const METRIC_PREFIXES: [&str; 5] = [
+    "khai_",
+    "controller_runtime_",
+    "workqueue_",
+    "rest_client_",
+    "leader_election_",
+];
+
+fn metric_name(s: &str) -> Option<&str> {
+    let end = s
+        .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+        .unwrap_or(s.len());
+    let name = &s[..end];
+    (METRIC_PREFIXES.iter().any(|p| name.starts_with(p)) && name.len() > 8).then_some(name)
+}
+
+/// Every metric family registered in src/metrics: each `"name"` literal with a known prefix
+/// outside the unit tests, without the `_bucket`/`_count` series of histograms.
+fn registered_metrics() -> BTreeSet<String> {
+    let src = read(Path::new("src/metrics/mod.rs"));
+    let code = src.split("#[cfg(test)]").next().unwrap();
+    code.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|lit| metric_name(lit).filter(|n| *n == lit))
+        .map(str::to_string)
+        .collect()
+}
+
+/// docs/operations.md names every metric family khai registers, and only those.
+#[test]
+fn operations_documents_every_metric_family_and_no_other() {
+    let src = read(Path::new("docs/operations.md"));
+    let mut named = BTreeMap::new();
+    for (event, range) in Parser::new(&src).into_offset_iter() {
+        if let Event::Code(code) = event
+            && let Some(name) = metric_name(&code)
+        {
+            named
+                .entry(name.to_string())
+                .or_insert(line_of(&src, range.start));
+        }
+    }
+    let registered = registered_metrics();
+    assert!(registered.len() > 20, "{registered:?}");
+    let mut problems = Vec::new();
+    for (name, line) in &named {
+        if !registered.contains(name) {
+            problems.push(format!(
+                "docs/operations.md:{line}: `{name}` is not registered in src/metrics"
+            ));
+        }
+    }
+    for name in &registered {
+        if !named.contains_key(name) {
+            problems.push(format!(
+                "docs/operations.md: `{name}` (src/metrics) is not documented"
+            ));
+        }
+    }
+    fail_with(problems);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Links.
+
+/// GitHub's anchor of a heading: lower-cased, punctuation dropped, spaces to hyphens; a repeated
+/// heading gets `-1`, `-2`, ...
+fn anchors(src: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut heading: Option<String> = None;
+    for event in Parser::new_ext(src, Options::ENABLE_TABLES) {
+        match event {
+            Event::Start(Tag::Heading { level, .. }) if level <= HeadingLevel::H6 => {
+                heading = Some(String::new());
+            }
+            Event::Text(t) | Event::Code(t) => {
+                if let Some(h) = heading.as_mut() {
+                    h.push_str(&t);
+                }
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                let text = heading.take().unwrap_or_default();
+                let slug: String = text
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect();
+                let n = seen.entry(slug.clone()).or_insert(0);
+                out.insert(if *n == 0 {
+                    slug.clone()
+                } else {
+                    format!("{slug}-{n}")
+                });
+                *n += 1;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every relative link in README.md and docs/*.md names a file or directory that exists, and
+/// an anchor into a Markdown page names one of its headings.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let mut problems = Vec::new();
+    let mut links = 0;
+    for page in pages() {
+        let src = read(&page);
+        let dir = page.parent().unwrap_or(Path::new(""));
+        for (event, range) in Parser::new_ext(&src, Options::ENABLE_TABLES).into_offset_iter() {
+            let dest = match event {
+                Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => dest_url,
+                _ => continue,
+            };
+            if dest.contains("://") || dest.starts_with("mailto:") {
+                continue;
+            }
+            links += 1;
+            let at = format!("{}:{}", page.display(), line_of(&src, range.start));
+            let (path, anchor) = dest.split_once('#').unwrap_or((&dest, ""));
+            let target = if path.is_empty() {
+                page.clone()
+            } else {
+                dir.join(path)
+            };
+            if !root().join(&target).exists() {
+                problems.push(format!("{at}: {dest}: no such file"));
+                continue;
+            }
+            if !anchor.is_empty()
+                && target.extension().is_some_and(|e| e == "md")
+                && !anchors(&read(&target)).contains(anchor)
+            {
+                problems.push(format!(
+                    "{at}: {dest}: {} has no heading with that anchor",
+                    target.display()
+                ));
+            }
+        }
+    }
+    assert!(links > 20, "only {links} links found");
+    fail_with(problems);
+}
+
+#[test]
+fn anchors_are_made_the_way_github_makes_them() {
+    let a = anchors(
+        "# Webhooks\n## `[[webhook]]` keys\n## Testing webhooks offline\n## Keys\n## keys\n```sh\n# not a heading\n```\n",
+    );
+    let want = [
+        "webhooks",
+        "webhook-keys",
+        "testing-webhooks-offline",
+        "keys",
+        "keys-1",
+    ];
+    assert_eq!(a, want.iter().map(|s| s.to_string()).collect());
+}
