@@ -123,7 +123,11 @@ fn check_functions(
                 .map(|m| ("watches", m, 1)),
         );
     named
-        .filter(|(_, f, arity)| !script.has_function(f, *arity))
+        // `when` and a watch's `map` may also take `ctx`.
+        .filter(|(key, f, arity)| {
+            let with_ctx = *key != "reconcile" && script.has_function(f, 2);
+            !(script.has_function(f, *arity) || with_ctx)
+        })
         .map(|(key, f, arity)| {
             let file = script.file().display();
             let wanted = script::param_list(arity);

@@ -114,13 +114,23 @@ impl Ctx {
 
     /// The `ctx` a script called about `obj` sees.
     pub fn script_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
+        self.ctx_for(obj, true)
+    }
+
+    /// The `ctx` of a call about `obj` that is not one of the controller's objects (a watch's
+    /// `map`): the same lookups, and no memo (memos are kept per object of the controller).
+    pub fn related_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
+        self.ctx_for(obj, false)
+    }
+
+    fn ctx_for(&self, obj: &DynamicObject, memo: bool) -> ScriptCtx {
         let uid = obj.uid().unwrap_or_default();
         ScriptCtx {
             operator: self.spec.operator.clone(),
             controller: self.spec.controller.clone(),
             namespace: obj.namespace(),
             params: self.spec.params.clone(),
-            memo: Some(crate::handler::memos().of(&uid)),
+            memo: memo.then(|| crate::handler::memos().of(&uid)),
             lookup: Arc::new(CacheLookup {
                 uid,
                 namespace: obj.namespace(),

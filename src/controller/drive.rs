@@ -86,8 +86,11 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
                 queue::by_label(rx, label.clone(), parent).inspect(requested(&pending)),
             ),
             Parents::Map(f) => c.reconcile_on(
-                queue::by_script(rx, ctx.spec.script.clone(), f.clone(), parent)
-                    .inspect(requested(&pending)),
+                queue::by_script(rx, ctx.spec.script.clone(), f.clone(), parent, {
+                    let ctx = ctx.clone();
+                    move |o: &kube::api::DynamicObject| ctx.related_ctx(o)
+                })
+                .inspect(requested(&pending)),
             ),
         };
     }

@@ -142,7 +142,11 @@ async fn selected(obj: &DynamicObject, ctx: &Ctx) -> bool {
         Ok(v) => v,
         Err(_) => return false,
     };
-    match ctx.spec.script.call_one_async(when, view).await {
+    let mut args = vec![crate::script::CallArg::Json(view)];
+    if ctx.spec.script.has_function(when, 2) {
+        args.push(crate::script::CallArg::Ctx(ctx.related_ctx(obj)));
+    }
+    match ctx.spec.script.call_args_async(when, args).await {
         Ok(v) => v == Value::Bool(true),
         Err(e) => {
             tracing::warn!(error = %e, "when() failed; skipping object");

@@ -16,7 +16,6 @@ use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
-use tokio_util::sync::{CancellationToken, DropGuard};
 
 /// One `[[index]]` with its compiled script.
 #[derive(Debug, Clone)]
@@ -25,12 +24,13 @@ pub struct IndexEntry {
     pub script: Script,
 }
 
-/// The indexes of one config version, kept up to date by tasks that stop when it is dropped.
+/// The indexes of one config version, kept up to date by tasks it owns: they stop when it is
+/// dropped (with the last controller of that version).
 pub struct IndexSet {
     tables: Arc<HashMap<String, RwLock<Table>>>,
     ready: tokio::sync::watch::Receiver<usize>,
     count: usize,
-    _stop: DropGuard,
+    _tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
 }
 
 /// One index: what each object contributed, and the same by key.
@@ -89,7 +89,7 @@ impl IndexSet {
                 .map(|e| (e.spec.name.clone(), RwLock::new(Table::default())))
                 .collect(),
         );
-        let stop = CancellationToken::new();
+        let mut tasks = tokio::task::JoinSet::new();
         let count: usize = caches.iter().map(Vec::len).sum();
         let (ready_tx, ready) = tokio::sync::watch::channel(0usize);
         let ready_tx = Arc::new(ready_tx);
@@ -101,24 +101,15 @@ impl IndexSet {
                     informer,
                     ready: ready_tx.clone(),
                 };
-                let stop = stop.clone();
                 let span = tracing::info_span!("index", name = %entry.spec.name);
-                tokio::spawn(tracing::Instrument::instrument(
-                    async move {
-                        tokio::select! {
-                            () = follow.run() => {}
-                            () = stop.cancelled() => {}
-                        }
-                    },
-                    span,
-                ));
+                tasks.spawn(tracing::Instrument::instrument(follow.run(), span));
             }
         }
         Arc::new(Self {
             tables,
             ready,
             count,
-            _stop: stop.drop_guard(),
+            _tasks: std::sync::Mutex::new(tasks),
         })
     }
 

@@ -89,14 +89,23 @@ pub fn by_script(
     script: Script,
     function: String,
     parent: Kind,
+    ctx: impl Fn(&DynamicObject) -> crate::script::ScriptCtx + Send + Sync + 'static,
 ) -> impl Stream<Item = Ref> + Send {
+    let ctx = std::sync::Arc::new(ctx);
+    let with_ctx = script.has_function(&function, 2);
     sub.into_stream()
         .then(move |c| {
             let o = c.object;
             let (script, function, parent) = (script.clone(), function.clone(), parent.clone());
+            let mut args = Vec::with_capacity(2);
+            args.push(crate::script::CallArg::Json(
+                crate::script::object_view(&o).unwrap_or(Value::Null),
+            ));
+            if with_ctx {
+                args.push(crate::script::CallArg::Ctx(ctx(&o)));
+            }
             async move {
-                let view = crate::script::object_view(&o).unwrap_or(Value::Null);
-                match script.call_one_async(&function, view).await {
+                match script.call_args_async(&function, args).await {
                     Ok(v) => parent_refs(&v, o.namespace(), &parent),
                     Err(e) => {
                         tracing::warn!(error = %e, object = %o.name_any(), "watch mapping failed");

@@ -457,6 +457,92 @@ watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
     .await;
 }
 
+/// Issue 13: a watch's `map(obj, ctx)` gets `ctx`, so it can find the parents that name the
+/// related object through the cache (`ctx.list`) instead of needing a label on it.
+#[tokio::test]
+async fn a_watch_map_with_ctx_finds_the_parents_that_name_the_object() {
+    let group = "mapctx.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "mapctx").await;
+    let script = r#"
+fn reconcile(obj, ctx) {
+    let src = ctx.get("ConfigMap", obj.spec.message);
+    let value = if src == () { "none" } else { src.data.value };
+    #{ children: [#{ apiVersion: "v1", kind: "Secret", metadata: #{ name: obj.metadata.name + "-copy" },
+                      stringData: #{ value: value } }] }
+}
+fn readers(cm, ctx) {
+    ctx.list("Widget").filter(|w| w.spec.message == cm.metadata.name).map(|w| w.metadata.name)
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "mapctx"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.message = {{ type = "string", default = "ok" }}
+
+[[controller]]
+for = "Widget"
+owns = ["v1/Secret"]
+script = "widget.rhai"
+watches = [{{ kind = "v1/ConfigMap", map = "readers" }}]
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script).unwrap();
+    let _khai = Khai::start(dir.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "a", json!({ "message": "shared" })).await;
+    create_widget(&api, group, "b", json!({ "message": "shared" })).await;
+    create_widget(&api, group, "c", json!({ "message": "other" })).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    let value = |s: &k8s_openapi::api::core::v1::Secret| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+    };
+    for name in ["a-copy", "b-copy", "c-copy"] {
+        crate::support::wait_for_any(secrets.clone(), "each copy Secret", move |s| {
+            s.metadata.name.as_deref() == Some(name)
+        })
+        .await;
+    }
+    let source: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "shared" }, "data": { "value": "from-shared" },
+    }))
+    .unwrap();
+    configmaps(&client, &ns.name)
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    for name in ["a-copy", "b-copy"] {
+        crate::support::wait_for_any(
+            secrets.clone(),
+            "the readers' copies to follow the ConfigMap they name",
+            move |s| {
+                s.metadata.name.as_deref() == Some(name)
+                    && value(s).as_deref() == Some("from-shared")
+            },
+        )
+        .await;
+    }
+    let c = secrets.get("c-copy").await.unwrap();
+    assert_eq!(
+        value(&c).as_deref(),
+        Some("none"),
+        "c names another ConfigMap"
+    );
+}
+
 #[tokio::test]
 async fn retry_and_fail_from_a_script_are_reported_as_asked() {
     let group = "retry.khai.dev";

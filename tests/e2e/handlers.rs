@@ -309,3 +309,103 @@ fn resumed(obj, ctx, change) { log_info(`resumed ${obj.metadata.name}`); }
         "handlers that succeeded ran again after the restart"
     );
 }
+
+/// A delete handler's progress survives a crash: khai is killed (SIGKILL) after the first
+/// attempt failed and was recorded; the next khai goes on with the second attempt (`ctx.retry`
+/// is 1), never repeats the first, and lets the object go.
+#[tokio::test]
+async fn a_handlers_progress_survives_a_crash() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-crash").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::support::example_copy("notes", dir.path(), "crashy", "crashy.khai.dev");
+    std::fs::write(
+        config.join("operator.toml"),
+        r#"
+[operator]
+name = "crashy"
+
+[[crd]]
+group = "crashy.khai.dev"
+kind = "Note"
+versions = ["v1"]
+spec.text = { type = "string" }
+
+[[handler]]
+for = "Note"
+on = "delete"
+script = "scripts/crashy.rhai"
+function = "deleting"
+backoff = "2s"
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        config.join("scripts/crashy.rhai"),
+        r#"
+fn deleting(obj, ctx, change) {
+    log_info(`attempt ${ctx.retry} for ${obj.metadata.name}`);
+    if ctx.retry == 0 { retry("the first attempt fails", "2s"); }
+}
+"#,
+    )
+    .unwrap();
+    let mut first = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, "notes.crashy.khai.dev").await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("crashy.khai.dev", "v1", "Note"),
+        "notes",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    let mut o = note("n", json!({ "text": "x" }));
+    o.types = Some(kube::core::TypeMeta {
+        api_version: "crashy.khai.dev/v1".into(),
+        kind: "Note".into(),
+    });
+    api.create(&PostParams::default(), &o).await.unwrap();
+    wait_for(
+        &api,
+        "n",
+        "khai's finalizer",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == "khai.dev/crashy")
+            })
+        },
+    )
+    .await;
+    api.delete("n", &DeleteParams::default()).await.unwrap();
+    wait_for(
+        &api,
+        "n",
+        "the first attempt recorded",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .any(|(k, v)| k == "crashy.khai.dev/progress" && v.contains("\"attempts\":1"))
+            })
+        },
+    )
+    .await;
+    first.kill();
+    let second = Khai::start(&config, &ns.name, &[]);
+    wait_until_gone(&api, "n", "the Note, after the second attempt").await;
+    let (_, log) = second.terminate().await;
+    assert!(
+        log.iter().any(|l| l.contains("attempt 1 for n")),
+        "the second khai went on with attempt 1:\n{}",
+        log.join("\n")
+    );
+    assert!(
+        !log.iter().any(|l| l.contains("attempt 0 for n")),
+        "the second khai repeated the first attempt:\n{}",
+        log.join("\n")
+    );
+}
