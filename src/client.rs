@@ -21,7 +21,23 @@ pub const USER_AGENT: &str = concat!("khai/", env!("CARGO_PKG_VERSION"));
 /// host and pid, as its leader election identity), e.g. `khai/0.1.0 (cache-khai-7d9f-x2x)`, so
 /// an audit log tells replicas apart.
 pub fn user_agent() -> String {
-    format!("{USER_AGENT} ({})", crate::leader::default_identity())
+    format!("{USER_AGENT} ({})", identity())
+}
+
+/// This replica's identity: `POD_NAME` when set (the downward API), else hostname and pid.
+pub fn identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "khai".into());
+    format!("{host}_{}", std::process::id())
 }
 
 /// A client for the cluster `KUBECONFIG` (or the Pod's service account) points at, sending

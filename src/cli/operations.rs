@@ -91,7 +91,7 @@ impl Operations {
                 .clone()
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| client.default_namespace().to_string()),
-            identity: leader::default_identity(),
+            identity: crate::client::identity(),
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
             retry_period: self.leader_elect_retry_period,

@@ -2,7 +2,7 @@
 //! (grouped by resolved kind, joined to the kind's controller or given one of their own that
 //! runs only them) and the config's indexes.
 
-use super::prepare::Error;
+use super::Error;
 use crate::config::kind::KindRef;
 use crate::config::model::Controller;
 use crate::handler::clock::Clock;

@@ -12,4 +12,17 @@ mod report;
 mod spin;
 
 pub(crate) use drive::start;
-pub(crate) use prepare::{Error, Fingerprint, Prepared, prepare};
+pub(crate) use prepare::{Fingerprint, Prepared, prepare};
+
+use crate::watch;
+
+/// Why a controller could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("controller {controller}: {source}")]
+    Resolve {
+        controller: String,
+        #[source]
+        source: watch::Error,
+    },
+}

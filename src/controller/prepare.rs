@@ -2,8 +2,8 @@
 //! cluster, informers started, a [`Ctx`] each, and a fingerprint that says across versions of
 //! the config whether a controller changed.
 
-use super::beside;
 use super::context::{Beside, Caches, Ctx, Services, Spec};
+use super::{Error, beside};
 use crate::apply::Applier;
 use crate::config::kind::KindRef;
 use crate::config::model::{Controller, Model, Watch};
@@ -33,17 +33,6 @@ pub(crate) struct Prepared {
     pub resync: Option<Duration>,
     /// Equal across versions of the config exactly when this controller is unchanged.
     pub fingerprint: Fingerprint,
-}
-
-/// Why a controller could not be prepared.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("controller {controller}: {source}")]
-    Resolve {
-        controller: String,
-        #[source]
-        source: watch::Error,
-    },
 }
 
 /// Resolves every controller's kinds and starts the informers it needs. A controller of a

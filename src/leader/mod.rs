@@ -74,22 +74,6 @@ impl Settings {
     }
 }
 
-/// This replica's identity: `POD_NAME` when set (the downward API), else hostname and pid.
-pub fn default_identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME")
-        && !pod.is_empty()
-    {
-        return pod;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "khai".into());
-    format!("{host}_{}", std::process::id())
-}
-
 /// The part of a Lease whose change shows its holder is alive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Record {
