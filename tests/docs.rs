@@ -572,6 +572,32 @@ fn the_readme_front_page_keeps_its_two_commands_and_its_length() {
     }
 }
 
+/// Issue 15: the README's install section and docs/deploying.md's give the same two commands
+/// (tests/e2e/helm.rs runs the README's).
+#[test]
+fn the_install_commands_are_the_same_in_the_readme_and_the_deploying_guide() {
+    let block = |page: &str, heading: &str| -> String {
+        let src = read(Path::new(page));
+        let section = src
+            .split(heading)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{page} has a section {heading:?}"));
+        code_blocks(section)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("{page}'s {heading:?} has a code block"))
+            .text
+            .trim()
+            .to_string()
+    };
+    let readme = block("README.md", "\n## Install on a cluster\n");
+    assert_eq!(readme.lines().count(), 2, "{readme}");
+    assert_eq!(
+        readme,
+        block("docs/deploying.md", "\n## Install: two commands\n")
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Metrics.
 

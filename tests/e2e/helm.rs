@@ -1,5 +1,6 @@
-//! The user's path with the real Helm, end to end: the two commands of docs/deploying.md
-//! (`khai generate values DIR > values.yaml`, `helm install NAME charts/khai -f values.yaml`),
+//! The user's path with the real Helm, end to end: the two install commands of README.md, read
+//! from it (`khai generate values DIR > values.yaml`, `helm install NAME charts/khai -f values.yaml
+//! -n NS --create-namespace`),
 //! khai started exactly as the release's Deployment says, a script change through
 //! `helm upgrade` live in under 2 s with no restart, a broken script reported while the last
 //! good one keeps reconciling, and `helm uninstall` leaving nothing of the release.
@@ -32,7 +33,27 @@ fn cache_copy(into: &Path, operator: &str, group: &str) -> PathBuf {
     support::example_copy("cache", into, operator, group)
 }
 
-/// `khai generate values DIR > OUT`, exactly as docs/deploying.md says.
+/// The commands of README.md's "Install on a cluster" section, each split into words.
+fn readme_install_commands() -> Vec<Vec<String>> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Install on a cluster\n")
+        .nth(1)
+        .expect("README.md has an 'Install on a cluster' section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the install section has a sh block");
+    block
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// `khai generate values DIR > OUT`.
 fn generate_values(dir: &Path, out: &Path) {
     let values = support::khai_stdout(&["generate", "values", dir.to_str().unwrap()]);
     std::fs::write(out, values).unwrap();
@@ -199,22 +220,46 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
     let operator = format!("cache{suffix}");
     let group = format!("h{suffix}.khai.dev");
     let dir = cache_copy(&tmp.path().join("v1"), &operator, &group);
-    // Any release name: object names come from it.
-    let release = "cache";
-
-    // The two commands of docs/deploying.md.
-    let values = tmp.path().join("values.yaml");
-    generate_values(&dir, &values);
     let chart = helm::chart();
-    helm::ok(&[
-        "install",
-        release,
-        helm::arg(&chart),
-        "-f",
-        helm::arg(&values),
-        "-n",
-        &ns.name,
-    ]);
+
+    // The two commands of README.md, word for word but for four substitutions: the example
+    // directory becomes this test's copy (its own API group and operator name), `values.yaml`
+    // a file in a temporary directory, the chart's relative path an absolute one, and the
+    // namespace this test's.
+    let commands = readme_install_commands();
+    let [generate, install] = <[Vec<String>; 2]>::try_from(commands)
+        .unwrap_or_else(|c| panic!("README.md's install section has two commands: {c:?}"));
+    let [khai, verb, what, example, redirect, values_name] = <[String; 6]>::try_from(generate)
+        .unwrap_or_else(|g| panic!("khai generate values DIR > FILE, got {g:?}"));
+    assert_eq!(
+        [&*khai, &*verb, &*what, &*example, &*redirect],
+        ["khai", "generate", "values", "examples/cache", ">"]
+    );
+    let values = tmp.path().join(&values_name);
+    generate_values(&dir, &values);
+    assert_eq!(install[..2], ["helm", "install"], "{install:?}");
+    let release = install[2].as_str();
+    let mut args = Vec::new();
+    let mut words = install[1..].iter();
+    while let Some(w) = words.next() {
+        match w.as_str() {
+            "charts/khai" => args.push(helm::arg(&chart).to_string()),
+            "-f" => {
+                assert_eq!(words.next(), Some(&values_name), "{install:?}");
+                args.extend(["-f".to_string(), helm::arg(&values).to_string()]);
+            }
+            "-n" => {
+                assert!(words.next().is_some(), "{install:?}");
+                args.extend(["-n".to_string(), ns.name.clone()]);
+            }
+            _ => args.push(w.clone()),
+        }
+    }
+    assert!(
+        args.iter().any(|a| a == "--create-namespace"),
+        "the README installs into a namespace of its own: {install:?}"
+    );
+    helm::ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
 
     // khai, as the Deployment says.
     let deploy = release_deployment(&client, &ns.name, release).await;
