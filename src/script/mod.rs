@@ -25,11 +25,19 @@ pub struct Limits {
     pub max_call_levels: usize,
     pub max_expr_depth: usize,
     pub max_function_expr_depth: usize,
+    /// Rhai's size limits, which count a value with everything nested in it: a script's input
+    /// is such a value, so they must fit any object the API server accepts (see
+    /// [`LARGEST_OBJECT`]), or an object could never be read, only ever fail.
     pub max_string_size: usize,
     pub max_array_size: usize,
     pub max_map_size: usize,
     pub timeout: Duration,
 }
+
+/// The largest request body the API server accepts (3 MiB), so the largest object a script can
+/// be given. Its JSON holds at most that many bytes of strings, half as many array elements
+/// (`0,`) and a fifth as many map entries (`"":0,`).
+pub const LARGEST_OBJECT: usize = 3 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -38,9 +46,9 @@ impl Default for Limits {
             max_call_levels: 48,
             max_expr_depth: 64,
             max_function_expr_depth: 48,
-            max_string_size: 1 << 20,
-            max_array_size: 10_000,
-            max_map_size: 10_000,
+            max_string_size: LARGEST_OBJECT,
+            max_array_size: LARGEST_OBJECT / 2,
+            max_map_size: LARGEST_OBJECT / 5,
             timeout: Duration::from_secs(5),
         }
     }
@@ -550,7 +558,7 @@ fn strip_position(msg: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -580,6 +588,36 @@ mod tests {
         // Errors of a long call are the script's own, reported once from the pool.
         let err = s.call_one_async("count", json!("x")).await.unwrap_err();
         assert!(err.to_string().contains("count"), "{err}");
+    }
+
+    /// An object as large as the API server stores: a map of 12,000 entries and 1.1 MB of text.
+    pub(crate) fn large_object() -> serde_json::Value {
+        let entries: serde_json::Map<String, serde_json::Value> = (0..12_000)
+            .map(|i| (format!("key-{i}"), json!(i)))
+            .collect();
+        json!({ "apiVersion": "g/v1", "kind": "Big", "metadata": { "name": "big" },
+            "spec": { "entries": entries, "text": "x".repeat(1_100_000) } })
+    }
+
+    #[tokio::test]
+    async fn an_input_as_large_as_the_api_server_stores_is_read_iterated_changed_and_returned() {
+        let limits = Limits::default();
+        let src = r#"fn reconcile(obj, ctx) {
+            let sum = 0;
+            for k in obj.spec.entries.keys() { sum += obj.spec.entries[k]; }
+            obj.status = #{ sum: sum, length: obj.spec.text.len() };
+            #{ status: obj.status, children: [#{ metadata: #{ name: "copy" },
+                data: #{ text: obj.spec.text }, entries: obj.spec.entries }] }
+        }"#;
+        let s =
+            Script::compile(Arc::new(engine(&limits)), &limits, Path::new("t.rhai"), src).unwrap();
+        let obj = large_object();
+        let ctx = ScriptCtx::detached("op", "c", None);
+        let out = s.call_async("reconcile", obj.clone(), ctx).await.unwrap();
+        let sum: i64 = (0..12_000).sum();
+        assert_eq!(out["status"], json!({ "sum": sum, "length": 1_100_000 }));
+        assert_eq!(out["children"][0]["data"]["text"], obj["spec"]["text"]);
+        assert_eq!(out["children"][0]["entries"], obj["spec"]["entries"]);
     }
 
     #[test]
