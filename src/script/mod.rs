@@ -9,6 +9,7 @@
 pub mod ctx;
 mod inline;
 pub mod memo;
+mod memory;
 
 pub use ctx::{Attempt, Indexes, Lookup, ScriptCtx};
 
@@ -31,6 +32,8 @@ pub struct Limits {
     pub max_string_size: usize,
     pub max_array_size: usize,
     pub max_map_size: usize,
+    /// Bytes a call may allocate beyond what it was given, whatever it builds (see [`memory`]).
+    pub max_memory: usize,
     pub timeout: Duration,
 }
 
@@ -49,6 +52,7 @@ impl Default for Limits {
             max_string_size: LARGEST_OBJECT,
             max_array_size: LARGEST_OBJECT / 2,
             max_map_size: LARGEST_OBJECT / 5,
+            max_memory: 64 << 20,
             timeout: Duration::from_secs(5),
         }
     }
@@ -159,6 +163,9 @@ thread_local! {
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
+/// How the progress hook says it stopped a call for its memory budget.
+const OVER_MEMORY: &str = "memory budget used up";
+
 /// Builds the one kind of engine khai runs scripts in, with every limit set.
 pub fn engine(limits: &Limits) -> Engine {
     let mut e = Engine::new();
@@ -189,6 +196,9 @@ pub fn engine(limits: &Limits) -> Engine {
         if inline::over_budget(ops) {
             return Some(Dynamic::from("inline budget used up"));
         }
+        if memory::over_budget() {
+            return Some(Dynamic::from(OVER_MEMORY));
+        }
         // Reading the clock on every operation would cost more than most operations; every
         // 64th keeps the deadline within microseconds.
         let expired =
@@ -217,6 +227,7 @@ pub struct Script {
     ast: Arc<AST>,
     engine: Arc<Engine>,
     timeout: Duration,
+    max_memory: usize,
 }
 
 impl std::fmt::Debug for Script {
@@ -260,6 +271,7 @@ impl Script {
             ast: Arc::new(ast),
             engine,
             timeout: limits.timeout,
+            max_memory: limits.max_memory,
         })
     }
 
@@ -340,10 +352,12 @@ impl Script {
         args: Vec<Dynamic>,
     ) -> Result<serde_json::Value, ScriptError> {
         DEADLINE.with(|d| d.set(Some(Instant::now() + self.timeout)));
+        memory::begin(self.max_memory);
         let mut scope = rhai::Scope::new();
         let result = self
             .engine
             .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
+        memory::end();
         DEADLINE.with(|d| d.set(None));
         if inline::stopped() {
             // Not the script's error: the call moves to the blocking pool (see `inline`).
@@ -478,6 +492,10 @@ impl Script {
             crate::metrics::script_limit_abort(&self.label(), function, limit);
         }
         let message = match &err {
+            EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => format!(
+                "script exceeded its memory limit ({} per call)",
+                memory::describe(self.max_memory)
+            ),
             EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
             EvalAltResult::ErrorTooManyOperations(..) => {
                 "script exceeded its operation limit".to_string()
@@ -525,6 +543,7 @@ impl Script {
 /// `khai_script_limit_aborts_total`.
 fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
     Some(match err {
+        EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => "memory",
         EvalAltResult::ErrorTerminated(..) => "time",
         EvalAltResult::ErrorTooManyOperations(..) => "operations",
         EvalAltResult::ErrorStackOverflow(..) => "call_depth",
@@ -533,6 +552,10 @@ fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
         EvalAltResult::ErrorTooManyModules(..) => "modules",
         _ => return None,
     })
+}
+
+fn is_over_memory(token: &Dynamic) -> bool {
+    token.to_string() == OVER_MEMORY
 }
 
 impl ScriptError {
@@ -562,6 +585,13 @@ pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A script with the default limits, for calls that must not depend on how busy the machine
+    /// is (the 200 ms of [`compile`] is short for a long call in a debug build under load).
+    fn compile_default(src: &str) -> Script {
+        let limits = Limits::default();
+        Script::compile(Arc::new(engine(&limits)), &limits, Path::new("t.rhai"), src).unwrap()
+    }
+
     fn compile(src: &str) -> Result<Script, ScriptError> {
         let limits = Limits {
             timeout: Duration::from_millis(200),
@@ -577,7 +607,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn short_calls_finish_inline_and_long_ones_start_over_on_the_pool_with_one_answer() {
-        let s = compile("fn count(n) { let c = 0; for i in 0..n { c += 1; } c }").unwrap();
+        let s = compile_default("fn count(n) { let c = 0; for i in 0..n { c += 1; } c }");
         assert_eq!(
             s.call_one_async("count", json!(10)).await.unwrap(),
             json!(10)
@@ -601,7 +631,6 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn an_input_as_large_as_the_api_server_stores_is_read_iterated_changed_and_returned() {
-        let limits = Limits::default();
         let src = r#"fn reconcile(obj, ctx) {
             let sum = 0;
             for k in obj.spec.entries.keys() { sum += obj.spec.entries[k]; }
@@ -609,8 +638,7 @@ pub(crate) mod tests {
             #{ status: obj.status, children: [#{ metadata: #{ name: "copy" },
                 data: #{ text: obj.spec.text }, entries: obj.spec.entries }] }
         }"#;
-        let s =
-            Script::compile(Arc::new(engine(&limits)), &limits, Path::new("t.rhai"), src).unwrap();
+        let s = compile_default(src);
         let obj = large_object();
         let ctx = ScriptCtx::detached("op", "c", None);
         let out = s.call_async("reconcile", obj.clone(), ctx).await.unwrap();
@@ -618,6 +646,29 @@ pub(crate) mod tests {
         assert_eq!(out["status"], json!({ "sum": sum, "length": 1_100_000 }));
         assert_eq!(out["children"][0]["data"]["text"], obj["spec"]["text"]);
         assert_eq!(out["children"][0]["entries"], obj["spec"]["entries"]);
+    }
+
+    #[test]
+    fn a_map_of_huge_keys_stops_at_the_memory_limit() {
+        let limits = Limits {
+            max_memory: 16 << 20,
+            ..Limits::default()
+        };
+        // 600 keys of 1 MiB: each within the string limit, and Rhai's map limit counts entries,
+        // not the size of their keys.
+        let src = r#"fn build() {
+            let key = "k"; for i in 0..20 { key += key; }
+            let m = #{}; for i in 0..600 { m[key + i] = i; } m.len()
+        }"#;
+        let s =
+            Script::compile(Arc::new(engine(&limits)), &limits, Path::new("t.rhai"), src).unwrap();
+        let (result, peak) = memory::peak_during(|| s.call("build", &[]));
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.ends_with("in build: script exceeded its memory limit (16 MiB per call)"),
+            "{err}"
+        );
+        assert!(peak < limits.max_memory + (4 << 20), "peak {peak}");
     }
 
     #[test]
