@@ -29,6 +29,8 @@ thread_local! {
     /// the one that allocated it makes the counts drift, so only differences over one call
     /// (on one thread) mean anything; the arithmetic wraps rather than panic in the allocator.
     static LIVE: Cell<isize> = const { Cell::new(0) };
+    /// Bytes ever allocated on this thread (wrapping), freed or not: a measure of work done.
+    static ALLOCATED: Cell<usize> = const { Cell::new(0) };
     /// `LIVE` when the running call began, and the growth it may not pass.
     static BUDGET: Cell<Option<(isize, isize)>> = const { Cell::new(None) };
     /// The highest `LIVE` since [`peak_during`] began (tests measure peaks with it).
@@ -38,6 +40,9 @@ thread_local! {
 
 fn count(bytes: isize) {
     // `try_with`: allocations may happen while the thread's locals are being torn down.
+    if bytes > 0 {
+        let _ = ALLOCATED.try_with(|a| a.set(a.get().wrapping_add(bytes.unsigned_abs())));
+    }
     let _ = LIVE.try_with(|live| {
         let now = live.get().wrapping_add(bytes);
         live.set(now);
@@ -106,6 +111,11 @@ pub fn over_budget() -> bool {
         .is_some_and(|(start, max)| LIVE.with(Cell::get).wrapping_sub(start) > max)
 }
 
+/// Bytes allocated on this thread so far, freed or not (wrapping: compare with `wrapping_sub`).
+pub fn allocated() -> usize {
+    ALLOCATED.with(Cell::get)
+}
+
 /// "64 MiB": a budget as messages name it.
 pub fn describe(bytes: usize) -> String {
     const MIB: usize = 1 << 20;
@@ -144,6 +154,13 @@ mod tests {
         let _big = std::hint::black_box(vec![1u8; 2 << 20]);
         assert!(!over_budget(), "outside a call there is no budget");
         drop(small);
+    }
+
+    #[test]
+    fn allocations_count_as_work_even_when_freed() {
+        let before = allocated();
+        drop(std::hint::black_box(vec![1u8; 1 << 20]));
+        assert!(allocated().wrapping_sub(before) >= 1 << 20);
     }
 
     #[test]

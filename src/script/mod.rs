@@ -671,6 +671,22 @@ pub(crate) mod tests {
         assert!(peak < limits.max_memory + (4 << 20), "peak {peak}");
     }
 
+    #[tokio::test]
+    async fn a_call_of_few_but_slow_operations_leaves_the_worker_thread_within_its_time_budget() {
+        // A few hundred operations, far under the inline operation budget, each upper-casing
+        // 1 MiB: together far more than the inline time budget.
+        let s = compile_default(
+            "fn shout(s) { let n = 0; for i in 0..200 { n += s.to_upper().len(); } n }",
+        );
+        let text = json!("x".repeat(1 << 20));
+        let inline = inline::attempt(|| s.call("shout", std::slice::from_ref(&text)));
+        assert_eq!(inline, None, "given up inline, to run on the blocking pool");
+        assert_eq!(
+            s.call_one_async("shout", text).await.unwrap(),
+            json!(200 << 20)
+        );
+    }
+
     #[test]
     fn values_round_trip_through_json() {
         let s = compile("fn echo(x) { x }").unwrap();
