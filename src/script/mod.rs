@@ -177,6 +177,7 @@ pub fn engine(limits: &Limits) -> Engine {
     });
     ctx::register(&mut e);
     memo::register(&mut e);
+    nothing_indexes_to_nothing(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {
             return Some(Dynamic::from("inline budget used up"));
@@ -190,6 +191,17 @@ pub fn engine(limits: &Limits) -> Engine {
     e.on_print(inline::print);
     e.on_debug(|s, src, pos| inline::debug(s, src, pos.line()));
     e
+}
+
+/// Lets `?[` chains through a missing field: `x?.items?[0]?.name` is `()` when `items` is.
+///
+/// Rhai 1.27's parser drops the "stop at `()`" mark of `?[` when a property follows the index
+/// (`x?.items?[0]?.name` runs as `x?.items[0]?.name`), so a missing `items` threw "Indexer
+/// unavailable: () [i64]". Authors porting from CEL and KRO write exactly this, so indexing
+/// nothing, with a number or a name, gives nothing, as reading a missing field of a map does.
+fn nothing_indexes_to_nothing(e: &mut Engine) {
+    e.register_indexer_get(|_: &mut (), _: rhai::INT| ());
+    e.register_indexer_get(|_: &mut (), _: rhai::ImmutableString| ());
 }
 
 /// An argument of a script call: a JSON value (an object, a change record, a state) or `ctx`.
@@ -664,6 +676,37 @@ mod tests {
             out,
             json!({ "op": "op", "ns": "ns1", "none": null, "n": 0 })
         );
+    }
+
+    /// Issue 11, defect 5: `?[` followed by `?.` threw "Indexer unavailable: () [i64]" when
+    /// the list was missing.
+    #[test]
+    fn optional_index_chains_give_nothing_for_a_missing_list_or_map() {
+        let s = compile(
+            "fn first(x) { x?.items?[0]?.field }\n\
+             fn port(x) { x?.spec?.ports?[\"http\"]?.port }\n\
+             fn short(x) { x?.items?[0] }",
+        )
+        .unwrap();
+        for f in ["first", "port", "short"] {
+            for x in [json!({}), json!(null), json!({ "items": null, "spec": {} })] {
+                assert_eq!(
+                    s.call(f, std::slice::from_ref(&x)).unwrap(),
+                    json!(null),
+                    "{f}({x})"
+                );
+            }
+        }
+        let x =
+            json!({ "items": [{ "field": "a" }], "spec": { "ports": { "http": { "port": 80 } } } });
+        assert_eq!(
+            s.call("first", std::slice::from_ref(&x)).unwrap(),
+            json!("a")
+        );
+        assert_eq!(s.call("port", std::slice::from_ref(&x)).unwrap(), json!(80));
+        // An index past the end of a list that is there is still an error.
+        let err = s.call("first", &[json!({ "items": [] })]).unwrap_err();
+        assert!(err.to_string().contains("out of bounds"), "{err}");
     }
 
     #[test]
