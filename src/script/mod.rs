@@ -80,7 +80,7 @@ pub enum ScriptError {
         file: PathBuf,
         function: String,
         message: String,
-        delay: String,
+        delay: crate::config::duration::Duration,
     },
     /// The script declared, with `fail(message)`, that retrying cannot help until the object
     /// changes.
@@ -513,7 +513,8 @@ impl Script {
                 file,
                 function,
                 message,
-                delay: field("delay"),
+                // `retry()` read the delay before it threw (see `ctx::retry`).
+                delay: map.get("delay")?.clone().try_cast()?,
             }),
             "fail" => Some(ScriptError::Fail {
                 file,
@@ -722,12 +723,33 @@ mod tests {
                 file: "scripts/t.rhai".into(),
                 function: "a".into(),
                 message: "not yet".into(),
-                delay: "10s".into()
+                delay: crate::config::duration::Duration::from_secs(10)
             }
+        );
+        assert_eq!(
+            s.call_with_ctx("a", &json!({}), ctx())
+                .unwrap_err()
+                .to_string(),
+            "scripts/t.rhai: in a: not yet (retry in 10s)"
         );
         assert!(
             matches!(s.call_with_ctx("b", &json!({}), ctx()), Err(ScriptError::Fail { message, .. }) if message == "bad spec")
         );
+    }
+
+    /// Issue 11: a delay `retry()` could not read silently became backoff.
+    #[test]
+    fn a_bad_retry_delay_is_an_error_at_its_line_naming_it() {
+        let s = compile("fn a(obj, ctx) {\n  retry(\"not yet\", \"5 parsecs\")\n}").unwrap();
+        let err = s
+            .call_with_ctx("a", &json!({}), ScriptCtx::detached("op", "c", None))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "scripts/t.rhai:2:3: in a: retry: cannot read '5 parsecs' as a duration: \
+             unknown unit \" parsecs\" in \"5 parsecs\"; use ms, s, m or h"
+        );
+        assert_eq!(err.kind(), "runtime");
     }
 
     #[test]
