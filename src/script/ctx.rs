@@ -4,10 +4,12 @@
 //! (no API call) and `khai test` from objects listed in a test case. Scripts never reach the
 //! API client, the file system, the network or the environment.
 
+use super::inline;
 use crate::config::duration::Duration;
 use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position};
 use serde_json::Value;
 use std::sync::Arc;
+use tracing::Level;
 
 /// Answers a script's lookups. Kinds are written as in the config (`ConfigMap`, `v1/ConfigMap`,
 /// `apps/v1/Deployment`, `Deployment.apps`). Errors are messages for the script's author.
@@ -189,22 +191,12 @@ pub fn register(engine: &mut Engine) {
                 .strftime("%Y-%m-%dT%H:%M:%SZ")
                 .to_string()
         })
-        .register_fn(
-            "log_debug",
-            |msg: &str| tracing::debug!(target: "khai::script", "{msg}"),
-        )
-        .register_fn(
-            "log_info",
-            |msg: &str| tracing::info!(target: "khai::script", "{msg}"),
-        )
-        .register_fn(
-            "log_warn",
-            |msg: &str| tracing::warn!(target: "khai::script", "{msg}"),
-        )
-        .register_fn(
-            "log_error",
-            |msg: &str| tracing::error!(target: "khai::script", "{msg}"),
-        )
+        // Held back like `print` while a call runs inline (see `inline`), so a call that moves
+        // to the blocking pool logs each line once.
+        .register_fn("log_debug", |msg: &str| inline::log(Level::DEBUG, msg))
+        .register_fn("log_info", |msg: &str| inline::log(Level::INFO, msg))
+        .register_fn("log_warn", |msg: &str| inline::log(Level::WARN, msg))
+        .register_fn("log_error", |msg: &str| inline::log(Level::ERROR, msg))
         .register_fn("retry", retry)
         .register_fn("fail", |msg: &str| -> RhaiResult<()> {
             Err(control("fail", msg, None))

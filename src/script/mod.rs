@@ -440,9 +440,13 @@ impl Script {
         let script = self.clone();
         let name = function.to_string();
         let span = tracing::Span::current();
+        // The caller's subscriber too, should it not be the global one (a test's).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         tokio::task::spawn_blocking(move || {
-            let _entered = span.enter();
-            f(&script, &name)
+            tracing::dispatcher::with_default(&dispatch, || {
+                let _entered = span.enter();
+                f(&script, &name)
+            })
         })
         .await
         .unwrap_or_else(|e| {
@@ -593,6 +597,60 @@ mod tests {
         // Errors of a long call are the script's own, reported once from the pool.
         let err = s.call_one_async("count", json!("x")).await.unwrap_err();
         assert!(err.to_string().contains("count"), "{err}");
+    }
+
+    /// Log lines written while `f` runs on this thread or, called from it, on the blocking pool.
+    async fn logs<F: std::future::Future>(f: F) -> (F::Output, String) {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                crate::sync::lock(&self.0).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let out = f.await;
+        let text = String::from_utf8_lossy(&crate::sync::lock(&sink.0)).into_owned();
+        (out, text)
+    }
+
+    /// Issue 11: `log_*` calls were logged twice by a call that ran out of its inline budget
+    /// (once inline, once again on the blocking pool); `print` and `debug` were held back.
+    #[tokio::test]
+    async fn a_call_moved_to_the_pool_logs_each_line_once() {
+        // The default time limit: the test is about logs, not a slow machine.
+        let limits = Limits::default();
+        let s = Script::compile(
+            Arc::new(engine(&limits)),
+            &limits,
+            Path::new("scripts/t.rhai"),
+            "fn count(n) {\n\
+               log_debug(\"d-line\"); log_info(\"i-line\"); log_warn(\"w-line\");\n\
+               log_error(\"e-line\"); print(\"p-line\"); debug(\"g-line\");\n\
+               let c = 0; for i in 0..n { c += 1; } c\n\
+             }",
+        )
+        .unwrap();
+        let n = inline::INLINE_OPS * 3;
+        let (out, log) = logs(s.call_one_async("count", json!(n))).await;
+        assert_eq!(out.unwrap(), json!(n));
+        for line in ["d-line", "i-line", "w-line", "e-line", "p-line", "g-line"] {
+            assert_eq!(log.matches(line).count(), 1, "{line} in:\n{log}");
+        }
+        // A call that finishes inline logs its lines too, once.
+        let (_, log) = logs(s.call_one_async("count", json!(1))).await;
+        assert_eq!(log.matches("i-line").count(), 1, "{log}");
     }
 
     #[test]
