@@ -8,8 +8,9 @@
 //! 1 MiB string) can take as long as thousands of small ones.
 //! Scripts are pure functions of their inputs (no I/O; `ctx` lookups read caches), so a call
 //! that runs out of that budget is abandoned and run again from the start on the blocking pool,
-//! where only the configured limits apply. What it printed meanwhile is held back and dropped,
-//! so nothing is logged twice; a call that finishes inline has its output logged in order.
+//! where only the configured limits apply. What it printed or logged meanwhile (`print`, `debug`,
+//! `log_*`) is held back and dropped, so nothing is logged twice; a call that finishes inline has
+//! its output logged in order.
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
@@ -28,6 +29,8 @@ const CLOCK_AFTER_BYTES: usize = 64 << 10;
 
 /// Output held back during an inline attempt.
 enum Held {
+    /// `log_debug`, `log_info`, `log_warn`, `log_error`.
+    Log(tracing::Level, String),
     Print(String),
     Debug {
         text: String,
@@ -102,6 +105,12 @@ pub fn stopped() -> bool {
     ATTEMPT.with(|a| a.borrow().as_ref().is_some_and(|a| a.over_budget))
 }
 
+/// `log_debug`/`log_info`/`log_warn`/`log_error` from a script: held during an inline attempt,
+/// logged otherwise.
+pub fn log(level: tracing::Level, text: &str) {
+    hold_or_emit(Held::Log(level, text.to_string()));
+}
+
 /// `print` from a script: held during an inline attempt, logged otherwise.
 pub fn print(text: &str) {
     hold_or_emit(Held::Print(text.to_string()));
@@ -130,7 +139,14 @@ fn hold_or_emit(h: Held) {
 }
 
 fn emit(h: Held) {
+    use tracing::Level;
     match h {
+        Held::Log(level, s) => match level {
+            Level::ERROR => tracing::error!(target: "khai::script", "{s}"),
+            Level::WARN => tracing::warn!(target: "khai::script", "{s}"),
+            Level::INFO => tracing::info!(target: "khai::script", "{s}"),
+            _ => tracing::debug!(target: "khai::script", "{s}"),
+        },
         Held::Print(s) => tracing::info!(target: "khai::script", "{s}"),
         Held::Debug { text, source, line } => {
             tracing::debug!(target: "khai::script", source, line, "{text}")

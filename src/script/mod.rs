@@ -92,7 +92,7 @@ pub enum ScriptError {
         file: PathBuf,
         function: String,
         message: String,
-        delay: String,
+        delay: crate::config::duration::Duration,
     },
     /// The script declared, with `fail(message)`, that retrying cannot help until the object
     /// changes.
@@ -192,6 +192,7 @@ pub fn engine(limits: &Limits) -> Engine {
     });
     ctx::register(&mut e);
     memo::register(&mut e);
+    nothing_indexes_to_nothing(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {
             return Some(Dynamic::from("inline budget used up"));
@@ -208,6 +209,17 @@ pub fn engine(limits: &Limits) -> Engine {
     e.on_print(inline::print);
     e.on_debug(|s, src, pos| inline::debug(s, src, pos.line()));
     e
+}
+
+/// Lets `?[` chains through a missing field: `x?.items?[0]?.name` is `()` when `items` is.
+///
+/// Rhai 1.27's parser drops the "stop at `()`" mark of `?[` when a property follows the index
+/// (`x?.items?[0]?.name` runs as `x?.items[0]?.name`), so a missing `items` threw "Indexer
+/// unavailable: () [i64]". Authors porting from CEL and KRO write exactly this, so indexing
+/// nothing, with a number or a name, gives nothing, as reading a missing field of a map does.
+fn nothing_indexes_to_nothing(e: &mut Engine) {
+    e.register_indexer_get(|_: &mut (), _: rhai::INT| ());
+    e.register_indexer_get(|_: &mut (), _: rhai::ImmutableString| ());
 }
 
 /// An argument of a script call: a JSON value (an object, a change record, a state) or `ctx`.
@@ -450,9 +462,13 @@ impl Script {
         let script = self.clone();
         let name = function.to_string();
         let span = tracing::Span::current();
+        // The caller's subscriber too, should it not be the global one (a test's).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         tokio::task::spawn_blocking(move || {
-            let _entered = span.enter();
-            f(&script, &name)
+            tracing::dispatcher::with_default(&dispatch, || {
+                let _entered = span.enter();
+                f(&script, &name)
+            })
         })
         .await
         .unwrap_or_else(|e| {
@@ -527,7 +543,8 @@ impl Script {
                 file,
                 function,
                 message,
-                delay: field("delay"),
+                // `retry()` read the delay before it threw (see `ctx::retry`).
+                delay: map.get("delay")?.clone().try_cast()?,
             }),
             "fail" => Some(ScriptError::Fail {
                 file,
@@ -687,6 +704,60 @@ pub(crate) mod tests {
         );
     }
 
+    /// Log lines written while `f` runs on this thread or, called from it, on the blocking pool.
+    async fn logs<F: std::future::Future>(f: F) -> (F::Output, String) {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                crate::sync::lock(&self.0).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let out = f.await;
+        let text = String::from_utf8_lossy(&crate::sync::lock(&sink.0)).into_owned();
+        (out, text)
+    }
+
+    /// Issue 11: `log_*` calls were logged twice by a call that ran out of its inline budget
+    /// (once inline, once again on the blocking pool); `print` and `debug` were held back.
+    #[tokio::test]
+    async fn a_call_moved_to_the_pool_logs_each_line_once() {
+        // The default time limit: the test is about logs, not a slow machine.
+        let limits = Limits::default();
+        let s = Script::compile(
+            Arc::new(engine(&limits)),
+            &limits,
+            Path::new("scripts/t.rhai"),
+            "fn count(n) {\n\
+               log_debug(\"d-line\"); log_info(\"i-line\"); log_warn(\"w-line\");\n\
+               log_error(\"e-line\"); print(\"p-line\"); debug(\"g-line\");\n\
+               let c = 0; for i in 0..n { c += 1; } c\n\
+             }",
+        )
+        .unwrap();
+        let n = inline::INLINE_OPS * 3;
+        let (out, log) = logs(s.call_one_async("count", json!(n))).await;
+        assert_eq!(out.unwrap(), json!(n));
+        for line in ["d-line", "i-line", "w-line", "e-line", "p-line", "g-line"] {
+            assert_eq!(log.matches(line).count(), 1, "{line} in:\n{log}");
+        }
+        // A call that finishes inline logs its lines too, once.
+        let (_, log) = logs(s.call_one_async("count", json!(1))).await;
+        assert_eq!(log.matches("i-line").count(), 1, "{log}");
+    }
+
     #[test]
     fn values_round_trip_through_json() {
         let s = compile("fn echo(x) { x }").unwrap();
@@ -771,6 +842,37 @@ pub(crate) mod tests {
         );
     }
 
+    /// Issue 11, defect 5: `?[` followed by `?.` threw "Indexer unavailable: () [i64]" when
+    /// the list was missing.
+    #[test]
+    fn optional_index_chains_give_nothing_for_a_missing_list_or_map() {
+        let s = compile(
+            "fn first(x) { x?.items?[0]?.field }\n\
+             fn port(x) { x?.spec?.ports?[\"http\"]?.port }\n\
+             fn short(x) { x?.items?[0] }",
+        )
+        .unwrap();
+        for f in ["first", "port", "short"] {
+            for x in [json!({}), json!(null), json!({ "items": null, "spec": {} })] {
+                assert_eq!(
+                    s.call(f, std::slice::from_ref(&x)).unwrap(),
+                    json!(null),
+                    "{f}({x})"
+                );
+            }
+        }
+        let x =
+            json!({ "items": [{ "field": "a" }], "spec": { "ports": { "http": { "port": 80 } } } });
+        assert_eq!(
+            s.call("first", std::slice::from_ref(&x)).unwrap(),
+            json!("a")
+        );
+        assert_eq!(s.call("port", std::slice::from_ref(&x)).unwrap(), json!(80));
+        // An index past the end of a list that is there is still an error.
+        let err = s.call("first", &[json!({ "items": [] })]).unwrap_err();
+        assert!(err.to_string().contains("out of bounds"), "{err}");
+    }
+
     #[test]
     fn retry_and_fail_become_their_own_errors() {
         let s = compile(
@@ -784,12 +886,33 @@ pub(crate) mod tests {
                 file: "scripts/t.rhai".into(),
                 function: "a".into(),
                 message: "not yet".into(),
-                delay: "10s".into()
+                delay: crate::config::duration::Duration::from_secs(10)
             }
+        );
+        assert_eq!(
+            s.call_with_ctx("a", &json!({}), ctx())
+                .unwrap_err()
+                .to_string(),
+            "scripts/t.rhai: in a: not yet (retry in 10s)"
         );
         assert!(
             matches!(s.call_with_ctx("b", &json!({}), ctx()), Err(ScriptError::Fail { message, .. }) if message == "bad spec")
         );
+    }
+
+    /// Issue 11: a delay `retry()` could not read silently became backoff.
+    #[test]
+    fn a_bad_retry_delay_is_an_error_at_its_line_naming_it() {
+        let s = compile("fn a(obj, ctx) {\n  retry(\"not yet\", \"5 parsecs\")\n}").unwrap();
+        let err = s
+            .call_with_ctx("a", &json!({}), ScriptCtx::detached("op", "c", None))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "scripts/t.rhai:2:3: in a: retry: cannot read '5 parsecs' as a duration: \
+             unknown unit \" parsecs\" in \"5 parsecs\"; use ms, s, m or h"
+        );
+        assert_eq!(err.kind(), "runtime");
     }
 
     #[test]
