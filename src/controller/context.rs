@@ -49,7 +49,10 @@ pub(crate) struct Spec {
     pub function: Option<String>,
     /// The script's `finalize(obj, ctx)`, when it defines one; only then is a finalizer added.
     pub finalize: Option<String>,
+    /// The finalizer this controller adds while it needs one.
     pub finalizer_name: String,
+    /// The finalizers of every controller of its kind, and whether this one removes stale ones.
+    pub finalizers: super::finalizers::Names,
     pub script: Script,
     pub kind: Kind,
     /// Script predicate `when(obj)`; objects for which it is not true are left alone.

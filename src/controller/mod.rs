@@ -6,10 +6,12 @@
 mod beside;
 mod context;
 mod drive;
+mod finalizers;
 mod prepare;
 mod reconcile;
 mod report;
 mod spin;
 
 pub(crate) use drive::start;
+pub(crate) use finalizers::release_abandoned;
 pub(crate) use prepare::{Error, Fingerprint, Prepared, prepare};

@@ -4,6 +4,7 @@
 
 use super::beside;
 use super::context::{Beside, Caches, Ctx, Services, Spec};
+use super::finalizers;
 use crate::apply::Applier;
 use crate::config::kind::KindRef;
 use crate::config::model::{Controller, Model, Watch};
@@ -98,9 +99,32 @@ pub(crate) async fn prepare(
         });
         match joins {
             Some(i) => group.controller = Some(i),
-            None => synthesized.extend(group.synthesize(&op.handlers)),
+            None => synthesized.extend(
+                group
+                    .synthesize(&op.handlers)
+                    .map(|(c, s)| (c, s, group.kind.clone())),
+            ),
         }
     }
+    let names: Vec<String> = model
+        .controllers
+        .iter()
+        .chain(synthesized.iter().map(|(c, _, _)| c))
+        .map(Controller::display_name)
+        .collect();
+    let consumers: Vec<_> = resolved
+        .iter()
+        .map(|k| &k.primary)
+        .chain(synthesized.iter().map(|(_, _, k)| k))
+        .zip(&names)
+        .enumerate()
+        .map(|(i, (kind, name))| finalizers::Consumer {
+            kind,
+            name,
+            handlers_only: i >= model.controllers.len(),
+        })
+        .collect();
+    let mut finalizer_names = finalizers::assign(&model.operator.name, &consumers).into_iter();
     let mut prepared = Vec::new();
     let controllers = model
         .controllers
@@ -108,7 +132,7 @@ pub(crate) async fn prepare(
         .zip(&op.scripts)
         .enumerate()
         .map(|(i, (c, s))| (Some(i), c, s))
-        .chain(synthesized.iter().map(|(c, s)| (None, c, s)));
+        .chain(synthesized.iter().map(|(c, s, _)| (None, c, s)));
     for (i, ctl, script) in controllers {
         let kinds = match i {
             Some(i) => resolved[i].clone(),
@@ -118,7 +142,11 @@ pub(crate) async fn prepare(
             Some(i) => g.controller == Some(i),
             None => g.controller.is_none() && g.kind == kinds.primary,
         });
+        let Some(finalizers) = finalizer_names.next() else {
+            break;
+        };
         let env = Env {
+            finalizers,
             model,
             ctl,
             script,
@@ -217,6 +245,8 @@ impl Kinds {
 
 /// What preparing one controller needs.
 struct Env<'a> {
+    /// Its finalizer and those of the other controllers of its kind.
+    finalizers: finalizers::Names,
     model: &'a Model,
     ctl: &'a Controller,
     script: &'a Script,
@@ -286,7 +316,8 @@ impl Env<'_> {
                 operator: model.operator.name.clone(),
                 function: self.reconciles.then(|| ctl.reconcile.clone()),
                 finalize,
-                finalizer_name: format!("khai.dev/{}", model.operator.name),
+                finalizer_name: self.finalizers.own.clone(),
+                finalizers: self.finalizers.clone(),
                 when: ctl.when.clone(),
                 annotations: ctl.annotations.clone(),
                 script: (*script).clone(),
@@ -321,9 +352,20 @@ impl Env<'_> {
             reconcile_on_status: ctl.reconcile_on_status,
             concurrency: ctl.concurrency,
             resync: ctl.resync.map(crate::config::duration::Duration::get),
-            fingerprint: fingerprint(model, ctl, script, primary_ns) ^ self.extra,
+            fingerprint: fingerprint(model, ctl, script, primary_ns)
+                ^ self.extra
+                ^ finalizers_fingerprint(&self.finalizers),
         }
     }
+}
+
+/// What identifies a controller's finalizers across versions: another controller of its kind
+/// coming or going changes which finalizers it must leave alone.
+fn finalizers_fingerprint(names: &finalizers::Names) -> Fingerprint {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&names.own, &names.kind, names.sweeps).hash(&mut h);
+    h.finish()
 }
 
 /// What identifies one controller in one namespace across versions of the config. `[operator]`
