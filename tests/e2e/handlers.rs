@@ -669,3 +669,75 @@ async fn a_finalizer_no_handler_needs_after_a_reload_is_removed_and_deletion_com
     api.delete("n", &DeleteParams::default()).await.unwrap();
     wait_until_gone(&api, "n", "the Note, with nothing holding it").await;
 }
+
+/// An optional delete handler takes no finalizer and runs once, when the object is seen gone.
+#[tokio::test]
+async fn an_optional_delete_handler_adds_no_finalizer_and_runs_once_when_the_object_is_gone() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "optional-delete").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "optdel";
+    let toml = r#"
+[[handler]]
+for = "Note"
+on = "create"
+script = "scripts/s.rhai"
+function = "created"
+
+[[handler]]
+for = "Note"
+on = "delete"
+optional = true
+script = "scripts/s.rhai"
+function = "gone"
+"#;
+    let script = r#"
+fn created(obj, ctx, change) { log_info(`created ${obj.metadata.name}`); }
+fn gone(obj, ctx, change) { log_info(`gone ${obj.metadata.name} was ${change.old.spec.text}`); }
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    khai.wait_for_log(0, "the create handler", |l| l.contains("created n"))
+        .await;
+    let handled = format!("{op}.khai.dev/last-handled");
+    let n = wait_for(
+        &api,
+        "n",
+        "the create recorded",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .any(|(k, _)| *k == handled)
+            })
+        },
+    )
+    .await;
+    assert!(
+        n.metadata.finalizers.iter().flatten().next().is_none(),
+        "an optional delete handler holds nothing: {:?}",
+        n.metadata.finalizers
+    );
+    api.delete("n", &DeleteParams::default()).await.unwrap();
+    wait_until_gone(&api, "n", "the Note, held by nothing").await;
+    khai.wait_for_log(0, "the optional delete handler", |l| {
+        l.contains("gone n was x")
+    })
+    .await;
+    // A second Note deleted after it is the barrier: n's handler must not run again meanwhile.
+    create_note(&api, op, "m", false).await;
+    khai.wait_for_log(0, "the create handler of m", |l| l.contains("created m"))
+        .await;
+    api.delete("m", &DeleteParams::default()).await.unwrap();
+    khai.wait_for_log(0, "m's optional delete handler", |l| {
+        l.contains("gone m was x")
+    })
+    .await;
+    let (_, log) = khai.terminate().await;
+    let runs = log.iter().filter(|l| l.contains("gone n was")).count();
+    assert_eq!(runs, 1, "{}", log.join("\n"));
+}
