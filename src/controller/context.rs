@@ -29,6 +29,9 @@ pub(crate) struct Ctx {
     pub pending: queue::Pending,
     /// What runs beside (or instead of) `reconcile` for this kind.
     pub beside: Beside,
+    /// Objects on their way out whose finalizer this controller has let go of (by uid): a
+    /// reconcile from a cache that does not show that yet must not clean them up again.
+    pub released: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The handlers, timers and daemons of the controller's kind, and the config's indexes.
@@ -104,6 +107,7 @@ impl Ctx {
         let key = obj.uid().unwrap_or_else(|| obj.name_any());
         self.backoff.succeed(&key);
         self.spin.forget(&key);
+        crate::sync::lock(&self.released).remove(&key);
         crate::handler::memos().forget(&key);
         if let Some(h) = &self.beside.handlers {
             h.forget(&key);

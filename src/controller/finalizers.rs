@@ -83,7 +83,10 @@ pub(crate) async fn remove(
 /// remove them, and the objects would hang on deletion for ever. Failures are logged.
 pub(crate) async fn release_abandoned(old: &[Arc<Ctx>], next: &[Arc<Ctx>]) {
     for ctx in old {
-        if next.iter().any(|n| n.spec.kind == ctx.spec.kind) {
+        if next
+            .iter()
+            .any(|n| key(&n.spec.kind) == key(&ctx.spec.kind))
+        {
             continue;
         }
         for obj in ctx.caches.primary.store().state() {
@@ -106,6 +109,11 @@ pub(crate) async fn release_abandoned(old: &[Arc<Ctx>], next: &[Arc<Ctx>]) {
             }
         }
     }
+}
+
+/// What tells kinds apart for finalizers: the group and the kind (not the version).
+pub(crate) fn key(kind: &Kind) -> (&str, &str) {
+    (&kind.resource.group, &kind.resource.kind)
 }
 
 /// The finalizer a single controller of a kind uses.

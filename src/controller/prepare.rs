@@ -112,10 +112,15 @@ pub(crate) async fn prepare(
         .chain(synthesized.iter().map(|(c, _, _)| c))
         .map(Controller::display_name)
         .collect();
-    let consumers: Vec<_> = resolved
+    // By group and kind: two versions of one kind are one kind to a finalizer.
+    let kinds: Vec<_> = resolved
         .iter()
         .map(|k| &k.primary)
         .chain(synthesized.iter().map(|(_, _, k)| k))
+        .map(finalizers::key)
+        .collect();
+    let consumers: Vec<_> = kinds
+        .iter()
         .zip(&names)
         .enumerate()
         .map(|(i, (kind, name))| finalizers::Consumer {
@@ -339,6 +344,7 @@ impl Env<'_> {
             backoff: queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
             spin: Default::default(),
             pending: queue::Pending::new(&name),
+            released: Default::default(),
             beside: Beside {
                 handlers: self.beside.as_ref().and_then(|(h, _)| h.clone()),
                 clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),

@@ -59,7 +59,15 @@ pub(crate) async fn reconcile_one(
                 .as_ref()
                 .is_some_and(|h| h.hold_deletion());
         let own = std::slice::from_ref(&ctx.spec.finalizer_name);
+        let key = obj.uid().unwrap_or_else(|| obj.name_any());
+        let deleting = obj.metadata.deletion_timestamp.is_some();
         let result = match needs_finalizer {
+            // Cleaned up and let go already; the cache does not show it yet (another controller
+            // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
+            // or the delete handlers twice.
+            true if deleting && crate::sync::lock(&ctx.released).contains(&key) => {
+                Ok(Action::await_change())
+            }
             true => {
                 let api = watch::api(
                     &ctx.services.client,
@@ -74,6 +82,11 @@ pub(crate) async fn reconcile_one(
                 })
                 .await
                 .map_err(ReconcileError::from_finalizer)
+                .inspect(|_| {
+                    if deleting {
+                        crate::sync::lock(&ctx.released).insert(key.clone());
+                    }
+                })
             }
             // The script no longer defines finalize, and no delete handler holds the object (an
             // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
