@@ -31,7 +31,19 @@ pub(crate) async fn reconcile_one(
     let _only = Exclusive::enter(&controller, &obj);
     let started = std::time::Instant::now();
     let result = async move {
-        // An object that carries khai's finalizer is always seen through to its end.
+        // A finalizer of khai's that no controller of this kind uses any more (the config
+        // changed) goes first, or the object would hang on deletion for ever.
+        let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
+        if !stale.is_empty() {
+            let result = release_finalizers(&obj, &ctx, &stale)
+                .await
+                .map(|()| Action::await_change());
+            if let Err(e) = &result {
+                report_failure(&obj, &ctx, e).await;
+            }
+            return result;
+        }
+        // An object that carries this controller's finalizer is always seen through to its end.
         let ours = obj
             .finalizers()
             .iter()
@@ -55,7 +67,16 @@ pub(crate) async fn reconcile_one(
                 .handlers
                 .as_ref()
                 .is_some_and(|h| h.hold_deletion());
+        let own = std::slice::from_ref(&ctx.spec.finalizer_name);
+        let key = obj.uid().unwrap_or_else(|| obj.name_any());
+        let deleting = obj.metadata.deletion_timestamp.is_some();
         let result = match needs_finalizer {
+            // Cleaned up and let go already; the cache does not show it yet (another controller
+            // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
+            // or the delete handlers twice.
+            true if deleting && crate::sync::lock(&ctx.released).contains(&key) => {
+                Ok(Action::await_change())
+            }
             true => {
                 let api = watch::api(
                     &ctx.services.client,
@@ -70,11 +91,16 @@ pub(crate) async fn reconcile_one(
                 })
                 .await
                 .map_err(ReconcileError::from_finalizer)
+                .inspect(|_| {
+                    if deleting {
+                        crate::sync::lock(&ctx.released).insert(key.clone());
+                    }
+                })
             }
             // The script no longer defines finalize, and no delete handler holds the object (an
             // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
             // more, so it goes, or the object would hang on deletion for ever.
-            false if ours => match release_finalizer(&obj, &ctx).await {
+            false if ours => match release_finalizers(&obj, &ctx, own).await {
                 Ok(()) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
                 Ok(()) => turn(&obj, &ctx).await,
                 Err(e) => Err(e),
@@ -314,36 +340,15 @@ async fn apply(
     Ok(plan.requeue_after)
 }
 
-/// Removes khai's finalizer from `obj`. The JSON patch tests that the finalizer is still where
-/// it was seen, so a concurrent change of the list makes it fail (and retry) rather than remove
-/// someone else's finalizer.
-async fn release_finalizer(obj: &DynamicObject, ctx: &Ctx) -> Result<(), ReconcileError> {
-    let Some(i) = obj
-        .finalizers()
-        .iter()
-        .position(|f| *f == ctx.spec.finalizer_name)
-    else {
-        return Ok(());
-    };
-    let path = format!("/metadata/finalizers/{i}");
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        { "op": "test", "path": path, "value": ctx.spec.finalizer_name },
-        { "op": "remove", "path": path },
-    ]))?;
-    let api = watch::api(
-        &ctx.services.client,
-        &ctx.spec.kind,
-        obj.namespace().as_deref(),
-    );
-    api.patch(
-        &obj.name_any(),
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(|e| ReconcileError::RemoveFinalizer(e.into()))?;
-    tracing::info!(finalizer = %ctx.spec.finalizer_name, "removed khai's finalizer: the script no longer defines finalize");
-    Ok(())
+/// Removes khai's finalizers `names` from `obj` ([`super::finalizers::remove`]).
+async fn release_finalizers(
+    obj: &DynamicObject,
+    ctx: &Ctx,
+    names: &[String],
+) -> Result<(), ReconcileError> {
+    super::finalizers::remove(&ctx.services.client, &ctx.spec.kind, obj, names)
+        .await
+        .map_err(ReconcileError::RemoveFinalizer)
 }
 
 /// The deletion path: the delete handlers until all are done, the daemons stopped, then
@@ -417,6 +422,11 @@ mod tests {
                 function: Some("reconcile".into()),
                 finalize: None,
                 finalizer_name: "khai.dev/op".into(),
+                finalizers: crate::controller::finalizer_names::Names {
+                    own: "khai.dev/op".into(),
+                    kind: vec!["khai.dev/op".into()],
+                    sweeps: true,
+                },
                 script,
                 kind: widgets(),
                 when: when.map(str::to_string),
@@ -451,6 +461,7 @@ mod tests {
             spin: Default::default(),
             pending: crate::queue::Pending::new("widgets"),
             beside: Beside::default(),
+            released: Default::default(),
         }
     }
 
