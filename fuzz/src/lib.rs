@@ -143,7 +143,12 @@ pub fn admission(data: &[u8]) {
         assert!(msg.starts_with("malformed AdmissionReview"), "{msg}");
         return;
     }
-    let doc: Value = serde_json::from_slice(data).expect("parse accepted it");
+    // Objects stay raw until converted, so `parse` accepts an escape that is no character (a
+    // lone surrogate) inside one, which a full parse refuses; converting that object then fails
+    // the review with a message (webhook::conversion's unit tests).
+    let Ok(doc) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
     let request = &doc["request"];
     let (uid, api_version) = (request["uid"].clone(), doc["apiVersion"].as_str());
     let original = request.get("object");
@@ -173,7 +178,12 @@ pub fn conversion(data: &[u8]) {
         assert!(msg.starts_with("malformed ConversionReview"), "{msg}");
         return;
     }
-    let doc: Value = serde_json::from_slice(data).expect("parse accepted it");
+    // Objects stay raw until converted, so `parse` accepts an escape that is no character (a
+    // lone surrogate) inside one, which a full parse refuses; converting that object then fails
+    // the review with a message (webhook::conversion's unit tests).
+    let Ok(doc) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
     let to_version = doc["request"]["desiredAPIVersion"].clone();
     let objects = doc["request"]["objects"].as_array().cloned();
     for obj in objects.into_iter().flatten() {

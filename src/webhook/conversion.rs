@@ -243,6 +243,23 @@ mod tests {
         assert!(message.starts_with("c.rhai:1:"), "{message}");
     }
 
+    /// Found by fuzzing: objects are kept raw until converted, so a review holding an escape
+    /// that is no character (a lone surrogate, `\ud800`) parses; the object that must be
+    /// converted then fails the review with a message, and one already at the desired version
+    /// passes through as it came.
+    #[test]
+    fn an_object_holding_a_lone_surrogate_fails_the_review_with_a_message() {
+        let body = review(r#"{"apiVersion":"g/v1","spec":{"a":"\ud800x"}}"#);
+        let out = answer(&handler(RENAME), &body, later()).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(doc["response"]["result"]["status"], "Failure", "{doc}");
+        let message = doc["response"]["result"]["message"].as_str().unwrap();
+        assert!(!message.is_empty(), "{doc}");
+        let body = review(r#"{"apiVersion":"g/v2","spec":{"a":"\ud800x"}}"#);
+        let out = answer(&handler(RENAME), &body, later()).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains(r#"\ud800x"#));
+    }
+
     #[test]
     fn an_object_as_large_as_the_api_server_stores_converts() {
         let obj = crate::script::tests::large_object();

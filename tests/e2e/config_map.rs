@@ -122,6 +122,8 @@ async fn every_replica_follows_a_configmap_change_within_two_seconds() {
     })
     .await;
     let written_at = audit::timestamp(&write, "requestReceivedTimestamp");
+    // khai's first write of the child after the ConfigMap's (one from before it, still in
+    // flight when the mark was taken, is not the new script's).
     let applied = audit::wait_for_entry(mark, "khai's write of the child", |e| {
         e["objectRef"]["namespace"] == ns.name.as_str()
             && e["objectRef"]["resource"] == "configmaps"
@@ -129,6 +131,7 @@ async fn every_replica_follows_a_configmap_change_within_two_seconds() {
             && e["userAgent"]
                 .as_str()
                 .is_some_and(|a| a.starts_with("khai/"))
+            && audit::timestamp(e, "requestReceivedTimestamp") >= written_at
     })
     .await;
     let took =
