@@ -216,7 +216,7 @@ fn reconcile(obj, ctx) {
 /// An object of about 1.4 MB (12,000 map entries of ~110 bytes), within the API server's limit,
 /// is an input like any other: its script copies part of it into a child and its status.
 #[tokio::test]
-#[ignore = "needs the input-limit fix on branch fix-b: a 12,000-entry spec fails with \"Size of object map too large\""]
+#[ignore = "needs the input-limit fix on branch fix-b: today the script fails with \"Length of string too large\" (1.3 MB of values in a 12,000-entry map)"]
 async fn an_object_near_the_size_limit_is_reconciled() {
     let group = "large.edges.khai.dev";
     let client = crate::support::client().await;
