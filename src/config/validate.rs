@@ -6,6 +6,7 @@
 
 mod crd;
 mod fields;
+mod handlers;
 mod kinds;
 mod webhook;
 
@@ -45,6 +46,7 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<Vec<Diagnostic>
     }
 
     webhook::check(model, &mut report);
+    handlers::check(model, &mut report);
 
     if problems.is_empty() {
         Ok(warnings)
@@ -135,6 +137,70 @@ mod tests {
             check(src),
             "operator.toml:7:7: controller[0].for: unknown kind \"Cahce\" (did you mean \"Cache\"?)"
         );
+    }
+
+    const NOTE: &str = "[[crd]]\ngroup = \"a.b\"\nkind = \"Note\"\nversions = [\"v1\"]\n";
+
+    #[test]
+    fn a_field_handler_without_its_field_is_an_error_at_its_on() {
+        let src =
+            format!("{NOTE}\n[[handler]]\nfor = \"Note\"\non = \"field\"\nscript = \"h.rhai\"\n");
+        assert_eq!(
+            check(&src),
+            "operator.toml:8:6: handler[0].on: on = \"field\" needs the field to watch: add \
+             field = \"spec.<name>\" (a dotted path), or use on = \"update\" for any change"
+        );
+        let with = src.replace("on = \"field\"", "on = \"field\"\nfield = \"spec.size\"");
+        assert_eq!(check(&with), "");
+    }
+
+    #[test]
+    fn two_handlers_of_one_kind_with_one_id_are_an_error_at_the_second() {
+        let handler = |on: &str, extra: &str| {
+            format!("\n[[handler]]\nfor = \"Note\"\non = \"{on}\"\nscript = \"h.rhai\"\n{extra}")
+        };
+        // The same function for a field and an update: both run for one update.
+        let src = format!(
+            "{NOTE}{}{}",
+            handler("field", "field = \"spec.a\"\nfunction = \"f\"\n"),
+            handler("update", "function = \"f\"\n")
+        );
+        assert_eq!(
+            check(&src),
+            "operator.toml:17:12: handler[1].function: handler[0] for Note records its progress \
+             under the same id \"f\", and both can run for one change: the second would be \
+             skipped as already done; give one of them its own id = \"...\""
+        );
+        // Two field handlers on the default function name, the second with an explicit id: fine.
+        let distinct = format!(
+            "{NOTE}{}{}",
+            handler("field", "field = \"spec.a\"\nfunction = \"f\"\n"),
+            handler(
+                "field",
+                "field = \"spec.b\"\nfunction = \"f\"\nid = \"f-b\"\n"
+            )
+        );
+        assert_eq!(check(&distinct), "");
+        // One id given twice: the error is at the second's id.
+        let ids = format!(
+            "{NOTE}{}{}",
+            handler("create", "id = \"x\"\n"),
+            handler("field", "field = \"spec.b\"\nid = \"x\"\n")
+        );
+        assert!(
+            check(&ids).starts_with("operator.toml:17:6: handler[1].id: "),
+            "{}",
+            check(&ids)
+        );
+        // Create and update never run for one change, so one function may serve both; nor do
+        // handlers of different kinds, or a spy, share anything.
+        let apart = format!(
+            "{NOTE}{}{}{}",
+            handler("create", "function = \"f\"\n"),
+            handler("update", "function = \"f\"\n"),
+            handler("event", "function = \"f\"\n")
+        );
+        assert_eq!(check(&apart), "");
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub(crate) struct Ctx {
     pub pending: queue::Pending,
     /// What runs beside (or instead of) `reconcile` for this kind.
     pub beside: Beside,
+    /// Objects on their way out whose finalizer this controller has let go of (by uid): a
+    /// reconcile from a cache that does not show that yet must not clean them up again.
+    pub released: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The handlers, timers and daemons of the controller's kind, and the config's indexes.
@@ -49,7 +52,10 @@ pub(crate) struct Spec {
     pub function: Option<String>,
     /// The script's `finalize(obj, ctx)`, when it defines one; only then is a finalizer added.
     pub finalize: Option<String>,
+    /// The finalizer this controller adds while it needs one.
     pub finalizer_name: String,
+    /// The finalizers of every controller of its kind, and whether this one removes stale ones.
+    pub finalizers: super::finalizer_names::Names,
     pub script: Script,
     pub kind: Kind,
     /// Script predicate `when(obj)`; objects for which it is not true are left alone.
@@ -101,6 +107,7 @@ impl Ctx {
         let key = obj.uid().unwrap_or_else(|| obj.name_any());
         self.backoff.succeed(&key);
         self.spin.forget(&key);
+        crate::sync::lock(&self.released).remove(&key);
         crate::handler::memos().forget(&key);
         if let Some(h) = &self.beside.handlers {
             h.forget(&key);

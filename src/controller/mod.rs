@@ -6,12 +6,15 @@
 mod beside;
 mod context;
 mod drive;
+mod finalizer_names;
+mod finalizers;
 mod prepare;
 mod reconcile;
 mod report;
 mod spin;
 
 pub(crate) use drive::start;
+pub(crate) use finalizers::release_abandoned;
 pub(crate) use prepare::{Fingerprint, Prepared, prepare};
 
 use crate::watch;

@@ -3,7 +3,7 @@
 //! the config whether a controller changed.
 
 use super::context::{Beside, Caches, Ctx, Services, Spec};
-use super::{Error, beside};
+use super::{Error, beside, finalizer_names};
 use crate::apply::Applier;
 use crate::config::kind::KindRef;
 use crate::config::model::{Controller, Model, Watch};
@@ -87,9 +87,37 @@ pub(crate) async fn prepare(
         });
         match joins {
             Some(i) => group.controller = Some(i),
-            None => synthesized.extend(group.synthesize(&op.handlers)),
+            None => synthesized.extend(
+                group
+                    .synthesize(&op.handlers)
+                    .map(|(c, s)| (c, s, group.kind.clone())),
+            ),
         }
     }
+    let names: Vec<String> = model
+        .controllers
+        .iter()
+        .chain(synthesized.iter().map(|(c, _, _)| c))
+        .map(Controller::display_name)
+        .collect();
+    // By group and kind: two versions of one kind are one kind to a finalizer.
+    let kinds: Vec<_> = resolved
+        .iter()
+        .map(|k| &k.primary)
+        .chain(synthesized.iter().map(|(_, _, k)| k))
+        .map(finalizer_names::key)
+        .collect();
+    let consumers: Vec<_> = kinds
+        .iter()
+        .zip(&names)
+        .enumerate()
+        .map(|(i, (kind, name))| finalizer_names::Consumer {
+            kind,
+            name,
+            handlers_only: i >= model.controllers.len(),
+        })
+        .collect();
+    let mut finalizer_names = finalizer_names::assign(&model.operator.name, &consumers).into_iter();
     let mut prepared = Vec::new();
     let controllers = model
         .controllers
@@ -97,7 +125,7 @@ pub(crate) async fn prepare(
         .zip(&op.scripts)
         .enumerate()
         .map(|(i, (c, s))| (Some(i), c, s))
-        .chain(synthesized.iter().map(|(c, s)| (None, c, s)));
+        .chain(synthesized.iter().map(|(c, s, _)| (None, c, s)));
     for (i, ctl, script) in controllers {
         let kinds = match i {
             Some(i) => resolved[i].clone(),
@@ -107,7 +135,11 @@ pub(crate) async fn prepare(
             Some(i) => g.controller == Some(i),
             None => g.controller.is_none() && g.kind == kinds.primary,
         });
+        let Some(finalizers) = finalizer_names.next() else {
+            break;
+        };
         let env = Env {
+            finalizers,
             model,
             ctl,
             script,
@@ -206,6 +238,8 @@ impl Kinds {
 
 /// What preparing one controller needs.
 struct Env<'a> {
+    /// Its finalizer and those of the other controllers of its kind.
+    finalizers: finalizer_names::Names,
     model: &'a Model,
     ctl: &'a Controller,
     script: &'a Script,
@@ -275,7 +309,8 @@ impl Env<'_> {
                 operator: model.operator.name.clone(),
                 function: self.reconciles.then(|| ctl.reconcile.clone()),
                 finalize,
-                finalizer_name: format!("khai.dev/{}", model.operator.name),
+                finalizer_name: self.finalizers.own.clone(),
+                finalizers: self.finalizers.clone(),
                 when: ctl.when.clone(),
                 annotations: ctl.annotations.clone(),
                 script: (*script).clone(),
@@ -297,6 +332,7 @@ impl Env<'_> {
             backoff: queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
             spin: Default::default(),
             pending: queue::Pending::new(&name),
+            released: Default::default(),
             beside: Beside {
                 handlers: self.beside.as_ref().and_then(|(h, _)| h.clone()),
                 clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),
@@ -310,9 +346,20 @@ impl Env<'_> {
             reconcile_on_status: ctl.reconcile_on_status,
             concurrency: ctl.concurrency,
             resync: ctl.resync.map(crate::config::duration::Duration::get),
-            fingerprint: fingerprint(model, ctl, script, primary_ns) ^ self.extra,
+            fingerprint: fingerprint(model, ctl, script, primary_ns)
+                ^ self.extra
+                ^ finalizers_fingerprint(&self.finalizers),
         }
     }
+}
+
+/// What identifies a controller's finalizers across versions: another controller of its kind
+/// coming or going changes which finalizers it must leave alone.
+fn finalizers_fingerprint(names: &finalizer_names::Names) -> Fingerprint {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&names.own, &names.kind, names.sweeps).hash(&mut h);
+    h.finish()
 }
 
 /// What identifies one controller in one namespace across versions of the config. `[operator]`

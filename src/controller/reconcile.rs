@@ -31,14 +31,35 @@ pub(crate) async fn reconcile_one(
     let _only = Exclusive::enter(&controller, &obj);
     let started = std::time::Instant::now();
     let result = async move {
-        // An object that carries khai's finalizer is always seen through to its end.
+        // A finalizer of khai's that no controller of this kind uses any more (the config
+        // changed) goes first, or the object would hang on deletion for ever.
+        let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
+        if !stale.is_empty() {
+            let result = release_finalizers(&obj, &ctx, &stale)
+                .await
+                .map(|()| Action::await_change());
+            if let Err(e) = &result {
+                report_failure(&obj, &ctx, e).await;
+            }
+            return result;
+        }
+        // An object that carries this controller's finalizer is always seen through to its end.
         let ours = obj
             .finalizers()
             .iter()
             .any(|f| *f == ctx.spec.finalizer_name);
-        if !ours && !selected(&obj, &ctx).await {
-            tracing::debug!("not selected by the controller's filters");
-            return Ok(Action::await_change());
+        if !ours {
+            match selected(&obj, &ctx).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::debug!("not selected by the controller's filters");
+                    return Ok(Action::await_change());
+                }
+                Err(e) => {
+                    report_failure(&obj, &ctx, &e).await;
+                    return Err(e);
+                }
+            }
         }
         let needs_finalizer = ctx.spec.finalize.is_some()
             || ctx
@@ -46,7 +67,16 @@ pub(crate) async fn reconcile_one(
                 .handlers
                 .as_ref()
                 .is_some_and(|h| h.hold_deletion());
+        let own = std::slice::from_ref(&ctx.spec.finalizer_name);
+        let key = obj.uid().unwrap_or_else(|| obj.name_any());
+        let deleting = obj.metadata.deletion_timestamp.is_some();
         let result = match needs_finalizer {
+            // Cleaned up and let go already; the cache does not show it yet (another controller
+            // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
+            // or the delete handlers twice.
+            true if deleting && crate::sync::lock(&ctx.released).contains(&key) => {
+                Ok(Action::await_change())
+            }
             true => {
                 let api = watch::api(
                     &ctx.services.client,
@@ -61,11 +91,16 @@ pub(crate) async fn reconcile_one(
                 })
                 .await
                 .map_err(ReconcileError::from_finalizer)
+                .inspect(|_| {
+                    if deleting {
+                        crate::sync::lock(&ctx.released).insert(key.clone());
+                    }
+                })
             }
             // The script no longer defines finalize, and no delete handler holds the object (an
             // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
             // more, so it goes, or the object would hang on deletion for ever.
-            false if ours => match release_finalizer(&obj, &ctx).await {
+            false if ours => match release_finalizers(&obj, &ctx, own).await {
                 Ok(()) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
                 Ok(()) => turn(&obj, &ctx).await,
                 Err(e) => Err(e),
@@ -126,31 +161,36 @@ impl Drop for Exclusive {
 
 /// Whether the controller's annotation filter and `when(obj)` predicate select `obj`. A failing
 /// predicate is logged and counts as not selected.
-async fn selected(obj: &DynamicObject, ctx: &Ctx) -> bool {
+///
+/// An object khai cannot turn into the script's view is an error, a failed reconcile (logged as
+/// a warning with the object and the reason, a Warning Event, retried with backoff), not "not
+/// selected": `reconcile` could not read it either, and calling it unselected would hide
+/// for good an object whose children khai manages.
+async fn selected(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, ReconcileError> {
     if !ctx
         .spec
         .annotations
         .iter()
         .all(|a| obj.annotations().contains_key(a))
     {
-        return false;
+        return Ok(false);
     }
     let Some(when) = &ctx.spec.when else {
-        return true;
+        return Ok(true);
     };
-    let view = match object_view(obj) {
-        Ok(v) => v,
-        Err(_) => return false,
-    };
+    let view = object_view(obj).map_err(|e| ReconcileError::Unreadable {
+        function: when.clone(),
+        source: e,
+    })?;
     let mut args = vec![crate::script::CallArg::Json(view)];
     if ctx.spec.script.has_function(when, 2) {
         args.push(crate::script::CallArg::Ctx(ctx.related_ctx(obj)));
     }
     match ctx.spec.script.call_args_async(when, args).await {
-        Ok(v) => v == Value::Bool(true),
+        Ok(v) => Ok(v == Value::Bool(true)),
         Err(e) => {
             tracing::warn!(error = %e, "when() failed; skipping object");
-            false
+            Ok(false)
         }
     }
 }
@@ -300,36 +340,15 @@ async fn apply(
     Ok(plan.requeue_after)
 }
 
-/// Removes khai's finalizer from `obj`. The JSON patch tests that the finalizer is still where
-/// it was seen, so a concurrent change of the list makes it fail (and retry) rather than remove
-/// someone else's finalizer.
-async fn release_finalizer(obj: &DynamicObject, ctx: &Ctx) -> Result<(), ReconcileError> {
-    let Some(i) = obj
-        .finalizers()
-        .iter()
-        .position(|f| *f == ctx.spec.finalizer_name)
-    else {
-        return Ok(());
-    };
-    let path = format!("/metadata/finalizers/{i}");
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        { "op": "test", "path": path, "value": ctx.spec.finalizer_name },
-        { "op": "remove", "path": path },
-    ]))?;
-    let api = watch::api(
-        &ctx.services.client,
-        &ctx.spec.kind,
-        obj.namespace().as_deref(),
-    );
-    api.patch(
-        &obj.name_any(),
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(|e| ReconcileError::RemoveFinalizer(e.into()))?;
-    tracing::info!(finalizer = %ctx.spec.finalizer_name, "removed khai's finalizer: the script no longer defines finalize");
-    Ok(())
+/// Removes khai's finalizers `names` from `obj` ([`super::finalizers::remove`]).
+async fn release_finalizers(
+    obj: &DynamicObject,
+    ctx: &Ctx,
+    names: &[String],
+) -> Result<(), ReconcileError> {
+    super::finalizers::remove(&ctx.services.client, &ctx.spec.kind, obj, names)
+        .await
+        .map_err(ReconcileError::RemoveFinalizer)
 }
 
 /// The deletion path: the delete handlers until all are done, the daemons stopped, then
@@ -365,5 +384,107 @@ async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileErro
         Ok(Action::await_change())
     } else {
         Err(ReconcileError::NotFinalized { function })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::context::{Beside, Caches, Services, Spec};
+    use crate::fake_api::FakeApi;
+    use crate::watch::{Informer, Kind};
+    use kube::api::{ApiResource, GroupVersionKind};
+    use serde_json::json;
+    use std::path::Path;
+
+    fn widgets() -> Kind {
+        Kind {
+            resource: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("x.dev", "v1", "Widget"),
+                "widgets",
+            ),
+            namespaced: true,
+        }
+    }
+
+    /// A controller of widgets whose script is `script`, selecting with `when`, over `api`.
+    fn ctx(api: &FakeApi, script: &str, when: Option<&str>) -> Ctx {
+        let limits = crate::script::Limits::default();
+        let engine = Arc::new(crate::script::engine(&limits));
+        let script =
+            crate::script::Script::compile(engine, &limits, Path::new("w.rhai"), script).unwrap();
+        let client = api.client();
+        let primary = Informer::with_objects(widgets(), Some("ns"), Vec::new());
+        Ctx {
+            spec: Spec {
+                controller: "widgets".into(),
+                operator: "op".into(),
+                function: Some("reconcile".into()),
+                finalize: None,
+                finalizer_name: "khai.dev/op".into(),
+                finalizers: crate::controller::finalizer_names::Names {
+                    own: "khai.dev/op".into(),
+                    kind: vec!["khai.dev/op".into()],
+                    sweeps: true,
+                },
+                script,
+                kind: widgets(),
+                when: when.map(str::to_string),
+                annotations: Vec::new(),
+                manage_status: false,
+                params: json!({}),
+            },
+            caches: Caches {
+                primary: primary.clone(),
+                owned: Vec::new(),
+                namespaces: Vec::new(),
+                visible: vec![primary],
+            },
+            services: Services {
+                applier: Arc::new(crate::apply::Applier::new(
+                    client.clone(),
+                    crate::config::Model::default(),
+                )),
+                recorder: kube::runtime::events::Recorder::new(
+                    client.clone(),
+                    kube::runtime::events::Reporter {
+                        controller: "khai-op".into(),
+                        instance: None,
+                    },
+                ),
+                client,
+            },
+            backoff: crate::queue::Backoff::new(
+                std::time::Duration::from_secs(1),
+                std::time::Duration::from_secs(60),
+            ),
+            spin: Default::default(),
+            pending: crate::queue::Pending::new("widgets"),
+            beside: Beside::default(),
+            released: Default::default(),
+        }
+    }
+
+    /// Issue 11: an object `when` could not be given to was quietly "not selected", with no log.
+    #[tokio::test]
+    async fn an_object_when_cannot_read_fails_its_reconcile_instead_of_going_unselected() {
+        let api = FakeApi::default();
+        let ctx = Arc::new(ctx(
+            &api,
+            "fn when(obj) { true }\nfn reconcile(obj, ctx) { #{} }",
+            Some("when"),
+        ));
+        let mut obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "x.dev/v1", "kind": "Widget",
+            "metadata": { "name": "w", "namespace": "ns", "uid": "u1" },
+        }))
+        .unwrap();
+        // A body that is not a map cannot be serialised (flattened) into the script's view.
+        obj.data = Value::String("not a map".into());
+        let err = reconcile_one(Arc::new(obj), ctx).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot read the object to call when(): can only flatten structs and maps (got a string)"
+        );
     }
 }

@@ -8,7 +8,6 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 use std::sync::Arc;
 
 /// Why one reconcile failed; logged and retried with per-object backoff.
@@ -20,6 +19,12 @@ pub enum ReconcileError {
     Apply(#[from] crate::apply::Error),
     #[error("failed to serialize object: {0}")]
     Serialize(#[from] serde_json::Error),
+    /// The object could not be turned into the view `function` is called with.
+    #[error("cannot read the object to call {function}(): {source}")]
+    Unreadable {
+        function: String,
+        source: serde_json::Error,
+    },
     #[error("{function} has not finished yet (it must return true to let the object go)")]
     NotFinalized { function: String },
     #[error("failed to add khai's finalizer: {0}")]
@@ -149,9 +154,7 @@ pub(crate) fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: A
             tracing::warn!(error = %err, "reconcile failed permanently; waiting for a change");
             return Action::await_change();
         }
-        Some(ScriptError::Retry { delay, .. }) => {
-            crate::reconcile::parse_duration(&json!(delay)).ok()
-        }
+        Some(ScriptError::Retry { delay, .. }) => Some(delay.get()),
         _ => None,
     };
     let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));

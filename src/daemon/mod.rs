@@ -144,6 +144,8 @@ async fn supervise(
     shutdown: &CancellationToken,
 ) {
     let start: running::Start<Prepared> = Box::new(|p, stop| Box::pin(controller::start(p, stop)));
+    let ctxs = |p: &[Prepared]| p.iter().map(|p| p.ctx.clone()).collect::<Vec<_>>();
+    let mut current = ctxs(&prepared);
     let mut running = Running::new(prepared, shutdown, start);
     loop {
         let (op, next) = tokio::select! {
@@ -151,11 +153,13 @@ async fn supervise(
             next = next_version(&mut updates, env) => next,
         };
         let started = std::time::Instant::now();
+        let old = std::mem::replace(&mut current, ctxs(&next));
         let swap = running.replace(next).await;
         if shutdown.is_cancelled() {
             running.run().await;
             return;
         }
+        controller::release_abandoned(&old, &current).await;
         config_loaded(&op);
         crate::metrics::config_reloaded(true);
         let unwatched = env.informers.retain(|i| running.uses(i));

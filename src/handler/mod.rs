@@ -438,12 +438,7 @@ impl Handlers {
                 )),
             },
             Err(ScriptError::Fail { message, .. }) => Failure::Final(message),
-            Err(ScriptError::Retry { message, delay, .. }) => {
-                match crate::config::duration::parse(&delay) {
-                    Ok(d) => Failure::After(message, d),
-                    Err(_) => Failure::Again(message),
-                }
-            }
+            Err(ScriptError::Retry { message, delay, .. }) => Failure::After(message, delay.get()),
             Err(e) => Failure::Again(e.to_string()),
         };
         let spec = &entry.spec;

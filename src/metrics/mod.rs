@@ -214,7 +214,7 @@ impl Metrics {
             script_limit_aborts: counter(
                 &r,
                 "khai_script_limit_aborts_total",
-                "Script calls stopped by a limit (operations, time, call_depth, data_size, ...)",
+                "Script calls stopped by a limit (operations, time, memory, call_depth, data_size, ...)",
                 &["script", "function", "limit"],
             ),
             children_applied: counter(

@@ -41,8 +41,14 @@ impl CacheLookup {
 
 /// Script views of `objs`, sorted by namespace and name: cache order is arbitrary, and a stable order keeps
 /// scripts (and the children they build) stable.
-fn sorted_views<'a>(objs: impl Iterator<Item = &'a Arc<DynamicObject>>) -> Vec<Value> {
-    let mut out: Vec<Value> = objs.filter_map(|o| object_view(o).ok()).collect();
+///
+/// An object that cannot be turned into a view fails the lookup (and so the reconcile): leaving
+/// it out would let the script build its children without it and prune live ones.
+fn sorted_views<'a>(
+    kind: &str,
+    objs: impl Iterator<Item = &'a Arc<DynamicObject>>,
+) -> Result<Vec<Value>, String> {
+    let mut out: Vec<Value> = objs.map(|o| view(kind, o)).collect::<Result<_, _>>()?;
     let key = |v: &Value| {
         (
             v["metadata"]["namespace"].as_str().map(str::to_string),
@@ -50,7 +56,18 @@ fn sorted_views<'a>(objs: impl Iterator<Item = &'a Arc<DynamicObject>>) -> Vec<V
         )
     };
     out.sort_by_key(key);
-    out
+    Ok(out)
+}
+
+/// The script view of one cached object; an error names the object.
+fn view(kind: &str, obj: &DynamicObject) -> Result<Value, String> {
+    object_view(obj).map_err(|e| {
+        let name = match obj.namespace() {
+            Some(ns) => format!("{ns}/{}", obj.name_any()),
+            None => obj.name_any(),
+        };
+        format!("cannot read {kind} {name} from khai's cache: {e}")
+    })
 }
 
 impl Lookup for CacheLookup {
@@ -85,7 +102,7 @@ impl Lookup for CacheLookup {
             Some(ns) => key.within(&ns),
             None => key,
         };
-        Ok(inf.store().get(&key).and_then(|o| object_view(&o).ok()))
+        inf.store().get(&key).map(|o| view(kind, &o)).transpose()
     }
 
     fn list(&self, kind: &str, selector: Option<&str>) -> Result<Vec<Value>, String> {
@@ -94,7 +111,8 @@ impl Lookup for CacheLookup {
         // A namespaced object lists its own namespace; a cluster-scoped one every watched one.
         let ns = self.namespace.clone().filter(|_| found[0].kind.namespaced);
         let states: Vec<_> = found.iter().map(|i| i.store().state()).collect();
-        Ok(sorted_views(
+        sorted_views(
+            kind,
             states
                 .iter()
                 .flatten()
@@ -104,7 +122,7 @@ impl Lookup for CacheLookup {
                         .as_ref()
                         .is_none_or(|s| s.iter().all(|r| r.matches(o.labels())))
                 }),
-        ))
+        )
     }
 
     fn owned(&self, kind: &str) -> Result<Vec<Value>, String> {
@@ -113,7 +131,7 @@ impl Lookup for CacheLookup {
             .iter()
             .flat_map(|i| i.controlled_by(&self.uid))
             .collect();
-        Ok(sorted_views(children.iter()))
+        sorted_views(kind, children.iter())
     }
 }
 
@@ -212,6 +230,58 @@ mod tests {
 
     fn sel(s: &str, l: &BTreeMap<String, String>) -> bool {
         parse_selector(s).unwrap().iter().all(|r| r.matches(l))
+    }
+
+    fn configmaps() -> crate::watch::Kind {
+        crate::watch::Kind {
+            resource: kube::api::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                "configmaps",
+            ),
+            namespaced: true,
+        }
+    }
+
+    fn configmap(name: &str, data: Value) -> DynamicObject {
+        let mut o: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": name, "namespace": "ns", "uid": format!("u-{name}"),
+                "ownerReferences": [{ "apiVersion": "x.dev/v1", "kind": "App", "name": "p",
+                    "uid": "p1", "controller": true }] },
+        }))
+        .unwrap();
+        o.data = data;
+        o
+    }
+
+    /// Issue 11: `ctx.list` and `ctx.get` silently left out objects that failed to serialise,
+    /// so a script could compute its children without them and prune live ones.
+    #[test]
+    fn an_object_that_cannot_be_read_fails_the_lookup_and_is_named() {
+        // A DynamicObject whose body is not a map cannot be serialised (flattened).
+        let broken = configmap("broken", Value::String("not a map".into()));
+        let fine = configmap("fine", serde_json::json!({ "data": { "k": "v" } }));
+        let lookup = CacheLookup {
+            uid: "p1".into(),
+            namespace: Some("ns".into()),
+            informers: vec![crate::watch::Informer::with_objects(
+                configmaps(),
+                Some("ns"),
+                vec![broken, fine],
+            )],
+        };
+        let expected = "cannot read ConfigMap ns/broken from khai's cache: \
+                        can only flatten structs and maps (got a string)";
+        assert_eq!(lookup.list("ConfigMap", None).unwrap_err(), expected);
+        assert_eq!(lookup.owned("ConfigMap").unwrap_err(), expected);
+        assert_eq!(
+            lookup.get("ConfigMap", "broken", None).unwrap_err(),
+            expected
+        );
+        assert_eq!(
+            lookup.get("ConfigMap", "fine", None).unwrap().unwrap()["data"]["k"],
+            "v"
+        );
     }
 
     #[test]

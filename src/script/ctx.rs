@@ -4,9 +4,12 @@
 //! (no API call) and `khai test` from objects listed in a test case. Scripts never reach the
 //! API client, the file system, the network or the environment.
 
+use super::inline;
+use crate::config::duration::Duration;
 use rhai::{Array, Dynamic, Engine, EvalAltResult, Map, Position};
 use serde_json::Value;
 use std::sync::Arc;
+use tracing::Level;
 
 /// Answers a script's lookups. Kinds are written as in the config (`ConfigMap`, `v1/ConfigMap`,
 /// `apps/v1/Deployment`, `Deployment.apps`). Errors are messages for the script's author.
@@ -112,14 +115,23 @@ fn array(items: Vec<Value>) -> RhaiResult<Array> {
 /// Marker key of the map thrown by `retry()` and `fail()`.
 pub const CONTROL_KEY: &str = "__khai_control";
 
-fn control(kind: &str, message: &str, delay: Option<&str>) -> Box<EvalAltResult> {
+fn control(kind: &str, message: &str, delay: Option<Duration>) -> Box<EvalAltResult> {
     let mut m = Map::new();
     m.insert(CONTROL_KEY.into(), kind.into());
     m.insert("message".into(), message.into());
     if let Some(d) = delay {
-        m.insert("delay".into(), d.into());
+        m.insert("delay".into(), Dynamic::from(d));
     }
     Box::new(EvalAltResult::ErrorRuntime(m.into(), Position::NONE))
+}
+
+/// `retry(message, delay)`: the delay is read here, so a bad one is an error at the script's
+/// line that names it, not a retry that quietly falls back to backoff.
+fn retry(message: &str, delay: &str) -> RhaiResult<()> {
+    let d: Duration = delay
+        .parse()
+        .map_err(|e| fail_with(format!("retry: cannot read '{delay}' as a duration: {e}")))?;
+    Err(control("retry", message, Some(d)))
 }
 
 /// Registers the `ctx` type, logging functions and `retry`/`fail` on an engine.
@@ -179,25 +191,13 @@ pub fn register(engine: &mut Engine) {
                 .strftime("%Y-%m-%dT%H:%M:%SZ")
                 .to_string()
         })
-        .register_fn(
-            "log_debug",
-            |msg: &str| tracing::debug!(target: "khai::script", "{msg}"),
-        )
-        .register_fn(
-            "log_info",
-            |msg: &str| tracing::info!(target: "khai::script", "{msg}"),
-        )
-        .register_fn(
-            "log_warn",
-            |msg: &str| tracing::warn!(target: "khai::script", "{msg}"),
-        )
-        .register_fn(
-            "log_error",
-            |msg: &str| tracing::error!(target: "khai::script", "{msg}"),
-        )
-        .register_fn("retry", |msg: &str, delay: &str| -> RhaiResult<()> {
-            Err(control("retry", msg, Some(delay)))
-        })
+        // Held back like `print` while a call runs inline (see `inline`), so a call that moves
+        // to the blocking pool logs each line once.
+        .register_fn("log_debug", |msg: &str| inline::log(Level::DEBUG, msg))
+        .register_fn("log_info", |msg: &str| inline::log(Level::INFO, msg))
+        .register_fn("log_warn", |msg: &str| inline::log(Level::WARN, msg))
+        .register_fn("log_error", |msg: &str| inline::log(Level::ERROR, msg))
+        .register_fn("retry", retry)
         .register_fn("fail", |msg: &str| -> RhaiResult<()> {
             Err(control("fail", msg, None))
         });

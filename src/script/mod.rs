@@ -9,6 +9,7 @@
 pub mod ctx;
 mod inline;
 pub mod memo;
+mod memory;
 
 pub use ctx::{Attempt, Indexes, Lookup, ScriptCtx};
 
@@ -25,11 +26,21 @@ pub struct Limits {
     pub max_call_levels: usize,
     pub max_expr_depth: usize,
     pub max_function_expr_depth: usize,
+    /// Rhai's size limits, which count a value with everything nested in it: a script's input
+    /// is such a value, so they must fit any object the API server accepts (see
+    /// [`LARGEST_OBJECT`]), or an object could never be read, only ever fail.
     pub max_string_size: usize,
     pub max_array_size: usize,
     pub max_map_size: usize,
+    /// Bytes a call may allocate beyond what it was given, whatever it builds (see [`memory`]).
+    pub max_memory: usize,
     pub timeout: Duration,
 }
+
+/// The largest request body the API server accepts (3 MiB), so the largest object a script can
+/// be given. Its JSON holds at most that many bytes of strings, half as many array elements
+/// (`0,`) and a fifth as many map entries (`"":0,`).
+pub const LARGEST_OBJECT: usize = 3 << 20;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -38,9 +49,10 @@ impl Default for Limits {
             max_call_levels: 48,
             max_expr_depth: 64,
             max_function_expr_depth: 48,
-            max_string_size: 1 << 20,
-            max_array_size: 10_000,
-            max_map_size: 10_000,
+            max_string_size: LARGEST_OBJECT,
+            max_array_size: LARGEST_OBJECT / 2,
+            max_map_size: LARGEST_OBJECT / 5,
+            max_memory: 64 << 20,
             timeout: Duration::from_secs(5),
         }
     }
@@ -80,7 +92,7 @@ pub enum ScriptError {
         file: PathBuf,
         function: String,
         message: String,
-        delay: String,
+        delay: crate::config::duration::Duration,
     },
     /// The script declared, with `fail(message)`, that retrying cannot help until the object
     /// changes.
@@ -151,6 +163,9 @@ thread_local! {
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
+/// How the progress hook says it stopped a call for its memory budget.
+const OVER_MEMORY: &str = "memory budget used up";
+
 /// Builds the one kind of engine khai runs scripts in, with every limit set.
 pub fn engine(limits: &Limits) -> Engine {
     let mut e = Engine::new();
@@ -177,9 +192,13 @@ pub fn engine(limits: &Limits) -> Engine {
     });
     ctx::register(&mut e);
     memo::register(&mut e);
+    nothing_indexes_to_nothing(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {
             return Some(Dynamic::from("inline budget used up"));
+        }
+        if memory::over_budget() {
+            return Some(Dynamic::from(OVER_MEMORY));
         }
         // Reading the clock on every operation would cost more than most operations; every
         // 64th keeps the deadline within microseconds.
@@ -190,6 +209,17 @@ pub fn engine(limits: &Limits) -> Engine {
     e.on_print(inline::print);
     e.on_debug(|s, src, pos| inline::debug(s, src, pos.line()));
     e
+}
+
+/// Lets `?[` chains through a missing field: `x?.items?[0]?.name` is `()` when `items` is.
+///
+/// Rhai 1.27's parser drops the "stop at `()`" mark of `?[` when a property follows the index
+/// (`x?.items?[0]?.name` runs as `x?.items[0]?.name`), so a missing `items` threw "Indexer
+/// unavailable: () [i64]". Authors porting from CEL and KRO write exactly this, so indexing
+/// nothing, with a number or a name, gives nothing, as reading a missing field of a map does.
+fn nothing_indexes_to_nothing(e: &mut Engine) {
+    e.register_indexer_get(|_: &mut (), _: rhai::INT| ());
+    e.register_indexer_get(|_: &mut (), _: rhai::ImmutableString| ());
 }
 
 /// An argument of a script call: a JSON value (an object, a change record, a state) or `ctx`.
@@ -209,6 +239,7 @@ pub struct Script {
     ast: Arc<AST>,
     engine: Arc<Engine>,
     timeout: Duration,
+    max_memory: usize,
 }
 
 impl std::fmt::Debug for Script {
@@ -252,6 +283,7 @@ impl Script {
             ast: Arc::new(ast),
             engine,
             timeout: limits.timeout,
+            max_memory: limits.max_memory,
         })
     }
 
@@ -332,10 +364,12 @@ impl Script {
         args: Vec<Dynamic>,
     ) -> Result<serde_json::Value, ScriptError> {
         DEADLINE.with(|d| d.set(Some(Instant::now() + self.timeout)));
+        memory::begin(self.max_memory);
         let mut scope = rhai::Scope::new();
         let result = self
             .engine
             .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
+        memory::end();
         DEADLINE.with(|d| d.set(None));
         if inline::stopped() {
             // Not the script's error: the call moves to the blocking pool (see `inline`).
@@ -428,9 +462,13 @@ impl Script {
         let script = self.clone();
         let name = function.to_string();
         let span = tracing::Span::current();
+        // The caller's subscriber too, should it not be the global one (a test's).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
         tokio::task::spawn_blocking(move || {
-            let _entered = span.enter();
-            f(&script, &name)
+            tracing::dispatcher::with_default(&dispatch, || {
+                let _entered = span.enter();
+                f(&script, &name)
+            })
         })
         .await
         .unwrap_or_else(|e| {
@@ -470,6 +508,10 @@ impl Script {
             crate::metrics::script_limit_abort(&self.label(), function, limit);
         }
         let message = match &err {
+            EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => format!(
+                "script exceeded its memory limit ({} per call)",
+                memory::describe(self.max_memory)
+            ),
             EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
             EvalAltResult::ErrorTooManyOperations(..) => {
                 "script exceeded its operation limit".to_string()
@@ -501,7 +543,8 @@ impl Script {
                 file,
                 function,
                 message,
-                delay: field("delay"),
+                // `retry()` read the delay before it threw (see `ctx::retry`).
+                delay: map.get("delay")?.clone().try_cast()?,
             }),
             "fail" => Some(ScriptError::Fail {
                 file,
@@ -517,6 +560,7 @@ impl Script {
 /// `khai_script_limit_aborts_total`.
 fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
     Some(match err {
+        EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => "memory",
         EvalAltResult::ErrorTerminated(..) => "time",
         EvalAltResult::ErrorTooManyOperations(..) => "operations",
         EvalAltResult::ErrorStackOverflow(..) => "call_depth",
@@ -525,6 +569,10 @@ fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
         EvalAltResult::ErrorTooManyModules(..) => "modules",
         _ => return None,
     })
+}
+
+fn is_over_memory(token: &Dynamic) -> bool {
+    token.to_string() == OVER_MEMORY
 }
 
 impl ScriptError {
@@ -550,9 +598,16 @@ fn strip_position(msg: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A script with the default limits, for calls that must not depend on how busy the machine
+    /// is (the 200 ms of [`compile`] is short for a long call in a debug build under load).
+    fn compile_default(src: &str) -> Script {
+        let limits = Limits::default();
+        Script::compile(Arc::new(engine(&limits)), &limits, Path::new("t.rhai"), src).unwrap()
+    }
 
     fn compile(src: &str) -> Result<Script, ScriptError> {
         let limits = Limits {
@@ -569,7 +624,7 @@ mod tests {
 
     #[tokio::test]
     async fn short_calls_finish_inline_and_long_ones_start_over_on_the_pool_with_one_answer() {
-        let s = compile("fn count(n) { let c = 0; for i in 0..n { c += 1; } c }").unwrap();
+        let s = compile_default("fn count(n) { let c = 0; for i in 0..n { c += 1; } c }");
         assert_eq!(
             s.call_one_async("count", json!(10)).await.unwrap(),
             json!(10)
@@ -580,6 +635,127 @@ mod tests {
         // Errors of a long call are the script's own, reported once from the pool.
         let err = s.call_one_async("count", json!("x")).await.unwrap_err();
         assert!(err.to_string().contains("count"), "{err}");
+    }
+
+    /// An object as large as the API server stores: a map of 12,000 entries and 1.1 MB of text.
+    pub(crate) fn large_object() -> serde_json::Value {
+        let entries: serde_json::Map<String, serde_json::Value> = (0..12_000)
+            .map(|i| (format!("key-{i}"), json!(i)))
+            .collect();
+        json!({ "apiVersion": "g/v1", "kind": "Big", "metadata": { "name": "big" },
+            "spec": { "entries": entries, "text": "x".repeat(1_100_000) } })
+    }
+
+    #[tokio::test]
+    async fn an_input_as_large_as_the_api_server_stores_is_read_iterated_changed_and_returned() {
+        let src = r#"fn reconcile(obj, ctx) {
+            let sum = 0;
+            for k in obj.spec.entries.keys() { sum += obj.spec.entries[k]; }
+            obj.status = #{ sum: sum, length: obj.spec.text.len() };
+            #{ status: obj.status, children: [#{ metadata: #{ name: "copy" },
+                data: #{ text: obj.spec.text }, entries: obj.spec.entries }] }
+        }"#;
+        let s = compile_default(src);
+        let obj = large_object();
+        let ctx = ScriptCtx::detached("op", "c", None);
+        let out = s.call_async("reconcile", obj.clone(), ctx).await.unwrap();
+        let sum: i64 = (0..12_000).sum();
+        assert_eq!(out["status"], json!({ "sum": sum, "length": 1_100_000 }));
+        assert_eq!(out["children"][0]["data"]["text"], obj["spec"]["text"]);
+        assert_eq!(out["children"][0]["entries"], obj["spec"]["entries"]);
+    }
+
+    #[test]
+    fn a_map_of_huge_keys_stops_at_the_memory_limit() {
+        let limits = Limits {
+            max_memory: 16 << 20,
+            ..Limits::default()
+        };
+        // 600 keys of 1 MiB: each within the string limit, and Rhai's map limit counts entries,
+        // not the size of their keys.
+        let src = r#"fn build() {
+            let key = "k"; for i in 0..20 { key += key; }
+            let m = #{}; for i in 0..600 { m[key + i] = i; } m.len()
+        }"#;
+        let s =
+            Script::compile(Arc::new(engine(&limits)), &limits, Path::new("t.rhai"), src).unwrap();
+        let (result, peak) = memory::peak_during(|| s.call("build", &[]));
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.ends_with("in build: script exceeded its memory limit (16 MiB per call)"),
+            "{err}"
+        );
+        assert!(peak < limits.max_memory + (4 << 20), "peak {peak}");
+    }
+
+    #[tokio::test]
+    async fn a_call_of_few_but_slow_operations_leaves_the_worker_thread_within_its_time_budget() {
+        // A few hundred operations, far under the inline operation budget, each upper-casing
+        // 1 MiB: together far more than the inline time budget.
+        let s = compile_default(
+            "fn shout(s) { let n = 0; for i in 0..200 { n += s.to_upper().len(); } n }",
+        );
+        let text = json!("x".repeat(1 << 20));
+        let inline = inline::attempt(|| s.call("shout", std::slice::from_ref(&text)));
+        assert_eq!(inline, None, "given up inline, to run on the blocking pool");
+        assert_eq!(
+            s.call_one_async("shout", text).await.unwrap(),
+            json!(200 << 20)
+        );
+    }
+
+    /// Log lines written while `f` runs on this thread or, called from it, on the blocking pool.
+    async fn logs<F: std::future::Future>(f: F) -> (F::Output, String) {
+        #[derive(Clone, Default)]
+        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                crate::sync::lock(&self.0).extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let out = f.await;
+        let text = String::from_utf8_lossy(&crate::sync::lock(&sink.0)).into_owned();
+        (out, text)
+    }
+
+    /// Issue 11: `log_*` calls were logged twice by a call that ran out of its inline budget
+    /// (once inline, once again on the blocking pool); `print` and `debug` were held back.
+    #[tokio::test]
+    async fn a_call_moved_to_the_pool_logs_each_line_once() {
+        // The default time limit: the test is about logs, not a slow machine.
+        let limits = Limits::default();
+        let s = Script::compile(
+            Arc::new(engine(&limits)),
+            &limits,
+            Path::new("scripts/t.rhai"),
+            "fn count(n) {\n\
+               log_debug(\"d-line\"); log_info(\"i-line\"); log_warn(\"w-line\");\n\
+               log_error(\"e-line\"); print(\"p-line\"); debug(\"g-line\");\n\
+               let c = 0; for i in 0..n { c += 1; } c\n\
+             }",
+        )
+        .unwrap();
+        let n = inline::INLINE_OPS * 3;
+        let (out, log) = logs(s.call_one_async("count", json!(n))).await;
+        assert_eq!(out.unwrap(), json!(n));
+        for line in ["d-line", "i-line", "w-line", "e-line", "p-line", "g-line"] {
+            assert_eq!(log.matches(line).count(), 1, "{line} in:\n{log}");
+        }
+        // A call that finishes inline logs its lines too, once.
+        let (_, log) = logs(s.call_one_async("count", json!(1))).await;
+        assert_eq!(log.matches("i-line").count(), 1, "{log}");
     }
 
     #[test]
@@ -666,6 +842,37 @@ mod tests {
         );
     }
 
+    /// Issue 11, defect 5: `?[` followed by `?.` threw "Indexer unavailable: () [i64]" when
+    /// the list was missing.
+    #[test]
+    fn optional_index_chains_give_nothing_for_a_missing_list_or_map() {
+        let s = compile(
+            "fn first(x) { x?.items?[0]?.field }\n\
+             fn port(x) { x?.spec?.ports?[\"http\"]?.port }\n\
+             fn short(x) { x?.items?[0] }",
+        )
+        .unwrap();
+        for f in ["first", "port", "short"] {
+            for x in [json!({}), json!(null), json!({ "items": null, "spec": {} })] {
+                assert_eq!(
+                    s.call(f, std::slice::from_ref(&x)).unwrap(),
+                    json!(null),
+                    "{f}({x})"
+                );
+            }
+        }
+        let x =
+            json!({ "items": [{ "field": "a" }], "spec": { "ports": { "http": { "port": 80 } } } });
+        assert_eq!(
+            s.call("first", std::slice::from_ref(&x)).unwrap(),
+            json!("a")
+        );
+        assert_eq!(s.call("port", std::slice::from_ref(&x)).unwrap(), json!(80));
+        // An index past the end of a list that is there is still an error.
+        let err = s.call("first", &[json!({ "items": [] })]).unwrap_err();
+        assert!(err.to_string().contains("out of bounds"), "{err}");
+    }
+
     #[test]
     fn retry_and_fail_become_their_own_errors() {
         let s = compile(
@@ -679,12 +886,33 @@ mod tests {
                 file: "scripts/t.rhai".into(),
                 function: "a".into(),
                 message: "not yet".into(),
-                delay: "10s".into()
+                delay: crate::config::duration::Duration::from_secs(10)
             }
+        );
+        assert_eq!(
+            s.call_with_ctx("a", &json!({}), ctx())
+                .unwrap_err()
+                .to_string(),
+            "scripts/t.rhai: in a: not yet (retry in 10s)"
         );
         assert!(
             matches!(s.call_with_ctx("b", &json!({}), ctx()), Err(ScriptError::Fail { message, .. }) if message == "bad spec")
         );
+    }
+
+    /// Issue 11: a delay `retry()` could not read silently became backoff.
+    #[test]
+    fn a_bad_retry_delay_is_an_error_at_its_line_naming_it() {
+        let s = compile("fn a(obj, ctx) {\n  retry(\"not yet\", \"5 parsecs\")\n}").unwrap();
+        let err = s
+            .call_with_ctx("a", &json!({}), ScriptCtx::detached("op", "c", None))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "scripts/t.rhai:2:3: in a: retry: cannot read '5 parsecs' as a duration: \
+             unknown unit \" parsecs\" in \"5 parsecs\"; use ms, s, m or h"
+        );
+        assert_eq!(err.kind(), "runtime");
     }
 
     #[test]

@@ -244,6 +244,21 @@ mod tests {
     }
 
     #[test]
+    fn an_object_as_large_as_the_api_server_stores_converts() {
+        let obj = crate::script::tests::large_object();
+        let body = review(&obj.to_string());
+        let src = "fn convert(obj, to) { obj.spec.copy = obj.spec.text; obj.spec.remove(\"text\"); \
+                   obj.spec.count = obj.spec.entries.keys().len(); obj }";
+        let out = answer(&handler(src), &body, later()).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(doc["response"]["result"], json!({ "status": "Success" }));
+        let spec = &doc["response"]["convertedObjects"][0]["spec"];
+        assert_eq!(spec["copy"], obj["spec"]["text"]);
+        assert_eq!(spec["entries"], obj["spec"]["entries"]);
+        assert_eq!(spec["count"], 12_000);
+    }
+
+    #[test]
     fn a_review_past_its_deadline_fails_instead_of_converting_on() {
         let body = review(r#"{"apiVersion":"g/v1","spec":{"a":1}}"#);
         let out = answer(&handler(RENAME), &body, Instant::now()).unwrap();

@@ -409,3 +409,335 @@ fn deleting(obj, ctx, change) {
         log.join("\n")
     );
 }
+
+/// A config of one kind, Note of `group`, for operator `operator`: `toml` after the CRD, and the
+/// script `scripts/s.rhai`. Returns the config's directory and the Notes' API.
+async fn one_kind(
+    dir: &std::path::Path,
+    client: &kube::Client,
+    ns: &str,
+    operator: &str,
+    toml: &str,
+    script: &str,
+) -> (PathBuf, Api<DynamicObject>) {
+    let group = format!("{operator}.khai.dev");
+    let config = crate::support::example_copy("notes", dir, operator, &group);
+    std::fs::write(config.join("operator.toml"), one_kind_toml(operator, toml)).unwrap();
+    std::fs::write(config.join("scripts/s.rhai"), script).unwrap();
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Note"), "notes");
+    (config, Api::namespaced_with(client.clone(), ns, &ar))
+}
+
+fn one_kind_toml(operator: &str, rest: &str) -> String {
+    format!(
+        "[operator]\nname = \"{operator}\"\n\n[[crd]]\ngroup = \"{operator}.khai.dev\"\nkind = \"Note\"\n\
+         versions = [\"v1\"]\nspec.text = {{ type = \"string\" }}\n\n{rest}"
+    )
+}
+
+async fn create_note(api: &Api<DynamicObject>, operator: &str, name: &str, annotate: bool) {
+    let mut o = note(name, json!({ "text": "x" }));
+    o.types = Some(kube::core::TypeMeta {
+        api_version: format!("{operator}.khai.dev/v1"),
+        kind: "Note".into(),
+    });
+    if annotate {
+        o.metadata.annotations =
+            Some([(format!("{operator}.khai.dev/managed"), "yes".into())].into());
+    }
+    api.create(&PostParams::default(), &o).await.unwrap();
+}
+
+/// The operator's finalizers on `o`.
+fn khai_finalizers(o: &DynamicObject, operator: &str) -> Vec<String> {
+    o.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| f.ends_with(&format!("khai.dev/{operator}")))
+        .cloned()
+        .collect()
+}
+
+/// A filtered `[[controller]]` (annotations) and the handlers of its kind, which run in a
+/// controller of their own; `finalize` says whether the controller's script defines it.
+fn filtered_and_delete_handler(operator: &str) -> String {
+    format!(
+        r#"
+[[controller]]
+for = "Note"
+script = "scripts/s.rhai"
+annotations = ["{operator}.khai.dev/managed"]
+
+[[handler]]
+for = "Note"
+on = "delete"
+script = "scripts/s.rhai"
+function = "deleting"
+backoff = "1s"
+"#
+    )
+}
+
+const RECONCILE_AND_DELETING: &str = r#"
+fn reconcile(obj, ctx) { log_info(`reconciled ${obj.metadata.name}`); #{} }
+fn deleting(obj, ctx, change) {
+    log_info(`deleting ${obj.metadata.name} attempt ${ctx.retry}`);
+    if ctx.retry == 0 { retry("once more", "1s"); }
+}
+"#;
+
+/// Audit: a filtered controller without `finalize` and the kind's delete handler (in a
+/// controller of its own) shared one finalizer: the controller removed it as unneeded, the
+/// handlers' controller added it again, for ever. Now each keeps its own: the delete handler's
+/// finalizer stays, the object costs no write once handled, and its deletion waits for the
+/// handler.
+#[tokio::test]
+async fn a_filtered_controller_does_not_take_the_delete_handlers_finalizer_away() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fight-loop").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "fightloop";
+    let (config, api) = one_kind(
+        dir.path(),
+        &client,
+        &ns.name,
+        op,
+        &filtered_and_delete_handler(op),
+        RECONCILE_AND_DELETING,
+    )
+    .await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "w", true).await;
+    wait_for(
+        &api,
+        "w",
+        "the delete handler's finalizer",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| !khai_finalizers(o, op).is_empty()),
+    )
+    .await;
+    khai.wait_for_log(0, "the controller's reconcile of w", |l| {
+        l.contains("reconciled w")
+    })
+    .await;
+    // A second Note, handled from start to end, is the barrier: w, already handled, must see no
+    // write of khai's meanwhile.
+    let mark = audit::mark();
+    create_note(&api, op, "x", true).await;
+    wait_for(&api, "x", "x's finalizer", |o: Option<&DynamicObject>| {
+        o.is_some_and(|o| !khai_finalizers(o, op).is_empty())
+    })
+    .await;
+    khai.wait_for_log(0, "the controller's reconcile of x", |l| {
+        l.contains("reconciled x")
+    })
+    .await;
+    audit::wait_for_entry(mark, "x's finalizer added", |e| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("khai/"))
+            && e["objectRef"]["name"] == "x"
+    })
+    .await;
+    let on_w = audit::writes(mark, |e| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("khai/"))
+            && e["objectRef"]["namespace"] == ns.name.as_str()
+            && e["objectRef"]["name"] == "w"
+    });
+    assert!(
+        on_w.is_empty(),
+        "khai kept writing to a Note it had handled: {on_w:?}\n{}",
+        khai.tail(40)
+    );
+    let w = api.get("w").await.unwrap();
+    assert_eq!(
+        khai_finalizers(&w, op).len(),
+        1,
+        "{:?}",
+        w.metadata.finalizers
+    );
+
+    let from = khai.log_len();
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    wait_until_gone(&api, "w", "w, after its delete handler").await;
+    let (_, log) = khai.terminate().await;
+    let log = &log[from..];
+    let count = |s: &str| log.iter().filter(|l| l.contains(s)).count();
+    assert_eq!(count("deleting w attempt 0"), 1, "{}", log.join("\n"));
+    assert_eq!(count("deleting w attempt 1"), 1, "{}", log.join("\n"));
+}
+
+/// Audit: a filtered controller with `finalize` and the kind's delete handler shared one
+/// finalizer, so whichever finished first removed it and the object went before the other had
+/// run. Now both hold it: `finalize` and the delete handler (which succeeds on its retry) each
+/// run exactly once before the Note goes.
+#[tokio::test]
+async fn finalize_and_a_delete_handler_of_one_kind_both_run_once_before_the_object_goes() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fight-delete").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "fightdel";
+    let script = format!(
+        "{RECONCILE_AND_DELETING}\nfn finalize(obj, ctx) {{ log_info(`finalized ${{obj.metadata.name}}`); true }}\n"
+    );
+    let (config, api) = one_kind(
+        dir.path(),
+        &client,
+        &ns.name,
+        op,
+        &filtered_and_delete_handler(op),
+        &script,
+    )
+    .await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "w", true).await;
+    let w = wait_for(
+        &api,
+        "w",
+        "a finalizer for each",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| khai_finalizers(o, op).len() == 2),
+    )
+    .await;
+    assert!(
+        khai_finalizers(&w, op).contains(&format!("khai.dev/{op}")),
+        "the controller keeps the operator's finalizer: {:?}",
+        w.metadata.finalizers
+    );
+    khai.wait_for_log(0, "the controller's reconcile of w", |l| {
+        l.contains("reconciled w")
+    })
+    .await;
+    let from = khai.log_len();
+    api.delete("w", &DeleteParams::default()).await.unwrap();
+    wait_until_gone(&api, "w", "w, after finalize and its delete handler").await;
+    let (_, log) = khai.terminate().await;
+    let log = &log[from..];
+    let count = |s: &str| log.iter().filter(|l| l.contains(s)).count();
+    let all = log.join("\n");
+    assert_eq!(count("finalized w"), 1, "{all}");
+    assert_eq!(count("deleting w attempt 0"), 1, "{all}");
+    assert_eq!(count("deleting w attempt 1"), 1, "{all}");
+}
+
+/// Issue 11 for handlers: a hot reload takes away a kind's only delete handler (and the kind has
+/// no `[[controller]]`, so nothing runs for it any more); khai removes its finalizer from the
+/// kind's objects, and their deletion completes.
+#[tokio::test]
+async fn a_finalizer_no_handler_needs_after_a_reload_is_removed_and_deletion_completes() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "unhandle").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "unhandle";
+    let delete = "[[handler]]\nfor = \"Note\"\non = \"delete\"\nscript = \"scripts/s.rhai\"\nfunction = \"deleting\"\n";
+    let (config, api) = one_kind(
+        dir.path(),
+        &client,
+        &ns.name,
+        op,
+        delete,
+        "fn deleting(obj, ctx, change) { false }\nfn spied(obj, ctx, event) { }\n",
+    )
+    .await;
+    let khai = Khai::start(&config, &ns.name, &["--watch"]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    wait_for(
+        &api,
+        "n",
+        "the delete handler's finalizer",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| !khai_finalizers(o, op).is_empty()),
+    )
+    .await;
+    // The new version has no handler for Notes at all (only a spy on ConfigMaps).
+    let seen = khai.log_len();
+    let spy = "[[handler]]\nfor = \"ConfigMap\"\non = \"event\"\nscript = \"scripts/s.rhai\"\nfunction = \"spied\"\n";
+    std::fs::write(config.join("operator.toml"), one_kind_toml(op, spy)).unwrap();
+    khai.wait_for_log(seen, "the reload", |l| l.contains("config reloaded"))
+        .await;
+    wait_for(
+        &api,
+        "n",
+        "khai to remove its finalizer",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| khai_finalizers(o, op).is_empty()),
+    )
+    .await;
+    api.delete("n", &DeleteParams::default()).await.unwrap();
+    wait_until_gone(&api, "n", "the Note, with nothing holding it").await;
+}
+
+/// An optional delete handler takes no finalizer and runs once, when the object is seen gone.
+#[tokio::test]
+async fn an_optional_delete_handler_adds_no_finalizer_and_runs_once_when_the_object_is_gone() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "optional-delete").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "optdel";
+    let toml = r#"
+[[handler]]
+for = "Note"
+on = "create"
+script = "scripts/s.rhai"
+function = "created"
+
+[[handler]]
+for = "Note"
+on = "delete"
+optional = true
+script = "scripts/s.rhai"
+function = "gone"
+"#;
+    let script = r#"
+fn created(obj, ctx, change) { log_info(`created ${obj.metadata.name}`); }
+fn gone(obj, ctx, change) { log_info(`gone ${obj.metadata.name} was ${change.old.spec.text}`); }
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    khai.wait_for_log(0, "the create handler", |l| l.contains("created n"))
+        .await;
+    let handled = format!("{op}.khai.dev/last-handled");
+    let n = wait_for(
+        &api,
+        "n",
+        "the create recorded",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .any(|(k, _)| *k == handled)
+            })
+        },
+    )
+    .await;
+    assert!(
+        n.metadata.finalizers.iter().flatten().next().is_none(),
+        "an optional delete handler holds nothing: {:?}",
+        n.metadata.finalizers
+    );
+    api.delete("n", &DeleteParams::default()).await.unwrap();
+    wait_until_gone(&api, "n", "the Note, held by nothing").await;
+    khai.wait_for_log(0, "the optional delete handler", |l| {
+        l.contains("gone n was x")
+    })
+    .await;
+    // A second Note deleted after it is the barrier: n's handler must not run again meanwhile.
+    create_note(&api, op, "m", false).await;
+    khai.wait_for_log(0, "the create handler of m", |l| l.contains("created m"))
+        .await;
+    api.delete("m", &DeleteParams::default()).await.unwrap();
+    khai.wait_for_log(0, "m's optional delete handler", |l| {
+        l.contains("gone m was x")
+    })
+    .await;
+    let (_, log) = khai.terminate().await;
+    let runs = log.iter().filter(|l| l.contains("gone n was")).count();
+    assert_eq!(runs, 1, "{}", log.join("\n"));
+}

@@ -142,3 +142,144 @@ async fn fifty_starts_in_a_row_all_become_ready() {
         took[took.len() - 1]
     );
 }
+
+/// Issue 11: a reconcile must not run against a watched cache that has not synced. Each widget's
+/// children (one Secret per key) and status come from a *watched* ConfigMap it names, read
+/// through `ctx.get` and `ctx.list`; run before that cache had loaded, the reconciles after a
+/// restart would see no ConfigMap, prune every Secret and rewrite every status. Filler
+/// ConfigMaps make the watched list the slowest of the controller's caches to load.
+#[tokio::test]
+async fn restarting_over_children_derived_from_a_watched_object_writes_nothing() {
+    let group = "derived.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "restart-derived").await;
+    let script = r#"
+fn reconcile(obj, ctx) {
+    let source = ctx.get("ConfigMap", obj.spec.source);
+    let data = source?.data ?? #{};
+    let children = [];
+    for k in data.keys() {
+        children.push(#{ apiVersion: "v1", kind: "Secret",
+                         metadata: #{ name: `${obj.metadata.name}-${k}` },
+                         stringData: #{ value: data[k] } });
+    }
+    let sources = ctx.list("ConfigMap", "role=source").len();
+    #{ children: children, status: #{ copies: children.len(), sources: sources } }
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "derived"
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.source = {{ type = "string" }}
+status.copies = {{ type = "integer" }}
+status.sources = {{ type = "integer" }}
+
+[[controller]]
+for = "Widget"
+owns = ["v1/Secret"]
+script = "widget.rhai"
+watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script).unwrap();
+
+    let configmaps: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        ),
+    );
+    let filler = "x".repeat(FILLER_BYTES);
+    for i in 0..FILLERS {
+        let cm: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": format!("filler-{i}") },
+            "data": { "filler": filler },
+        }))
+        .unwrap();
+        configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    let names: HashSet<String> = (0..OBJECTS).map(|i| format!("w-{i}")).collect();
+    // Every source exists before khai starts, so each widget's first reconcile sees them all.
+    for name in &names {
+        let source: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": format!("{name}-source"),
+                          "labels": { "widget": name, "role": "source" } },
+            "data": { "a": "1", "b": "2", "c": "3" },
+        }))
+        .unwrap();
+        configmaps
+            .create(&PostParams::default(), &source)
+            .await
+            .unwrap();
+    }
+    let first = Khai::start(dir.path(), &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, "v1", "Widget"),
+            "widgets",
+        ),
+    );
+    for name in &names {
+        let widget: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": { "name": name }, "spec": { "source": format!("{name}-source") },
+        }))
+        .unwrap();
+        widgets
+            .create(&PostParams::default(), &widget)
+            .await
+            .unwrap();
+    }
+    for name in &names {
+        crate::support::wait_for(
+            &widgets,
+            name,
+            "3 copies from all the sources",
+            |o: Option<&DynamicObject>| {
+                o.is_some_and(|o| {
+                    o.data["status"]["copies"] == 3 && o.data["status"]["sources"] == OBJECTS
+                })
+            },
+        )
+        .await;
+    }
+    quiet(&first).await;
+    let (code, _) = first.terminate().await;
+    assert_eq!(code, Some(0));
+
+    let mark = audit::mark();
+    let second = Khai::start(dir.path(), &ns.name, &[]);
+    reconciled_each(&second, &names, "after the restart").await;
+    quiet(&second).await;
+    let (code, _) = second.terminate().await;
+    assert_eq!(code, Some(0));
+    let writes = audit::writes(mark, |e| e["objectRef"]["namespace"] == ns.name.as_str());
+    assert!(
+        writes.is_empty(),
+        "restarting khai over {OBJECTS} steady widgets whose children come from watched \
+         ConfigMaps wrote {writes:?}"
+    );
+}
+
+/// Filler ConfigMaps in the namespace of [`restarting_over_children_derived_from_a_watched_object_writes_nothing`],
+/// and the size of each: together they make the watched ConfigMaps the last cache to load.
+const FILLERS: usize = 40;
+const FILLER_BYTES: usize = 256 * 1024;

@@ -1,0 +1,85 @@
+//! khai's finalizers: one for each controller of a kind that needs one, so that two controllers
+//! of one kind (a filtered `[[controller]]` and the controller that runs the kind's handlers, or
+//! two `[[controller]]`s) never take each other's finalizer away. Each adds its own while it
+//! needs it (`finalize`, a delete handler) and removes only its own, and an object goes once
+//! every one of them has let go.
+//!
+//! Which finalizer each controller uses is decided in [`super::finalizer_names`].
+
+use super::context::Ctx;
+use super::finalizer_names::{is_khai, key};
+use crate::watch::{self, Kind};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Removes the finalizers `names` from `obj`. The JSON patch tests that each is still where it
+/// was seen, so a concurrent change of the list makes it fail (and retry) rather than remove
+/// someone else's finalizer.
+pub(crate) async fn remove(
+    client: &kube::Client,
+    kind: &Kind,
+    obj: &DynamicObject,
+    names: &[String],
+) -> Result<(), crate::client::ApiError> {
+    let finalizers = obj.finalizers();
+    // From the end, so that each index still points at its finalizer when it is removed.
+    let mut ops = Vec::new();
+    for (i, f) in finalizers.iter().enumerate().rev() {
+        if names.contains(f) {
+            let path = format!("/metadata/finalizers/{i}");
+            ops.push(json!({ "op": "test", "path": path, "value": f }));
+            ops.push(json!({ "op": "remove", "path": path }));
+        }
+    }
+    if ops.is_empty() {
+        return Ok(());
+    }
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops))
+        .map_err(|e| crate::client::ApiError::from(kube::Error::SerdeError(e)))?;
+    watch::api(client, kind, obj.namespace().as_deref())
+        .patch(
+            &obj.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::<()>::Json(patch),
+        )
+        .await
+        .map_err(crate::client::ApiError::from)?;
+    tracing::info!(object = %obj.name_any(), finalizers = ?names, "removed khai's finalizer: nothing needs it any more");
+    Ok(())
+}
+
+/// After a reload: removes the operator's finalizers from the objects of the kinds that no
+/// controller of the new version runs for (`old` are the controllers of the version before,
+/// `next` those of the new one). With no controller left for a kind, no reconcile would ever
+/// remove them, and the objects would hang on deletion for ever. Failures are logged.
+pub(crate) async fn release_abandoned(old: &[Arc<Ctx>], next: &[Arc<Ctx>]) {
+    for ctx in old {
+        if next
+            .iter()
+            .any(|n| key(&n.spec.kind) == key(&ctx.spec.kind))
+        {
+            continue;
+        }
+        for obj in ctx.caches.primary.store().state() {
+            let ours: Vec<String> = obj
+                .finalizers()
+                .iter()
+                .filter(|f| is_khai(f, &ctx.spec.operator))
+                .cloned()
+                .collect();
+            if ours.is_empty() {
+                continue;
+            }
+            if let Err(e) = remove(&ctx.services.client, &ctx.spec.kind, &obj, &ours).await {
+                tracing::warn!(
+                    object = %obj.name_any(),
+                    kind = %ctx.spec.kind.resource.kind,
+                    error = %e,
+                    "cannot remove khai's finalizer, which nothing needs any more; remove it by hand"
+                );
+            }
+        }
+    }
+}
