@@ -216,7 +216,6 @@ fn reconcile(obj, ctx) {
 /// An object of about 1.4 MB (12,000 map entries of ~110 bytes), within the API server's limit,
 /// is an input like any other: its script copies part of it into a child and its status.
 #[tokio::test]
-#[ignore = "needs the input-limit fix on branch fix-b: today the script fails with \"Length of string too large\" (1.3 MB of values in a 12,000-entry map)"]
 async fn an_object_near_the_size_limit_is_reconciled() {
     let group = "large.edges.khai.dev";
     let client = crate::support::client().await;
@@ -455,7 +454,7 @@ async fn a_child_in_a_terminating_namespace_fails_clearly_without_a_hot_loop() {
 /// The failure Event of an object whose name is longer than 236 characters: kube-runtime's
 /// Recorder names Events `<object name>.<16 hex digits>`, over the 253 the API server allows.
 #[tokio::test]
-#[ignore = "khai's Events are refused for object names over 236 characters (kube-runtime's Recorder names them <name>.<16 hex>); khai logs that at debug only"]
+#[ignore = "khai's Events are refused for object names over 236 characters (kube-runtime's Recorder names them <name>.<16 hex>, over the 253 allowed); khai logs the refusal as a warning"]
 async fn a_long_named_object_gets_its_failure_event() {
     let group = "longevents.edges.khai.dev";
     let client = crate::support::client().await;
