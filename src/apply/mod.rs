@@ -176,17 +176,25 @@ impl Applier {
             caches.namespaces,
         )?;
         let mut outcome = Outcome::default();
+        // A child the API server refuses (a terminating namespace, an invalid name) fails the
+        // reconcile, but only after its siblings have been applied: one bad child must not
+        // hold back the others. Pruning and status wait for a plan carried out in full.
+        let mut failed = None;
         for (child, key) in desired.into_iter().zip(&placed) {
             let kind = &resolved[&(key.0.clone(), key.1.clone())];
             let cache = caches.owned_informer(kind, key.2.as_deref());
-            if self
+            match self
                 .apply_child(parent, parent_kind, child, key, kind, cache)
-                .await?
+                .await
             {
-                outcome.children_applied += 1;
-            } else {
-                outcome.children_unchanged += 1;
+                Ok(true) => outcome.children_applied += 1,
+                Ok(false) => outcome.children_unchanged += 1,
+                Err(e) if failed.is_none() => failed = Some(e),
+                Err(e) => tracing::warn!(error = %e, "another child failed too"),
             }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         outcome.children_pruned = self.prune(parent, &placed, caches.owned).await?;
         if let Some(status) = &plan.status {
@@ -672,6 +680,58 @@ mod tests {
             let out = f.await;
             let text = String::from_utf8_lossy(&lock(&sink.0)).into_owned();
             (out, text)
+        }
+
+        /// Issue 17: a child the API server refused (one in a terminating namespace) stopped
+        /// the plan there, so the children after it were never applied.
+        #[tokio::test]
+        async fn a_refused_child_fails_the_plan_after_its_siblings_are_applied() {
+            let api = FakeApi::default();
+            api.fail("/api/v1/namespaces/doomed/configmaps/copy", 403, 1);
+            let applier = Applier::new(api.client(), crate::config::Model::default());
+            lock(&applier.kinds).insert("v1/ConfigMap".into(), configmaps());
+            let plan = Plan {
+                children: ["doomed", "ns"]
+                    .iter()
+                    .map(|ns| {
+                        json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": { "name": "copy", "namespace": ns } })
+                    })
+                    .collect(),
+                status: Some(Map::from_iter([("phase".into(), json!("Ready"))])),
+                requeue_after: None,
+                events: vec![],
+            };
+            // A cluster-scoped parent, whose children may live in any namespace.
+            let app = Kind {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("x.dev", "v1", "App"),
+                    "apps",
+                ),
+                namespaced: false,
+            };
+            let mut parent = parent();
+            parent.metadata.namespace = None;
+            let primary = Informer::with_objects(app.clone(), None, vec![]);
+            let owned = [Informer::with_objects(configmaps(), None, vec![])];
+            let caches = Caches {
+                primary: &primary,
+                owned: &owned,
+                namespaces: &[],
+            };
+            let err = applier
+                .apply(&parent, &app, &plan, caches)
+                .await
+                .unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("failed to apply child ConfigMap copy: forced by the test"),
+                "{err}"
+            );
+            assert!(
+                api.get("/api/v1/namespaces/ns/configmaps/copy").is_some(),
+                "the sibling after the refused child was not applied"
+            );
         }
 
         /// Issue 11: pruning logged "pruned child" even when the delete found the child gone

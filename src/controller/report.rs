@@ -140,7 +140,7 @@ pub(crate) async fn publish(
         .await
     {
         let e = crate::client::ApiError::from(e);
-        tracing::debug!(error = %e, "failed to publish event");
+        tracing::warn!(error = %e, reason, "failed to publish an Event");
     }
 }
 

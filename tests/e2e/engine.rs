@@ -805,4 +805,15 @@ fn reconcile(obj, ctx) {
             && e.type_.as_deref() == Some("Warning")
     })
     .await;
+    // Each pause is counted: two pauses so far, so the metric shows at least two.
+    let addr = khai.metrics_addr().await;
+    let body = crate::support::metrics::metrics_until(&addr, "khai_hot_loops_total", |b| {
+        crate::support::metrics::sum(b, "khai_hot_loops_total") >= 2.0
+    })
+    .await;
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("khai_hot_loops_total{") && l.contains("controller=")),
+        "khai_hot_loops_total has no controller label:\n{body}"
+    );
 }

@@ -17,6 +17,7 @@ mod cli;
 mod cluster_scoped;
 mod config_map;
 mod crds;
+mod edges;
 mod engine;
 mod examples;
 mod handlers;
