@@ -12,11 +12,14 @@ use std::path::{Path, PathBuf};
 /// Writes by `verb resource[/subresource]`, e.g. `patch configmaps` or `patch items/status`.
 pub type Writes = BTreeMap<String, u64>;
 
-/// A point in an audit log; writes are counted from here on.
+/// A point in an audit log; writes are counted from here on. The API server logs a request
+/// once it has answered, so a request received before the mark can still be logged after the
+/// end of the log the mark saw: a mark keeps the time too, and such a request is not counted.
 #[derive(Debug, Clone, Copy)]
 pub struct Mark {
     log: &'static Path,
     at: u64,
+    since: jiff::Timestamp,
 }
 
 static SHARED_LOG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -48,8 +51,18 @@ pub fn mark() -> Mark {
 pub fn mark_in(log: &'static Path) -> Mark {
     Mark {
         log,
+        since: jiff::Timestamp::now(),
         at: std::fs::metadata(log).map_or(0, |m| m.len()),
     }
+}
+
+/// Whether audit event `e` is a completed request the API server received after `mark`.
+fn after(mark: &Mark, e: &serde_json::Value) -> bool {
+    e["stage"] == "ResponseComplete"
+        && e["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .is_none_or(|t| t >= mark.since)
 }
 
 /// The writes khai made in `namespace` since `from` (cluster-scoped objects are not counted).
@@ -71,7 +84,7 @@ pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
         let Ok(e) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        if e["stage"] != "ResponseComplete" || !keep(&e) {
+        if !after(&from, &e) || !keep(&e) {
             continue;
         }
         let r = &e["objectRef"];
@@ -95,7 +108,7 @@ pub fn entries(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<ser
         .lines()
         .map_while(Result::ok)
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(&line).ok())
-        .filter(|e| e["stage"] == "ResponseComplete" && keep(e))
+        .filter(|e| after(&from, e) && keep(e))
         .collect()
 }
 
