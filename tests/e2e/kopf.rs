@@ -1,0 +1,209 @@
+//! The ports of Kopf's examples (`examples/kopf/`), end to end on the real API server: what
+//! `khai test` cannot show offline. Filters pick the handlers that run (11); a create handler's
+//! temporary, arbitrary and permanent errors come in turn (03); the walkthrough's PVC follows
+//! its EphemeralVolumeClaim's labels, both ways (walkthrough-evc).
+
+use crate::support::{Khai, TestNamespace, wait_for};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+use std::path::PathBuf;
+
+fn port(name: &str) -> PathBuf {
+    crate::support::repo_root().join("examples/kopf").join(name)
+}
+
+fn api(
+    client: &kube::Client,
+    ns: &str,
+    group: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural);
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// Kopf's examples/obj.yaml in `group`.
+fn kopf_example(group: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "KopfExample",
+        "metadata": { "name": "kopf-example-1", "labels": { "somelabel": "somevalue" },
+                      "annotations": { "someannotation": "somevalue" } },
+        "spec": { "duration": "1m", "field": "value", "items": ["item1", "item2"] },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn filtering_handlers_run_only_where_their_filters_match() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-filtering").await;
+    let khai = Khai::start(&port("11-filtering-handlers"), &ns.name, &[]);
+    let group = "filtering.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    for said in [
+        "Label satisfied.",
+        "Label exists.",
+        "Annotation satisfied.",
+        "Annotation exists.",
+    ] {
+        khai.wait_for_log(0, said, move |l| l.contains(said)).await;
+    }
+    // Handlers of one change run in one turn: once the last has run, none other is coming.
+    let annotation = wait_for(
+        &api,
+        "kopf-example-1",
+        "the change recorded as handled",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("kopf-filtering.khai.dev/last-handled"))
+            })
+        },
+    )
+    .await;
+    assert!(annotation.metadata.annotations.is_some());
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let log = khai.tail(10_000);
+    assert!(
+        !log.contains("not satisfied"),
+        "a handler whose filter rejects the object ran:\n{log}"
+    );
+}
+
+#[tokio::test]
+async fn exceptions_come_temporary_then_arbitrary_then_permanent() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-exceptions").await;
+    let khai = Khai::start(&port("03-exceptions"), &ns.name, &[]);
+    let group = "exceptions.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    let lines = khai
+        .wait_for_logs(0, "three failed attempts", 3, |l| {
+            l.contains("handler failed")
+        })
+        .await;
+    assert!(lines[0].contains("First failure."), "{}", lines[0]);
+    assert!(lines[1].contains("Second failure."), "{}", lines[1]);
+    assert!(
+        lines[2].contains("Third failure, the final one.") && lines[2].contains("for good"),
+        "{}",
+        lines[2]
+    );
+    // The permanent failure ends it: the change counts as handled, no fourth attempt.
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "the change recorded as handled",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key("kopf-exceptions.khai.dev/last-handled"))
+            })
+        },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let log = khai.tail(10_000);
+    assert_eq!(log.matches("handler failed").count(), 3, "{log}");
+}
+
+#[tokio::test]
+async fn the_walkthrough_pvc_follows_its_claim() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-evc").await;
+    let _khai = Khai::start(&port("walkthrough-evc"), &ns.name, &[]);
+    let group = "walkthrough.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("ephemeralvolumeclaims.{group}")).await;
+    let evcs = api(
+        &client,
+        &ns.name,
+        group,
+        "EphemeralVolumeClaim",
+        "ephemeralvolumeclaims",
+    );
+    let pvcs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "PersistentVolumeClaim"),
+            "persistentvolumeclaims",
+        ),
+    );
+    let evc: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "EphemeralVolumeClaim",
+        "metadata": { "name": "my-claim", "labels": { "application": "some-app", "owner": "me" } },
+        "spec": { "size": "1G" },
+    }))
+    .unwrap();
+    evcs.create(&PostParams::default(), &evc).await.unwrap();
+    let label =
+        |o: &DynamicObject, k: &str| o.metadata.labels.as_ref().and_then(|l| l.get(k).cloned());
+    let pvc = wait_for(&pvcs, "my-claim", "the PVC", |o: Option<&DynamicObject>| {
+        o.is_some()
+    })
+    .await;
+    assert_eq!(pvc.data["spec"]["resources"]["requests"]["storage"], "1G");
+    assert_eq!(label(&pvc, "owner").as_deref(), Some("me"));
+    assert_eq!(
+        pvc.metadata.owner_references.as_ref().unwrap()[0].name,
+        "my-claim",
+        "adopted by its EVC"
+    );
+    wait_for(
+        &evcs,
+        "my-claim",
+        "status.create_fn",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| o.data["status"]["create_fn"]["pvc-name"] == "my-claim")
+        },
+    )
+    .await;
+    // Someone else's label on the PVC stays; a label removed from the EVC goes from the PVC.
+    let pp = PatchParams::default();
+    pvcs.patch(
+        "my-claim",
+        &pp,
+        &Patch::Merge(json!({ "metadata": { "labels": { "mine": "yes" } } })),
+    )
+    .await
+    .unwrap();
+    evcs.patch(
+        "my-claim",
+        &pp,
+        &Patch::Merge(json!({ "metadata": { "labels": { "owner": null, "team": "red" } } })),
+    )
+    .await
+    .unwrap();
+    let pvc = wait_for(
+        &pvcs,
+        "my-claim",
+        "the relabelled PVC",
+        move |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                let l = o.metadata.labels.clone().unwrap_or_default();
+                l.get("team").map(String::as_str) == Some("red") && !l.contains_key("owner")
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        label(&pvc, "mine").as_deref(),
+        Some("yes"),
+        "labels others set are kept"
+    );
+    assert_eq!(label(&pvc, "application").as_deref(), Some("some-app"));
+}
