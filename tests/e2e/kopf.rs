@@ -1,7 +1,10 @@
 //! The ports of Kopf's examples (`examples/kopf/`), end to end on the real API server: what
 //! `khai test` cannot show offline. Filters pick the handlers that run (11); a create handler's
 //! temporary, arbitrary and permanent errors come in turn (03); the walkthrough's PVC follows
-//! its EphemeralVolumeClaim's labels, both ways (walkthrough-evc).
+//! its EphemeralVolumeClaim's labels, both ways (walkthrough-evc); a child Pod is listed by uid
+//! (02); create, update, field, resume (after a restart) and delete handlers run once each (05);
+//! spies, one failing (08); daemons fail, ping and stop (14); startup and cleanup hooks and a
+//! daemon per Pod (13).
 
 use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -206,4 +209,213 @@ async fn the_walkthrough_pvc_follows_its_claim() {
         "labels others set are kept"
     );
     assert_eq!(label(&pvc, "application").as_deref(), Some("some-app"));
+}
+
+fn pods(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    api(client, ns, "", "Pod", "pods")
+}
+
+#[tokio::test]
+async fn children_pod_is_created_owned_and_listed_by_uid() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-children").await;
+    let _khai = Khai::start(&port("02-children"), &ns.name, &[]);
+    let group = "children.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    let pod =
+        crate::support::wait_exists(&pods(&client, &ns.name), "kopf-example-1-pod", "the Pod")
+            .await;
+    assert_eq!(
+        pod.data["spec"]["containers"][0]["env"][0]["value"],
+        "value"
+    );
+    let uid = pod.metadata.uid.clone().unwrap();
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "status.create_fn.children",
+        move |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| o.data["status"]["create_fn"]["children"] == json!([uid]))
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn handlers_run_on_create_update_field_resume_and_delete() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-handlers").await;
+    let khai = Khai::start(&port("05-handlers"), &ns.name, &[]);
+    let group = "handlers.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    let created = khai
+        .wait_for_logs(0, "both create handlers", 2, |l| l.contains("CREATED"))
+        .await;
+    assert!(
+        created[0].contains("CREATED 1st") && created[1].contains("CREATED 2nd"),
+        "{created:?}"
+    );
+    api.patch(
+        "kopf-example-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "field": "other" } })),
+    )
+    .await
+    .unwrap();
+    khai.wait_for_log(0, "the update handler", |l| {
+        l.contains("UPDATED: change spec.field")
+    })
+    .await;
+    khai.wait_for_log(0, "the field handler", |l| {
+        l.contains("FIELD CHANGED: value -> other")
+    })
+    .await;
+    let (_, log) = khai.terminate().await;
+    assert!(
+        !log.iter().any(|l| l.contains("RESUMED")),
+        "nothing to resume on the first start"
+    );
+    let again = Khai::start(&port("05-handlers"), &ns.name, &[]);
+    let resumed = again
+        .wait_for_logs(0, "both resume handlers", 2, |l| l.contains("RESUMED"))
+        .await;
+    assert!(
+        resumed[0].contains("RESUMED 1st") && resumed[1].contains("RESUMED 2nd"),
+        "{resumed:?}"
+    );
+    api.delete("kopf-example-1", &Default::default())
+        .await
+        .unwrap();
+    let deleted = again
+        .wait_for_logs(0, "both delete handlers", 2, |l| l.contains("DELETED"))
+        .await;
+    assert!(
+        deleted[0].contains("DELETED 1st") && deleted[1].contains("DELETED 2nd"),
+        "{deleted:?}"
+    );
+    crate::support::wait_until_gone(&api, "kopf-example-1", "the finalizer released").await;
+    let (_, log) = again.terminate().await;
+    for said in ["CREATED", "UPDATED", "FIELD CHANGED"] {
+        assert!(
+            !log.iter().any(|l| l.contains(said)),
+            "{said} again after the restart"
+        );
+    }
+}
+
+#[tokio::test]
+async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-spies").await;
+    let khai = Khai::start(&port("08-events"), &ns.name, &[]);
+    let group = "spies.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    khai.wait_for_log(0, "the failing spy", |l| l.contains("Oops!"))
+        .await;
+    khai.wait_for_log(0, "the normal spy", |l| {
+        l.contains("Event received: MODIFIED kopf-example-1")
+    })
+    .await;
+    api.delete("kopf-example-1", &Default::default())
+        .await
+        .unwrap();
+    khai.wait_for_log(0, "the normal spy on deletion", |l| {
+        l.contains("Event received: DELETED kopf-example-1")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn daemons_fail_three_times_then_ping_and_stop_with_their_object() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-daemons").await;
+    let khai = Khai::start(&port("14-daemons"), &ns.name, &[]);
+    let group = "daemons.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "the third failure",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| o.data["status"]["message"] == "Failed 3 times.")
+        },
+    )
+    .await;
+    khai.wait_for_log(0, "a ping from the sync daemon", |l| {
+        l.contains("=> Ping from a sync daemon")
+    })
+    .await;
+    khai.wait_for_log(0, "a ping from the async daemon", |l| {
+        l.contains("=> Ping from an async daemon")
+    })
+    .await;
+    api.delete("kopf-example-1", &Default::default())
+        .await
+        .unwrap();
+    khai.wait_for_log(0, "the async daemon's stop", |l| {
+        l.contains("'background_async' is cancelled")
+    })
+    .await;
+    khai.wait_for_log(0, "the sync daemon's stop", |l| {
+        l.contains("'background_sync' is cancelled")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hooks_run_at_start_and_stop_and_a_daemon_serves_each_pod() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-hooks").await;
+    let khai = Khai::start(&port("13-hooks"), &ns.name, &[]);
+    khai.wait_for_log(0, "the startup hook", |l| l.contains("Initialising..."))
+        .await;
+    let pod: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "kopf-hooks-demo" },
+        "spec": { "containers": [{ "name": "main", "image": "busybox" }] },
+    }))
+    .unwrap();
+    let pods = pods(&client, &ns.name);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    khai.wait_for_log(0, "the spy", |l| {
+        l.contains("MODIFIED pod") && l.contains("kopf-hooks-demo")
+    })
+    .await;
+    khai.wait_for_log(0, "the per-Pod task", |l| {
+        l.contains("Served by the background task.")
+    })
+    .await;
+    pods.delete(
+        "kopf-hooks-demo",
+        &kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    khai.wait_for_log(0, "the per-Pod task's stop", |l| {
+        l.contains("Serving is finished by request")
+    })
+    .await;
+    let (_, log) = khai.terminate().await;
+    assert!(
+        log.iter().any(|l| l.contains("Cleaning up...")),
+        "the cleanup hook ran"
+    );
 }
