@@ -4,7 +4,8 @@
 //! its EphemeralVolumeClaim's labels, both ways (walkthrough-evc); a child Pod is listed by uid
 //! (02); create, update, field, resume (after a restart) and delete handlers run once each (05);
 //! spies, one failing (08); daemons fail, ping and stop (14); startup and cleanup hooks and a
-//! daemon per Pod (13).
+//! daemon per Pod (13); webhooks called by the API server, a denial's own code, a dry run and
+//! an object selector (17).
 
 use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -418,4 +419,74 @@ async fn hooks_run_at_start_and_stop_and_a_daemon_serves_each_pod() {
         log.iter().any(|l| l.contains("Cleaning up...")),
         "the cleanup hook ran"
     );
+}
+
+#[tokio::test]
+async fn admission_warns_denies_with_its_code_and_mutates_labelled_objects() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-admission").await;
+    let _registered = crate::webhooks::Registered("khai-kopf-admission");
+    let (_khai, _port) = crate::webhooks::start(&port("17-admission"), &ns.name, true).await;
+    let group = "admission.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    let with_field = |name: &str, field: &str| -> DynamicObject {
+        let mut o = kopf_example(group);
+        o.metadata.name = Some(name.into());
+        o.data["spec"]["field"] = json!(field);
+        o
+    };
+    let stored = api
+        .create(&PostParams::default(), &with_field("ok", "value"))
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.data["spec"]["injected"], 123,
+        "mutated: it carries somelabel=somevalue"
+    );
+    let mut unlabelled = with_field("plain", "value");
+    unlabelled.metadata.labels = None;
+    let stored = api
+        .create(&PostParams::default(), &unlabelled)
+        .await
+        .unwrap();
+    assert!(
+        stored.data["spec"].get("injected").is_none(),
+        "not selected, not mutated"
+    );
+    match api
+        .create(&PostParams::default(), &with_field("wrong", "wrong"))
+        .await
+    {
+        Err(kube::Error::Api(e)) => {
+            assert!(
+                e.message
+                    .ends_with("Meh! I don't like it. Change the field."),
+                "{}",
+                e.message
+            )
+        }
+        other => panic!("expected a denial, got {other:?}"),
+    }
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.create(&dry, &with_field("wrong", "wrong"))
+        .await
+        .expect("a dry run of spec.field=wrong is allowed");
+    match api
+        .create(&PostParams::default(), &with_field("lazy", "not-allowed"))
+        .await
+    {
+        Err(kube::Error::Api(e)) => {
+            assert!(
+                e.message.ends_with("I'm too lazy anyway. Go away!"),
+                "{}",
+                e.message
+            );
+            assert_eq!(e.code, 555, "{e:?}");
+        }
+        other => panic!("expected a denial, got {other:?}"),
+    }
 }
