@@ -490,3 +490,115 @@ async fn admission_warns_denies_with_its_code_and_mutates_labelled_objects() {
         other => panic!("expected a denial, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn minimal_create_handler_sets_the_status_once() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-minimal").await;
+    let khai = Khai::start(&port("01-minimal"), &ns.name, &[]);
+    let group = "minimal.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "status.create_fn.message",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| o.data["status"]["create_fn"]["message"] == "hello world")
+        },
+    )
+    .await;
+    // An edit is not a creation: the handler does not run again.
+    api.patch(
+        "kopf-example-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "field": "other" } })),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let (_, log) = khai.terminate().await;
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("And here we are! Creating"))
+            .count(),
+        1,
+        "{log:?}"
+    );
+}
+
+#[tokio::test]
+async fn events_are_recorded_on_the_created_object() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-events").await;
+    let _khai = Khai::start(&port("04-events"), &ns.name, &[]);
+    let group = "events.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns.name);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let list = events.list(&Default::default()).await.unwrap();
+        let ours: Vec<_> = list
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("SomeReason"))
+            .collect();
+        let has = |t: &str, m: &str| {
+            ours.iter()
+                .any(|e| e.type_.as_deref() == Some(t) && e.message.as_deref() == Some(m))
+        };
+        // khai records Events as series keyed by type and reason (kube-rs's recorder): the
+        // second Normal and the exception's Warning count in the series of the first of their
+        // type, whose message stays "Some message". See examples/kopf/04-events/README.md.
+        if has("Normal", "Some message") && has("Warning", "Some message") {
+            assert!(
+                ours.iter()
+                    .all(|e| e.involved_object.name.as_deref() == Some("kopf-example-1"))
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the Events never came: {ours:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn timers_wait_for_the_object_to_be_idle() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-timers").await;
+    let khai = Khai::start(&port("15-timers"), &ns.name, &[]);
+    let group = "timers.kopf.khai.dev";
+    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
+    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    let created = std::time::Instant::now();
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+    khai.wait_for_log(0, "the sync timer", |l| {
+        l.contains("Ping from a sync timer: field=value")
+    })
+    .await;
+    assert!(
+        created.elapsed() >= std::time::Duration::from_secs(5),
+        "idle = 5s: no tick before, came after {:?}",
+        created.elapsed()
+    );
+    khai.wait_for_log(0, "the async timer", |l| {
+        l.contains("Ping from an async timer: field=value")
+    })
+    .await;
+    assert!(
+        created.elapsed() >= std::time::Duration::from_secs(10),
+        "idle = 10s"
+    );
+}
