@@ -5,7 +5,8 @@
 //! (02); create, update, field, resume (after a restart) and delete handlers run once each (05);
 //! spies, one failing (08); daemons fail, ping and stop (14); startup and cleanup hooks and a
 //! daemon per Pod (13); webhooks called by the API server, a denial's own code, a dry run and
-//! an object selector (17).
+//! an object selector (17); a create handler's status, once (01); Events on the object (04);
+//! timers that wait for the object to be idle (15).
 
 use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
