@@ -25,6 +25,7 @@ mod hello;
 mod helm;
 mod idle;
 mod image;
+mod kopf;
 mod manifests;
 mod operations;
 mod rate_limit;

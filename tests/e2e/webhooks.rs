@@ -49,7 +49,7 @@ pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16)
 /// Deletes khai's webhook configurations `name` when dropped (the test passed or panicked), so
 /// they do not outlive the khai that served them: configurations are cluster-wide, and one
 /// pointing at a stopped khai would reject other tests' writes of the same kind.
-struct Registered(&'static str);
+pub(crate) struct Registered(pub(crate) &'static str);
 
 impl Drop for Registered {
     fn drop(&mut self) {

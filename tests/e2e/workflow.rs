@@ -163,12 +163,37 @@ fn a_broken_case_file_fails_with_its_line() {
     assert!(text.ends_with("2 passed, 1 failed\n"), "{text}");
 }
 
+/// Every example directory: `examples/<name>`, and each port of Kopf's examples in
+/// `examples/kopf/<name>` (which has no operator of its own).
+fn example_dirs() -> Vec<std::path::PathBuf> {
+    let root = crate::support::repo_root();
+    let list = |dir: std::path::PathBuf| {
+        let mut out: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir())
+            .collect();
+        out.sort();
+        out
+    };
+    let mut out = Vec::new();
+    for dir in list(root.join("examples")) {
+        if dir.file_name().is_some_and(|n| n == "kopf") {
+            out.extend(list(dir));
+        } else {
+            out.push(dir);
+        }
+    }
+    out
+}
+
 #[test]
 fn every_example_passes_its_own_tests() {
     let root = crate::support::repo_root();
     let mut seen = 0;
-    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
-        let dir = entry.unwrap().path();
+    for dir in example_dirs() {
+        let check = khai_in(&root, &["check", dir.to_str().unwrap()]);
+        ok(&check);
         let out = khai_in(&root, &["test", dir.to_str().unwrap()]);
         let text = ok(&out);
         let summary = text.lines().last().unwrap_or_default();
@@ -181,6 +206,14 @@ fn every_example_passes_its_own_tests() {
         seen += 1;
     }
     assert!(seen >= 6, "expected every example (six), found {seen}");
+    let kopf = example_dirs()
+        .iter()
+        .filter(|d| d.parent().is_some_and(|p| p.ends_with("examples/kopf")))
+        .count();
+    assert!(
+        kopf >= 12,
+        "expected the ports of Kopf's examples (twelve), found {kopf}"
+    );
 }
 
 #[test]
