@@ -16,16 +16,24 @@
 //! Delivery is at least once: a crash between a handler's success and the write that records it
 //! runs that handler again for the same change after the restart.
 
+mod answer;
+mod attempt;
 pub mod change;
+mod change_record;
 pub mod clock;
 pub mod filter;
 pub mod index;
 pub mod load;
 pub mod progress;
 
+pub use answer::take_result;
+pub(crate) use answer::warning;
+pub use change_record::change_record;
+use change_record::{diffs, record, relevant};
+
 use crate::config::handlers::{Handler, On};
 use crate::reconcile::PlannedEvent;
-use crate::script::{Attempt, CallArg, Script, ScriptCtx, ScriptError};
+use crate::script::{CallArg, Script, ScriptCtx};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use progress::{Keys, Progress, Recorded};
@@ -375,110 +383,6 @@ impl Handlers {
         .await
     }
 
-    /// One attempt of `entry` unless it is done or waiting for its retry; records the outcome
-    /// in `progress` and what it returned in `handled`.
-    async fn attempt(
-        &self,
-        entry: &Entry,
-        turn: &Turn<'_>,
-        record: &Value,
-        progress: &mut Progress,
-        handled: &mut Handled,
-    ) {
-        let now = jiff::Timestamp::now();
-        let id = entry.spec.id();
-        let a = progress.handlers.entry(id.clone()).or_default();
-        if a.done {
-            return;
-        }
-        if let Some(at) = a
-            .retry_at
-            .as_deref()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            && at > now
-        {
-            let wait = Duration::try_from(at.duration_since(now)).unwrap_or_default();
-            handled.retry_in = Some(handled.retry_in.map_or(wait, |r| r.min(wait)));
-            return;
-        }
-        if a.started.is_empty() {
-            a.started = rfc3339(now);
-        }
-        let started: jiff::Timestamp = a.started.parse().unwrap_or(now);
-        let runtime = Duration::try_from(now.duration_since(started)).unwrap_or_default();
-        let mut ctx = turn.ctx.clone();
-        ctx.attempt = Some(Attempt {
-            retry: a.attempts,
-            started: a.started.clone(),
-            runtime: runtime.as_secs_f64(),
-        });
-        a.attempts += 1;
-        let args = vec![
-            CallArg::Json(turn.view.clone()),
-            CallArg::Ctx(ctx),
-            CallArg::Json(record.clone()),
-        ];
-        let result = entry
-            .script
-            .call_args_async(&entry.spec.function(), args)
-            .await;
-        let failure = match result {
-            Ok(out) => match take_result(out, handled) {
-                Ok(()) => {
-                    a.done = true;
-                    a.message = None;
-                    a.retry_at = None;
-                    tracing::info!(handler = %id, "handler succeeded");
-                    return;
-                }
-                Err(m) => Failure::Again(format!(
-                    "{}: {}: {m}",
-                    entry.script.file().display(),
-                    entry.spec.function()
-                )),
-            },
-            Err(ScriptError::Fail { message, .. }) => Failure::Final(message),
-            Err(ScriptError::Retry { message, delay, .. }) => Failure::After(message, delay.get()),
-            Err(e) => Failure::Again(e.to_string()),
-        };
-        let spec = &entry.spec;
-        let out_of_retries = spec.retries.is_some_and(|r| a.attempts > r);
-        let out_of_time = spec.timeout.is_some_and(|t| runtime >= t.get());
-        let (message, delay) = match failure {
-            Failure::Final(m) => (m, None),
-            _ if out_of_retries || out_of_time => {
-                let why = if out_of_retries { "retries" } else { "timeout" };
-                (
-                    format!("{} (gave up: out of {why})", failure.message()),
-                    None,
-                )
-            }
-            Failure::After(m, d) => (m, Some(d)),
-            Failure::Again(m) => (m, Some(spec.backoff.get())),
-        };
-        a.message = Some(message.clone());
-        match delay {
-            Some(d) => {
-                a.retry_at = Some(rfc3339(
-                    now + jiff::SignedDuration::try_from(d).unwrap_or_default(),
-                ));
-                handled.retry_in = Some(handled.retry_in.map_or(d, |r| r.min(d)));
-                tracing::warn!(handler = %id, retry_in = ?d, error = %message, "handler failed");
-                handled
-                    .events
-                    .push(warning("HandlerRetrying", &format!("{id}: {message}")));
-            }
-            None => {
-                a.done = true;
-                a.retry_at = None;
-                tracing::warn!(handler = %id, error = %message, "handler failed for good; the change counts as handled");
-                handled
-                    .events
-                    .push(warning("HandlerFailed", &format!("{id}: {message}")));
-            }
-        }
-    }
-
     /// Writes `last-handled` (when given) and sets or clears `progress` on the object.
     async fn record(
         &self,
@@ -548,200 +452,5 @@ pub(crate) async fn selects(
             tracing::warn!(entry = %what, error = %e, "when() failed; not running it");
             false
         }
-    }
-}
-
-/// Why an attempt failed.
-enum Failure {
-    /// Tried again after the handler's backoff.
-    Again(String),
-    /// Tried again after this long, as the script asked with `retry()`.
-    After(String, Duration),
-    /// Not tried again, as the script said with `fail()`.
-    Final(String),
-}
-
-impl Failure {
-    fn message(&self) -> &str {
-        match self {
-            Failure::Again(m) | Failure::After(m, _) | Failure::Final(m) => m,
-        }
-    }
-}
-
-fn rfc3339(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
-}
-
-pub(crate) fn warning(reason: &str, message: &str) -> PlannedEvent {
-    PlannedEvent {
-        warning: true,
-        reason: reason.into(),
-        message: message.chars().take(1024).collect(),
-    }
-}
-
-/// Whether `spec` cares about a change from `old` to `new`: with a `field`, only when that
-/// field changed and its conditions pass. Returns the field (or `""`).
-fn relevant<'a>(spec: &'a Handler, old: &Value, new: &Value) -> Option<&'a str> {
-    let Some(field) = spec.field.as_deref() else {
-        return Some("");
-    };
-    let (o, n) = (change::field(old, field), change::field(new, field));
-    let conditions = filter::FieldConditions {
-        value: spec.value.as_ref(),
-        old: spec.old.as_ref(),
-        new: spec.new.as_ref(),
-    };
-    (!change::diff(o, n).is_empty() && conditions.pass(o, n)).then_some(field)
-}
-
-/// The change record a handler gets: `#{ type, old, new, diff }`, relative to `field` when
-/// given (and `field` itself).
-/// The change record a handler of `spec` gets for a change from `old` to `new` (the
-/// objects' essences; `old` is the object itself for a delete); what `khai test` calls
-/// handlers with.
-pub fn change_record(spec: &Handler, old: &Value, new: &Value) -> Value {
-    match spec.on {
-        On::Create => record("create", &Value::Null, new, None),
-        On::Update => record("update", old, new, None),
-        On::Field => record("field", old, new, spec.field.as_deref()),
-        On::Delete => record("delete", old, &Value::Null, None),
-        On::Resume => json!({ "type": "resume", "old": old, "new": new, "diff": [] }),
-        On::Event => json!({ "type": "MODIFIED", "object": new }),
-    }
-}
-
-fn record(kind: &str, old: &Value, new: &Value, field: Option<&str>) -> Value {
-    match field.filter(|f| !f.is_empty()) {
-        Some(f) => {
-            let (o, n) = (change::field(old, f), change::field(new, f));
-            json!({ "type": kind, "field": f, "old": o, "new": n, "diff": diffs(o, n) })
-        }
-        None => json!({ "type": kind, "old": old, "new": new, "diff": diffs(old, new) }),
-    }
-}
-
-fn diffs(old: &Value, new: &Value) -> Value {
-    Value::Array(
-        change::diff(old, new)
-            .iter()
-            .map(change::Diff::to_json)
-            .collect(),
-    )
-}
-
-/// Reads a handler's answer: nothing, or a map with `status` and `events`.
-pub fn take_result(out: Value, handled: &mut Handled) -> Result<(), String> {
-    let mut map = match out {
-        Value::Null => return Ok(()),
-        Value::Object(m) => m,
-        other => {
-            return Err(format!(
-                "a handler returns nothing or a map of status and events, not {}",
-                crate::script::type_name(&other)
-            ));
-        }
-    };
-    if let Some(status) = map.remove("status") {
-        match status {
-            Value::Object(s) => handled.status.get_or_insert_with(Map::new).extend(s),
-            Value::Null => {}
-            other => {
-                return Err(format!(
-                    "status: expected a map, got {}",
-                    crate::script::type_name(&other)
-                ));
-            }
-        }
-    }
-    if let Some(events) = map.remove("events") {
-        let plan = crate::reconcile::parse_plan(json!({ "events": events }))
-            .map_err(|(f, m)| format!("{f}: {m}"))?;
-        handled.events.extend(plan.events);
-    }
-    if let Some(key) = map.keys().next() {
-        return Err(format!(
-            "{key}: unknown key; a handler returns status or events"
-        ));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn handler(on: &str, extra: &str) -> Handler {
-        toml::from_str(&format!(
-            "for = \"Widget\"\non = \"{on}\"\nscript = \"h.rhai\"\n{extra}"
-        ))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_field_handler_cares_only_for_its_field_and_its_conditions() {
-        let old = json!({ "spec": { "size": 1, "image": "a" } });
-        let new = json!({ "spec": { "size": 2, "image": "a" } });
-        assert_eq!(
-            relevant(&handler("field", "field = \"spec.size\""), &old, &new),
-            Some("spec.size")
-        );
-        assert_eq!(
-            relevant(&handler("field", "field = \"spec.image\""), &old, &new),
-            None
-        );
-        assert_eq!(
-            relevant(
-                &handler("field", "field = \"spec.size\"\nnew = 3"),
-                &old,
-                &new
-            ),
-            None
-        );
-        assert_eq!(
-            relevant(
-                &handler("field", "field = \"spec.size\"\nold = 1\nnew = 2"),
-                &old,
-                &new
-            ),
-            Some("spec.size")
-        );
-        assert_eq!(relevant(&handler("update", ""), &old, &new), Some(""));
-    }
-
-    #[test]
-    fn a_field_change_record_is_relative_to_the_field() {
-        let old = json!({ "spec": { "size": 1 } });
-        let new = json!({ "spec": { "size": 2 } });
-        assert_eq!(
-            record("field", &old, &new, Some("spec.size")),
-            json!({ "type": "field", "field": "spec.size", "old": 1, "new": 2,
-                    "diff": [{ "op": "change", "path": [], "old": 1, "new": 2 }] })
-        );
-        let whole = record("update", &old, &new, None);
-        assert_eq!(whole["diff"][0]["path"], json!(["spec", "size"]));
-    }
-
-    #[test]
-    fn a_handler_answer_is_nothing_or_status_and_events() {
-        let mut h = Handled::default();
-        take_result(
-            json!({ "status": { "a": 1 }, "events": [{ "reason": "Done", "message": "m" }] }),
-            &mut h,
-        )
-        .unwrap();
-        take_result(json!({ "status": { "b": 2 } }), &mut h).unwrap();
-        assert_eq!(
-            h.status,
-            Some(json!({ "a": 1, "b": 2 }).as_object().cloned().unwrap())
-        );
-        assert_eq!(h.events.len(), 1);
-        assert!(
-            take_result(json!({ "children": [] }), &mut h)
-                .unwrap_err()
-                .contains("children: unknown key")
-        );
-        assert!(take_result(json!(3), &mut h).is_err());
     }
 }

@@ -7,7 +7,15 @@
 //! unchanged; khai's own metrics start with `khai_`. [`server`] serves `/metrics`, `/healthz` and
 //! `/readyz` on their own port; [`Health`] is what `/readyz` answers from.
 
+mod record;
 pub mod server;
+
+pub use record::{
+    Worker, applied, config_loaded, config_reloaded, controller_failed, controller_started,
+    hot_loop, leader, queue_add, queue_retry, queue_state, rate_limited, reconcile_finished,
+    reconcile_overlap, reconcile_started, request_sent, script_call, script_limit_abort,
+    status_written, watch_restarted, watch_started,
+};
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -16,7 +24,6 @@ use prometheus::{
 };
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 /// Values of `controller_runtime_reconcile_total`'s `result` label, as controller-runtime uses them.
 pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
@@ -321,213 +328,6 @@ pub fn encode() -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// Declares a controller: its series start at 0, as controller-runtime's do, so rates work from
-/// the first scrape.
-pub fn controller_started(controller: &str, concurrency: u16) {
-    let m = &*METRICS;
-    for result in RESULTS {
-        m.reconcile_total.with_label_values(&[controller, result]);
-    }
-    for c in [
-        &m.reconcile_errors,
-        &m.children_applied,
-        &m.children_unchanged,
-        &m.children_pruned,
-        &m.status_writes,
-        &m.controller_failures,
-        &m.reconcile_overlaps,
-        &m.hot_loops,
-    ] {
-        c.with_label_values(&[controller]);
-    }
-    m.queue_adds.with_label_values(&[controller, controller]);
-    m.queue_retries.with_label_values(&[controller, controller]);
-    m.queue_depth.with_label_values(&[controller, controller]);
-    m.queue_duration
-        .with_label_values(&[controller, controller]);
-    m.work_duration.with_label_values(&[controller, controller]);
-    m.active_workers.with_label_values(&[controller]);
-    m.max_concurrent
-        .with_label_values(&[controller])
-        .set(i64::from(concurrency));
-}
-
-/// Counts one busy worker of `controller` until dropped.
-pub struct Worker(prometheus::IntGauge);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-/// A reconcile of `controller` started; hold the guard until it ends.
-pub fn reconcile_started(controller: &str) -> Worker {
-    let g = METRICS.active_workers.with_label_values(&[controller]);
-    g.inc();
-    Worker(g)
-}
-
-/// A reconcile of `controller` ended with `result` (one of [`RESULTS`]) after `took`.
-pub fn reconcile_finished(controller: &str, result: &str, took: Duration) {
-    let m = &*METRICS;
-    m.reconcile_total
-        .with_label_values(&[controller, result])
-        .inc();
-    m.reconcile_time
-        .with_label_values(&[controller])
-        .observe(took.as_secs_f64());
-    m.work_duration
-        .with_label_values(&[controller, controller])
-        .observe(took.as_secs_f64());
-    if result == "error" {
-        m.reconcile_errors.with_label_values(&[controller]).inc();
-    }
-}
-
-/// Triggers asked `controller` to reconcile `n` objects.
-pub fn queue_add(controller: &str, n: usize) {
-    METRICS
-        .queue_adds
-        .with_label_values(&[controller, controller])
-        .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
-}
-
-/// `depth` objects of `controller` wait for a reconcile; the one that just started (if any)
-/// waited `waited`.
-pub fn queue_state(controller: &str, depth: usize, waited: Option<Duration>) {
-    let m = &*METRICS;
-    m.queue_depth
-        .with_label_values(&[controller, controller])
-        .set(i64::try_from(depth).unwrap_or(i64::MAX));
-    if let Some(w) = waited {
-        m.queue_duration
-            .with_label_values(&[controller, controller])
-            .observe(w.as_secs_f64());
-    }
-}
-
-/// A failed reconcile of `controller` was scheduled again.
-pub fn queue_retry(controller: &str) {
-    METRICS
-        .queue_retries
-        .with_label_values(&[controller, controller])
-        .inc();
-}
-
-/// What applying one plan did.
-pub fn applied(controller: &str, applied: usize, unchanged: usize, pruned: usize, status: bool) {
-    let m = &*METRICS;
-    let add = |c: &IntCounterVec, n: usize| {
-        c.with_label_values(&[controller])
-            .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
-    };
-    add(&m.children_applied, applied);
-    add(&m.children_unchanged, unchanged);
-    add(&m.children_pruned, pruned);
-    add(&m.status_writes, usize::from(status));
-}
-
-/// A status write outside a plan (the failure condition).
-pub fn status_written(controller: &str) {
-    METRICS.status_writes.with_label_values(&[controller]).inc();
-}
-
-/// One script call of `function` in `script` took `took`; `error` names the kind of error it
-/// ended in, if any.
-pub fn script_call(script: &str, function: &str, took: Duration, error: Option<&str>) {
-    let m = &*METRICS;
-    m.script_duration
-        .with_label_values(&[script, function])
-        .observe(took.as_secs_f64());
-    if let Some(kind) = error {
-        m.script_errors
-            .with_label_values(&[script, function, kind])
-            .inc();
-    }
-}
-
-/// A script call was stopped by `limit`.
-pub fn script_limit_abort(script: &str, function: &str, limit: &str) {
-    METRICS
-        .script_limit_aborts
-        .with_label_values(&[script, function, limit])
-        .inc();
-}
-
-/// A watch of `kind` is running; its restart counter starts at 0.
-pub fn watch_started(kind: &str) {
-    METRICS.watch_restarts.with_label_values(&[kind]);
-}
-
-/// A controller ended on its own, not because it was asked to stop.
-pub fn controller_failed(controller: &str) {
-    METRICS
-        .controller_failures
-        .with_label_values(&[controller])
-        .inc();
-}
-
-/// A reconcile started while another of the same object ran.
-pub fn reconcile_overlap(controller: &str) {
-    METRICS
-        .reconcile_overlaps
-        .with_label_values(&[controller])
-        .inc();
-}
-
-/// An object of `controller` was paused for a hot loop.
-pub fn hot_loop(controller: &str) {
-    METRICS.hot_loops.with_label_values(&[controller]).inc();
-}
-
-/// A watch of `kind` failed and is being restarted.
-pub fn watch_restarted(kind: &str) {
-    METRICS.watch_restarts.with_label_values(&[kind]).inc();
-}
-
-/// Whether this replica holds the lease `name`.
-pub fn leader(name: &str, leading: bool) {
-    METRICS
-        .leader
-        .with_label_values(&[name])
-        .set(i64::from(leading));
-}
-
-/// The config that is running: its hash, where it came from and which version of that it is.
-pub fn config_loaded(hash: u64, source: &str, version: &str) {
-    let hash = hash & ((1u64 << 52) - 1);
-    // A gauge is an f64: keep 52 bits so the value is exact.
-    #[allow(clippy::cast_precision_loss)]
-    METRICS.config_hash.set(hash as f64);
-    // Only the running version is listed.
-    METRICS.config_info.reset();
-    METRICS
-        .config_info
-        .with_label_values(&[source, version, &format!("{hash:x}")])
-        .set(1);
-    HEALTH.config_loaded.store(true, Ordering::SeqCst);
-}
-
-/// One hot reload of the config: swapped in (`true`) or rejected.
-pub fn config_reloaded(ok: bool) {
-    let result = if ok { "success" } else { "failure" };
-    METRICS.config_reloads.with_label_values(&[result]).inc();
-}
-
-/// A request to the API server got an answer with status `code` (`<error>`: none).
-pub fn request_sent(code: &str, method: &str) {
-    METRICS.requests.with_label_values(&[code, method]).inc();
-}
-
-/// A request of `verb` waited `waited` for the client-side rate limiter.
-pub fn rate_limited(verb: &str, waited: Duration) {
-    METRICS
-        .rate_limiter_wait
-        .with_label_values(&[verb])
-        .observe(waited.as_secs_f64());
-}
-
 /// What `/readyz` answers from.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -557,6 +357,7 @@ pub fn not_ready() -> Option<&'static str> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn every_family_is_exported_with_controller_runtime_names() {
@@ -587,14 +388,5 @@ mod tests {
         ] {
             assert!(text.contains(family), "missing {family} in\n{text}");
         }
-    }
-
-    #[test]
-    fn a_worker_guard_counts_while_held() {
-        let g = || METRICS.active_workers.with_label_values(&["guard"]).get();
-        let w = reconcile_started("guard");
-        assert_eq!(g(), 1);
-        drop(w);
-        assert_eq!(g(), 0);
     }
 }

@@ -13,20 +13,25 @@
 //! forgets it, and so do the object's deletion and a relist, so an object deleted (or pruned)
 //! after khai wrote it is written again when it is wanted again.
 //!
-//! A failed watch is retried after [`WatchBackoff`]: 800 ms doubling to at most 5 s, so a watch
+//! A failed watch is retried after [`WatchBackoff`](backoff::WatchBackoff): 800 ms doubling to at most 5 s, so a watch
 //! resumes within about 5 s of the API server coming back (kube-runtime's default, client-go's
 //! reflector backoff, grows to 30 s plus up to 100 % jitter: after a 10 s API server restart
 //! khai's watches came back 10 s after the server did).
 
+mod backoff;
+mod controlled;
+mod run;
+
 use super::Kind;
 use super::subscription::{self, Changed, Publisher, Subscription};
-use crate::sync::{lock, read, write};
-use futures::StreamExt;
+use crate::sync::{lock, read};
+use controlled::{Controlled, Name};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
-use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::{HashMap, HashSet};
+use kube::runtime::watcher;
+use run::{Shared, run};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::task::JoinHandle;
 
@@ -61,56 +66,6 @@ pub struct Informer {
     written: Memo,
     /// `true` once the first full list is in the store.
     synced: tokio::sync::watch::Receiver<bool>,
-}
-
-/// Namespace and name of a cached object.
-type Name = (Option<String>, String);
-
-/// The cached objects by the uid of their controller owner, so that "the children of X"
-/// (pruning, `ctx.owned`) is a lookup rather than a scan of the whole cache, which would make
-/// each reconcile cost O(objects) and a full pass O(objects²).
-#[derive(Default)]
-struct Controlled {
-    children: HashMap<String, HashSet<Name>>,
-    owner: HashMap<Name, String>,
-}
-
-impl Controlled {
-    /// Records that `obj` is (now) controlled by the owner its ownerReferences name, if any.
-    fn update(&mut self, obj: &DynamicObject, deleted: bool) {
-        let name = (obj.metadata.namespace.clone(), obj.name_any());
-        let owner = obj
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true))
-            .map(|o| o.uid.clone())
-            .filter(|_| !deleted);
-        if self.owner.get(&name) == owner.as_ref() {
-            return;
-        }
-        if let Some(old) = self.owner.remove(&name)
-            && let Some(set) = self.children.get_mut(&old)
-        {
-            set.remove(&name);
-            if set.is_empty() {
-                self.children.remove(&old);
-            }
-        }
-        if let Some(uid) = owner {
-            self.children
-                .entry(uid.clone())
-                .or_default()
-                .insert(name.clone());
-            self.owner.insert(name, uid);
-        }
-    }
-
-    fn rebuild(&mut self, objects: &[Arc<DynamicObject>]) {
-        *self = Self::default();
-        for o in objects {
-            self.update(o, false);
-        }
-    }
 }
 
 impl Informer {
@@ -374,14 +329,6 @@ impl Drop for Informers {
     }
 }
 
-/// What a watch keeps up to date besides the store.
-struct Shared {
-    subscribers: Subscribers,
-    controlled: Arc<RwLock<Controlled>>,
-    written: Memo,
-    synced: tokio::sync::watch::Sender<bool>,
-}
-
 /// Forgets the writes remembered about `o`, which is gone.
 fn forget(written: &Memo, o: &DynamicObject) {
     let name = (o.metadata.namespace.clone(), o.name_any());
@@ -390,236 +337,12 @@ fn forget(written: &Memo, o: &DynamicObject) {
     memo.remove(&(name, Slot::Status));
 }
 
-/// Drives one watch: updates the cache, then tells subscribers.
-///
-/// A panic while handling an event (a bug) must not stop the watch for good, leaving a cache
-/// that never changes again: it is logged and the watch starts over with a fresh list.
-async fn run(
-    api: kube::Api<DynamicObject>,
-    config: watcher::Config,
-    mut writer: Writer<DynamicObject>,
-    shared: Shared,
-    key: Key,
-) {
-    use futures::FutureExt;
-    loop {
-        let once = watch(api.clone(), config.clone(), &mut writer, &shared, &key);
-        if std::panic::AssertUnwindSafe(once)
-            .catch_unwind()
-            .await
-            .is_err()
-        {
-            tracing::error!(kind = %key.kind, namespace = ?key.namespace, "watch panicked; starting it over with a new list");
-            crate::metrics::watch_restarted(&key.kind);
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    }
-}
-
-/// One watch, until its stream ends.
-async fn watch(
-    api: kube::Api<DynamicObject>,
-    config: watcher::Config,
-    writer: &mut Writer<DynamicObject>,
-    shared: &Shared,
-    key: &Key,
-) {
-    let Shared {
-        subscribers: subs,
-        controlled,
-        written,
-        synced,
-    } = shared;
-    let forget = |o: &DynamicObject| forget(written, o);
-    // `metadata.managedFields` is often the larger half of an object and nothing in khai reads
-    // it (scripts never see it, change detection compares fields): not caching it is the
-    // biggest memory saving a cache of many objects can have.
-    //
-    // Objects in a list response carry no `apiVersion` and `kind` (watch events do), so after a
-    // (re)list every cached child would look different from what khai applies and be written
-    // again: every restart re-applied every child. The informer's kind fills them in.
-    let types = kube::api::TypeMeta {
-        api_version: key.api_version.clone(),
-        kind: key.kind.clone(),
-    };
-    let mut events = watcher(api, config)
-        .backoff(WatchBackoff::default())
-        .modify(move |o| {
-            o.managed_fields_mut().clear();
-            if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
-                o.types = Some(types.clone());
-            }
-        })
-        .boxed();
-    // What the cache held when a relist began: objects missing from the new list were deleted
-    // while the watch was down, and subscribers must hear of that too.
-    let mut before_relist: Vec<Arc<DynamicObject>> = Vec::new();
-    // A failing watch logs its first error and each new one; the same error again (every few
-    // seconds while the API server is away) only at debug level.
-    let mut failing: Option<Failing> = None;
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(ev) => {
-                if let Some(f) = failing.take() {
-                    tracing::info!(kind = %key.kind, namespace = ?key.namespace, failures = f.count, after = ?f.since.elapsed(), "watch resumed");
-                }
-                ev
-            }
-            Err(e) => {
-                let error = crate::client::watch_error(&e);
-                match &mut failing {
-                    Some(f) if f.error == error => {
-                        f.count += 1;
-                        tracing::debug!(kind = %key.kind, namespace = ?key.namespace, %error, failures = f.count, "watch failed again; retrying");
-                    }
-                    _ => {
-                        tracing::warn!(kind = %key.kind, namespace = ?key.namespace, %error, "watch failed; retrying");
-                        let (since, count) = failing
-                            .as_ref()
-                            .map_or((std::time::Instant::now(), 1), |f| (f.since, f.count + 1));
-                        failing = Some(Failing {
-                            since,
-                            count,
-                            error,
-                        });
-                    }
-                }
-                crate::metrics::watch_restarted(&key.kind);
-                continue;
-            }
-        };
-        if matches!(event, watcher::Event::Init) {
-            before_relist = writer.as_reader().state();
-        }
-        writer.apply_watcher_event(&event);
-        // The index follows the store before anyone hears of the change.
-        let index = |f: &dyn Fn(&mut Controlled)| {
-            f(&mut write(controlled));
-        };
-        let applied = |object| Changed {
-            object,
-            deleted: false,
-        };
-        let changed: Vec<Changed> = match event {
-            watcher::Event::Apply(o) => {
-                index(&|c| c.update(&o, false));
-                vec![applied(Arc::new(o))]
-            }
-            watcher::Event::Delete(o) => {
-                index(&|c| c.update(&o, true));
-                forget(&o);
-                vec![Changed {
-                    object: Arc::new(o),
-                    deleted: true,
-                }]
-            }
-            watcher::Event::InitDone => {
-                let all = writer.as_reader().state();
-                index(&|c| c.rebuild(&all));
-                lock(written).clear();
-                synced.send_replace(true);
-                let listed: HashSet<Name> = all
-                    .iter()
-                    .map(|o| (o.metadata.namespace.clone(), o.name_any()))
-                    .collect();
-                let gone = std::mem::take(&mut before_relist)
-                    .into_iter()
-                    .filter(|o| !listed.contains(&(o.metadata.namespace.clone(), o.name_any())))
-                    .map(|object| Changed {
-                        object,
-                        deleted: true,
-                    });
-                all.into_iter().map(applied).chain(gone).collect()
-            }
-            watcher::Event::Init | watcher::Event::InitApply(_) => continue,
-        };
-        lock(subs).retain(|p| changed.iter().all(|c| p.send(c.clone())));
-    }
-}
-
-/// A streak of watch failures.
-struct Failing {
-    since: std::time::Instant,
-    count: u32,
-    error: String,
-}
-
-/// How long a failed watch waits before it tries again: 800 ms (client-go's first step), doubling
-/// up to [`WatchBackoff::CAP`], each step plus up to 20 % jitter so replicas do not retry in
-/// step; back to 800 ms after any event.
-///
-/// The cap bounds how long khai stays blind after the API server is back: a watch retries at
-/// most [`WatchBackoff::CAP`] (+20 %) after the server returns. client-go's reflectors (and
-/// kube-runtime's default) cap at 30 s with up to 100 % jitter, to spare an API server that
-/// thousands of kubelets and controllers hammer; an operator has a handful of informers, so
-/// retrying each every 5 s while the server is away costs it a few requests a second at most,
-/// which buys resuming within seconds instead of up to a minute.
-#[derive(Debug, Clone)]
-pub(crate) struct WatchBackoff {
-    next: std::time::Duration,
-}
-
-impl WatchBackoff {
-    /// The first wait.
-    pub(crate) const FIRST: std::time::Duration = std::time::Duration::from_millis(800);
-    /// The longest wait, before jitter.
-    pub(crate) const CAP: std::time::Duration = std::time::Duration::from_secs(5);
-}
-
-impl Default for WatchBackoff {
-    fn default() -> Self {
-        Self { next: Self::FIRST }
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = std::time::Duration;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        use std::hash::BuildHasher;
-        let step = self.next;
-        self.next = (step * 2).min(Self::CAP);
-        // Up to 20 % more, from std's randomly keyed hasher (no RNG crate for one number).
-        let random = std::collections::hash_map::RandomState::new().hash_one(step);
-        #[allow(clippy::cast_precision_loss)]
-        let jitter = (random % 1000) as f64 / 5000.0;
-        Some(step.mul_f64(1.0 + jitter))
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Self::FIRST;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn a_failing_watch_waits_800ms_doubling_to_5s_with_at_most_20_percent_jitter() {
-        use kube::runtime::utils::Backoff;
-        use std::time::Duration;
-        let mut b = WatchBackoff::default();
-        let steps: Vec<Duration> = (0..8).map(|_| b.next().unwrap()).collect();
-        let base = [800, 1600, 3200, 5000, 5000, 5000, 5000, 5000];
-        for (got, ms) in steps.iter().zip(base) {
-            let ms = Duration::from_millis(ms);
-            assert!(
-                *got >= ms && *got <= ms.mul_f64(1.2),
-                "step {got:?} is not within 20 % above {ms:?}: {steps:?}"
-            );
-        }
-        b.reset();
-        assert!(
-            b.next().unwrap() < Duration::from_millis(961),
-            "reset starts over"
-        );
-    }
-
-    fn child(name: &str, owner: Option<&str>) -> Arc<DynamicObject> {
+    pub(super) fn child(name: &str, owner: Option<&str>) -> Arc<DynamicObject> {
         let refs: Vec<_> = owner
             .map(|uid| json!({ "apiVersion": "x.dev/v1", "kind": "App", "name": "p", "uid": uid, "controller": true }))
             .into_iter()
@@ -631,42 +354,6 @@ mod tests {
             }))
             .unwrap(),
         )
-    }
-
-    fn children(c: &Controlled, uid: &str) -> Vec<String> {
-        let mut v: Vec<_> = c
-            .children
-            .get(uid)
-            .into_iter()
-            .flatten()
-            .map(|(_, n)| n.clone())
-            .collect();
-        v.sort();
-        v
-    }
-
-    #[test]
-    fn the_owner_index_follows_adoption_release_deletion_and_relists() {
-        let mut c = Controlled::default();
-        c.update(&child("a", Some("u1")), false);
-        c.update(&child("b", Some("u1")), false);
-        c.update(&child("free", None), false);
-        assert_eq!(children(&c, "u1"), ["a", "b"]);
-        // Adopted by another owner, released, deleted.
-        c.update(&child("a", Some("u2")), false);
-        assert_eq!(children(&c, "u1"), ["b"]);
-        assert_eq!(children(&c, "u2"), ["a"]);
-        c.update(&child("a", None), false);
-        c.update(&child("b", Some("u1")), true);
-        assert!(
-            c.children.is_empty() && c.owner.is_empty(),
-            "nothing left behind"
-        );
-        // A relist replaces everything.
-        c.update(&child("stale", Some("u3")), false);
-        c.rebuild(&[child("x", Some("u1"))]);
-        assert_eq!(children(&c, "u1"), ["x"]);
-        assert!(children(&c, "u3").is_empty());
     }
 
     fn informer() -> Informer {

@@ -1,0 +1,142 @@
+//! The operator model: what `operator.toml` (or `operator.yaml`) declares.
+//!
+//! These types mirror the file one to one and are deserialized with `deny_unknown_fields`, so a
+//! misspelled key is an error rather than a silently ignored setting. Checks that need more than
+//! one field (a controller naming a kind no CRD declares, two storage versions) live in
+//! [`super::validate`], which runs once after parsing; nothing downstream validates again.
+
+mod controller;
+mod crd;
+mod operator;
+
+pub use controller::{BackoffSettings, Controller, Parents, Watch};
+pub use crd::{
+    ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
+    Scale, Scope,
+};
+pub use operator::{OperatorSettings, RbacRule};
+
+use super::kind::KindRef;
+use serde::{Deserialize, Serialize};
+
+/// The whole operator, as written by its author.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    /// Settings of the daemon as a whole.
+    #[serde(default)]
+    pub operator: OperatorSettings,
+    /// Custom resource definitions khai generates and installs.
+    #[serde(default, rename = "crd")]
+    pub crds: Vec<Crd>,
+    /// Reconcile loops.
+    #[serde(default, rename = "controller")]
+    pub controllers: Vec<Controller>,
+    /// Free-form settings handed to every script as `ctx.params`.
+    #[serde(default)]
+    pub params: serde_json::Map<String, serde_json::Value>,
+    /// Admission and conversion webhooks, served over TLS by `khai run`.
+    #[serde(default, rename = "webhook")]
+    pub webhooks: Vec<super::webhook::Webhook>,
+    /// The webhook server: TLS mode, certificate files, the Service it is reached through.
+    #[serde(default)]
+    pub webhook_server: super::webhook::WebhookServer,
+    /// Functions run on changes to objects: create, update, delete, resume, field, event.
+    #[serde(default, rename = "handler")]
+    pub handlers: Vec<super::handlers::Handler>,
+    /// Functions run every interval for each object.
+    #[serde(default, rename = "timer")]
+    pub timers: Vec<super::handlers::Timer>,
+    /// Per-object loops with state.
+    #[serde(default, rename = "daemon")]
+    pub daemons: Vec<super::handlers::Daemon>,
+    /// Lookup tables over a kind, read by every script as `ctx.index(name, key)`.
+    #[serde(default, rename = "index")]
+    pub indexes: Vec<super::handlers::Index>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Kinds the config names, resolved without a cluster.
+impl Model {
+    /// The CRD of this config that `kind` names, if any.
+    pub fn crd_for(&self, kind: &KindRef) -> Option<&Crd> {
+        self.crds.iter().find(|c| {
+            c.kind == kind.kind
+                && kind.group.as_ref().is_none_or(|g| *g == c.group)
+                && kind
+                    .version
+                    .as_ref()
+                    .is_none_or(|v| c.versions.iter().any(|cv| cv.name() == v))
+        })
+    }
+
+    /// The kind as objects of it may be matched: group and version from a CRD of `model`, the
+    /// group alone from khai's table of built-in kinds (objects may be at any version of it),
+    /// else as written.
+    pub fn complete_kind(&self, kind: &KindRef) -> KindRef {
+        if let Some(c) = self.crd_for(kind) {
+            return KindRef {
+                group: Some(c.group.clone()),
+                version: Some(
+                    kind.version
+                        .clone()
+                        .unwrap_or_else(|| c.storage_version().to_string()),
+                ),
+                kind: c.kind.clone(),
+            };
+        }
+        match kind.builtin() {
+            Some(b) => KindRef {
+                group: Some(b.group.to_string()),
+                ..kind.clone()
+            },
+            None => kind.clone(),
+        }
+    }
+
+    /// The kind with what the config's CRDs, then khai's table of built-in kinds, say about
+    /// the parts left unwritten. A kind neither knows stays as written.
+    pub fn resolve_kind(&self, kind: &KindRef) -> super::kind::Offline {
+        if let Some(c) = self.crd_for(kind) {
+            return super::kind::Offline {
+                kind: KindRef {
+                    group: Some(c.group.clone()),
+                    version: Some(
+                        kind.version
+                            .clone()
+                            .unwrap_or_else(|| c.storage_version().to_string()),
+                    ),
+                    kind: c.kind.clone(),
+                },
+                plural: c.plural(),
+                namespaced: c.scope == Scope::Namespaced,
+                known: true,
+            };
+        }
+        if let Some(b) = kind.builtin() {
+            return super::kind::Offline {
+                kind: KindRef {
+                    group: Some(b.group.to_string()),
+                    version: Some(
+                        kind.version
+                            .clone()
+                            .unwrap_or_else(|| b.version.to_string()),
+                    ),
+                    kind: b.kind.to_string(),
+                },
+                plural: super::kind::plural_of(b.kind),
+                namespaced: b.namespaced,
+                known: true,
+            };
+        }
+        super::kind::Offline {
+            kind: kind.clone(),
+            plural: super::kind::plural_of(&kind.kind),
+            namespaced: true,
+            known: false,
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! A compiled script together with the engine that runs it, and bounded calls into it: JSON in
+//! and out, a wall-clock deadline and a memory budget per call, inline on the worker thread when
+//! short, else on tokio's blocking pool.
+
+use super::ctx::{self, ScriptCtx};
+use super::engine::{DEADLINE, Limits, is_over_memory, limit_hit};
+use super::error::{ScriptError, position, strip_position};
+use super::{inline, memory};
+use rhai::{AST, Dynamic, Engine, EvalAltResult};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// An argument of a script call: a JSON value (an object, a change record, a state) or `ctx`.
+#[derive(Clone)]
+pub enum CallArg {
+    Json(serde_json::Value),
+    Ctx(ScriptCtx),
+}
+
+/// A compiled script together with the engine that runs it.
+#[derive(Clone)]
+pub struct Script {
+    file: PathBuf,
+    /// Hash of the text this script was compiled from (not of the file now, which may have
+    /// changed since): what says whether two versions of a config run the same script.
+    source_hash: u64,
+    ast: Arc<AST>,
+    engine: Arc<Engine>,
+    timeout: Duration,
+    max_memory: usize,
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Script")
+            .field("file", &self.file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Script {
+    /// Reads and compiles `file`. `display` is how the file is named in errors.
+    pub fn compile_file(
+        engine: Arc<Engine>,
+        limits: &Limits,
+        file: &Path,
+    ) -> Result<Self, ScriptError> {
+        let src = std::fs::read_to_string(file).map_err(|e| ScriptError::Read {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Self::compile(engine, limits, file, &src)
+    }
+
+    /// Compiles script text; `file` is used in error messages.
+    pub fn compile(
+        engine: Arc<Engine>,
+        limits: &Limits,
+        file: &Path,
+        src: &str,
+    ) -> Result<Self, ScriptError> {
+        let mut ast = engine.compile(src).map_err(|e| ScriptError::Syntax {
+            file: file.to_path_buf(),
+            pos: position(e.1),
+            message: e.0.to_string(),
+        })?;
+        ast.set_source(file.display().to_string());
+        Ok(Self {
+            file: file.to_path_buf(),
+            source_hash: xxhash_rust::xxh3::xxh3_64(src.as_bytes()),
+            ast: Arc::new(ast),
+            engine,
+            timeout: limits.timeout,
+            max_memory: limits.max_memory,
+        })
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// A hash of the text the script was compiled from.
+    pub fn source_hash(&self) -> u64 {
+        self.source_hash
+    }
+
+    /// Whether the script defines `name` with exactly `arity` parameters.
+    pub fn has_function(&self, name: &str, arity: usize) -> bool {
+        self.ast
+            .iter_functions()
+            .any(|f| f.name == name && f.params.len() == arity)
+    }
+
+    /// Names of the functions the script defines.
+    pub fn function_names(&self) -> Vec<String> {
+        self.ast
+            .iter_functions()
+            .map(|f| f.name.to_string())
+            .collect()
+    }
+
+    /// Fails unless the script defines `name` with exactly `arity` parameters.
+    pub fn require_function(&self, name: &str, arity: usize) -> Result<(), ScriptError> {
+        if self.has_function(name, arity) {
+            Ok(())
+        } else {
+            Err(ScriptError::MissingFunction {
+                file: self.file.clone(),
+                name: name.into(),
+                arity,
+            })
+        }
+    }
+
+    /// Calls `function` with JSON arguments and returns its result as JSON (`null` for `()`).
+    ///
+    /// This blocks the thread for up to the script timeout; async callers use [`Self::call_async`].
+    pub fn call(
+        &self,
+        function: &str,
+        args: &[serde_json::Value],
+    ) -> Result<serde_json::Value, ScriptError> {
+        let args = args
+            .iter()
+            .map(|a| self.to_dynamic(function, a))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.call_dynamic(function, args)
+    }
+
+    /// Calls `function(obj, ctx)`, the shape of `reconcile` and `finalize`.
+    pub fn call_with_ctx(
+        &self,
+        function: &str,
+        obj: &serde_json::Value,
+        ctx: ScriptCtx,
+    ) -> Result<serde_json::Value, ScriptError> {
+        let obj = self.to_dynamic(function, obj)?;
+        self.call_dynamic(function, vec![obj, Dynamic::from(ctx)])
+    }
+
+    fn to_dynamic(&self, function: &str, v: &serde_json::Value) -> Result<Dynamic, ScriptError> {
+        rhai::serde::to_dynamic(v).map_err(|e| ScriptError::Convert {
+            file: self.file.clone(),
+            function: function.into(),
+            message: e.to_string(),
+        })
+    }
+
+    fn call_dynamic(
+        &self,
+        function: &str,
+        args: Vec<Dynamic>,
+    ) -> Result<serde_json::Value, ScriptError> {
+        DEADLINE.with(|d| d.set(Some(Instant::now() + self.timeout)));
+        memory::begin(self.max_memory);
+        let mut scope = rhai::Scope::new();
+        let result = self
+            .engine
+            .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
+        memory::end();
+        DEADLINE.with(|d| d.set(None));
+        if inline::stopped() {
+            // Not the script's error: the call moves to the blocking pool (see `inline`).
+            return Ok(serde_json::Value::Null);
+        }
+        let value = result.map_err(|e| self.runtime_error(function, *e))?;
+        rhai::serde::from_dynamic(&value).map_err(|e| ScriptError::Convert {
+            file: self.file.clone(),
+            function: function.into(),
+            message: format!("cannot convert result to JSON: {e}"),
+        })
+    }
+
+    /// [`Self::call_with_ctx`] without blocking the runtime: inline when the call is short,
+    /// else on tokio's blocking pool (see [`inline`]). The caller's tracing span follows the
+    /// call, so script logs carry the object.
+    pub async fn call_async(
+        &self,
+        function: &str,
+        obj: serde_json::Value,
+        ctx: ScriptCtx,
+    ) -> Result<serde_json::Value, ScriptError> {
+        self.off_runtime(function, move |s, name| {
+            s.call_with_ctx(name, &obj, ctx.clone())
+        })
+        .await
+    }
+
+    /// Calls `function` with `args` (JSON values and `ctx`) and returns its result as JSON.
+    pub fn call_args(
+        &self,
+        function: &str,
+        args: &[CallArg],
+    ) -> Result<serde_json::Value, ScriptError> {
+        let args = args
+            .iter()
+            .map(|a| match a {
+                CallArg::Json(v) => self.to_dynamic(function, v),
+                CallArg::Ctx(c) => Ok(Dynamic::from(c.clone())),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.call_dynamic(function, args)
+    }
+
+    /// [`Self::call_args`] without blocking the runtime.
+    pub async fn call_args_async(
+        &self,
+        function: &str,
+        args: Vec<CallArg>,
+    ) -> Result<serde_json::Value, ScriptError> {
+        self.off_runtime(function, move |s, name| s.call_args(name, &args))
+            .await
+    }
+
+    /// [`Self::call`] without blocking the runtime, for one-argument helpers such as
+    /// `when(obj)` and webhook functions.
+    pub async fn call_one_async(
+        &self,
+        function: &str,
+        arg: serde_json::Value,
+    ) -> Result<serde_json::Value, ScriptError> {
+        self.off_runtime(function, move |s, name| {
+            s.call(name, std::slice::from_ref(&arg))
+        })
+        .await
+    }
+
+    async fn off_runtime<F>(&self, function: &str, f: F) -> Result<serde_json::Value, ScriptError>
+    where
+        F: Fn(&Script, &str) -> Result<serde_json::Value, ScriptError> + Send + 'static,
+    {
+        let started = Instant::now();
+        let result = match inline::attempt(|| f(self, function)) {
+            Some(done) => done,
+            None => self.on_blocking_pool(function, f).await,
+        };
+        let error = result.as_ref().err().map(ScriptError::kind);
+        crate::metrics::script_call(&self.label(), function, started.elapsed(), error);
+        result
+    }
+
+    async fn on_blocking_pool<F>(
+        &self,
+        function: &str,
+        f: F,
+    ) -> Result<serde_json::Value, ScriptError>
+    where
+        F: Fn(&Script, &str) -> Result<serde_json::Value, ScriptError> + Send + 'static,
+    {
+        let script = self.clone();
+        let name = function.to_string();
+        let span = tracing::Span::current();
+        // The caller's subscriber too, should it not be the global one (a test's).
+        let dispatch = tracing::dispatcher::get_default(Clone::clone);
+        tokio::task::spawn_blocking(move || {
+            tracing::dispatcher::with_default(&dispatch, || {
+                let _entered = span.enter();
+                f(&script, &name)
+            })
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(ScriptError::Runtime {
+                file: self.file.clone(),
+                pos: None,
+                function: function.into(),
+                message: format!("script task failed: {e}"),
+            })
+        })
+    }
+
+    /// How metrics name this script: its file name.
+    fn label(&self) -> String {
+        self.file.file_name().map_or_else(
+            || self.file.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    }
+
+    /// Flattens Rhai's chain of "in function call" wrappers to the innermost position and cause.
+    fn runtime_error(&self, function: &str, err: EvalAltResult) -> ScriptError {
+        let mut err = err;
+        let mut pos = err.position();
+        while let EvalAltResult::ErrorInFunctionCall(_, _, inner, p) = err {
+            if !inner.position().is_none() {
+                pos = inner.position();
+            } else if !p.is_none() {
+                pos = p;
+            }
+            err = *inner;
+        }
+        if let Some(control) = self.control_flow(function, &err) {
+            return control;
+        }
+        if let Some(limit) = limit_hit(&err) {
+            crate::metrics::script_limit_abort(&self.label(), function, limit);
+        }
+        let message = match &err {
+            EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => format!(
+                "script exceeded its memory limit ({} per call)",
+                memory::describe(self.max_memory)
+            ),
+            EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
+            EvalAltResult::ErrorTooManyOperations(..) => {
+                "script exceeded its operation limit".to_string()
+            }
+            EvalAltResult::ErrorRuntime(v, _) => v.to_string(),
+            other => strip_position(&other.to_string()),
+        };
+        ScriptError::Runtime {
+            file: self.file.clone(),
+            pos: position(pos),
+            function: function.into(),
+            message,
+        }
+    }
+}
+
+impl Script {
+    /// Recognises the maps thrown by `retry()` and `fail()`.
+    fn control_flow(&self, function: &str, err: &EvalAltResult) -> Option<ScriptError> {
+        let EvalAltResult::ErrorRuntime(v, _) = err else {
+            return None;
+        };
+        let map = v.read_lock::<rhai::Map>()?;
+        let kind = map.get(ctx::CONTROL_KEY)?.to_string();
+        let field = |k: &str| map.get(k).map(ToString::to_string).unwrap_or_default();
+        let (file, function, message) = (self.file.clone(), function.to_string(), field("message"));
+        match kind.as_str() {
+            "retry" => Some(ScriptError::Retry {
+                file,
+                function,
+                message,
+                // `retry()` read the delay before it threw (see `ctx::retry`).
+                delay: map.get("delay")?.clone().try_cast()?,
+            }),
+            "fail" => Some(ScriptError::Fail {
+                file,
+                function,
+                message,
+            }),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The task behind an informer: one watch at a time, started over after a panic, that updates
+//! the cache and its owner index, then tells subscribers what changed.
+
+use super::backoff::WatchBackoff;
+use super::controlled::{Controlled, Name};
+use super::{Key, Memo, Subscribers, forget};
+use crate::sync::{lock, write};
+use crate::watch::subscription::Changed;
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+/// What a watch keeps up to date besides the store.
+pub(super) struct Shared {
+    pub(super) subscribers: Subscribers,
+    pub(super) controlled: Arc<RwLock<Controlled>>,
+    pub(super) written: Memo,
+    pub(super) synced: tokio::sync::watch::Sender<bool>,
+}
+
+/// Drives one watch: updates the cache, then tells subscribers.
+///
+/// A panic while handling an event (a bug) must not stop the watch for good, leaving a cache
+/// that never changes again: it is logged and the watch starts over with a fresh list.
+pub(super) async fn run(
+    api: kube::Api<DynamicObject>,
+    config: watcher::Config,
+    mut writer: Writer<DynamicObject>,
+    shared: Shared,
+    key: Key,
+) {
+    use futures::FutureExt;
+    loop {
+        let once = watch(api.clone(), config.clone(), &mut writer, &shared, &key);
+        if std::panic::AssertUnwindSafe(once)
+            .catch_unwind()
+            .await
+            .is_err()
+        {
+            tracing::error!(kind = %key.kind, namespace = ?key.namespace, "watch panicked; starting it over with a new list");
+            crate::metrics::watch_restarted(&key.kind);
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// One watch, until its stream ends.
+async fn watch(
+    api: kube::Api<DynamicObject>,
+    config: watcher::Config,
+    writer: &mut Writer<DynamicObject>,
+    shared: &Shared,
+    key: &Key,
+) {
+    let Shared {
+        subscribers: subs,
+        controlled,
+        written,
+        synced,
+    } = shared;
+    let forget = |o: &DynamicObject| forget(written, o);
+    // `metadata.managedFields` is often the larger half of an object and nothing in khai reads
+    // it (scripts never see it, change detection compares fields): not caching it is the
+    // biggest memory saving a cache of many objects can have.
+    //
+    // Objects in a list response carry no `apiVersion` and `kind` (watch events do), so after a
+    // (re)list every cached child would look different from what khai applies and be written
+    // again: every restart re-applied every child. The informer's kind fills them in.
+    let types = kube::api::TypeMeta {
+        api_version: key.api_version.clone(),
+        kind: key.kind.clone(),
+    };
+    let mut events = watcher(api, config)
+        .backoff(WatchBackoff::default())
+        .modify(move |o| {
+            o.managed_fields_mut().clear();
+            if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
+                o.types = Some(types.clone());
+            }
+        })
+        .boxed();
+    // What the cache held when a relist began: objects missing from the new list were deleted
+    // while the watch was down, and subscribers must hear of that too.
+    let mut before_relist: Vec<Arc<DynamicObject>> = Vec::new();
+    // A failing watch logs its first error and each new one; the same error again (every few
+    // seconds while the API server is away) only at debug level.
+    let mut failing: Option<Failing> = None;
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(ev) => {
+                if let Some(f) = failing.take() {
+                    tracing::info!(kind = %key.kind, namespace = ?key.namespace, failures = f.count, after = ?f.since.elapsed(), "watch resumed");
+                }
+                ev
+            }
+            Err(e) => {
+                let error = crate::client::watch_error(&e);
+                match &mut failing {
+                    Some(f) if f.error == error => {
+                        f.count += 1;
+                        tracing::debug!(kind = %key.kind, namespace = ?key.namespace, %error, failures = f.count, "watch failed again; retrying");
+                    }
+                    _ => {
+                        tracing::warn!(kind = %key.kind, namespace = ?key.namespace, %error, "watch failed; retrying");
+                        let (since, count) = failing
+                            .as_ref()
+                            .map_or((std::time::Instant::now(), 1), |f| (f.since, f.count + 1));
+                        failing = Some(Failing {
+                            since,
+                            count,
+                            error,
+                        });
+                    }
+                }
+                crate::metrics::watch_restarted(&key.kind);
+                continue;
+            }
+        };
+        if matches!(event, watcher::Event::Init) {
+            before_relist = writer.as_reader().state();
+        }
+        writer.apply_watcher_event(&event);
+        // The index follows the store before anyone hears of the change.
+        let index = |f: &dyn Fn(&mut Controlled)| {
+            f(&mut write(controlled));
+        };
+        let applied = |object| Changed {
+            object,
+            deleted: false,
+        };
+        let changed: Vec<Changed> = match event {
+            watcher::Event::Apply(o) => {
+                index(&|c| c.update(&o, false));
+                vec![applied(Arc::new(o))]
+            }
+            watcher::Event::Delete(o) => {
+                index(&|c| c.update(&o, true));
+                forget(&o);
+                vec![Changed {
+                    object: Arc::new(o),
+                    deleted: true,
+                }]
+            }
+            watcher::Event::InitDone => {
+                let all = writer.as_reader().state();
+                index(&|c| c.rebuild(&all));
+                lock(written).clear();
+                synced.send_replace(true);
+                let listed: HashSet<Name> = all
+                    .iter()
+                    .map(|o| (o.metadata.namespace.clone(), o.name_any()))
+                    .collect();
+                let gone = std::mem::take(&mut before_relist)
+                    .into_iter()
+                    .filter(|o| !listed.contains(&(o.metadata.namespace.clone(), o.name_any())))
+                    .map(|object| Changed {
+                        object,
+                        deleted: true,
+                    });
+                all.into_iter().map(applied).chain(gone).collect()
+            }
+            watcher::Event::Init | watcher::Event::InitApply(_) => continue,
+        };
+        lock(subs).retain(|p| changed.iter().all(|c| p.send(c.clone())));
+    }
+}
+
+/// A streak of watch failures.
+struct Failing {
+    since: std::time::Instant,
+    count: u32,
+    error: String,
+}
