@@ -7,7 +7,7 @@
 //! controller per namespace for a cluster-scoped kind, each reconciling every object.
 
 use crate::support::metrics::{metrics_until, sum};
-use crate::support::{Khai, TestNamespace, audit, wait_for};
+use crate::support::{Khai, TestNamespace, audit, configmaps, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -18,14 +18,6 @@ fn shared_configs(client: &kube::Client) -> Api<DynamicObject> {
         "sharedconfigs",
     );
     Api::all_with(client.clone(), &ar)
-}
-
-fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("", "v1", "ConfigMap"),
-        "configmaps",
-    );
-    Api::namespaced_with(client.clone(), ns, &ar)
 }
 
 /// Writes since `from` to the copies in `namespaces` and to the SharedConfig `name`, by anyone:

@@ -4,7 +4,7 @@
 //! words, while khai goes on reconciling everything else.
 
 use crate::support::metrics::{metrics_until, sum};
-use crate::support::{Khai, TestNamespace, audit, wait_for};
+use crate::support::{Khai, TestNamespace, audit, configmaps, wait_for};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -41,17 +41,7 @@ script = "edge.rhai"
 }
 
 fn edges(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Edge"), "edges");
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("", "v1", "ConfigMap"),
-        "configmaps",
-    );
-    Api::namespaced_with(client.clone(), ns, &ar)
+    crate::support::custom_api(client, ns, group, "Edge", "edges")
 }
 
 async fn create_edge(api: &Api<DynamicObject>, group: &str, name: &str, spec: serde_json::Value) {

@@ -1,7 +1,7 @@
 //! End to end against a real kube-apiserver: the reconcile engine's guarantees, each with an
 //! operator written for the test and run by the real `khai` binary.
 
-use crate::support::{Khai, TestNamespace, wait_for};
+use crate::support::{Khai, TestNamespace, configmaps, wait_for};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -75,17 +75,7 @@ fn reconcile(obj, ctx) {
 "#;
 
 fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Widget"), "widgets");
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("", "v1", "ConfigMap"),
-        "configmaps",
-    );
-    Api::namespaced_with(client.clone(), ns, &ar)
+    crate::support::custom_api(client, ns, group, "Widget", "widgets")
 }
 
 async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str, spec: serde_json::Value) {

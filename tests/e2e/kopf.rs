@@ -25,8 +25,7 @@ fn api(
     kind: &str,
     plural: &str,
 ) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural);
-    Api::namespaced_with(client.clone(), ns, &ar)
+    crate::support::custom_api(client, ns, group, kind, plural)
 }
 
 /// Kopf's examples/obj.yaml in `group`.

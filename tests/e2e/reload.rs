@@ -2,7 +2,7 @@
 //! test runs the real `khai run --watch` on an operator of its own, in its own namespace and CRD
 //! group, edits the directory and waits, through watches with a deadline, for the new behaviour.
 
-use crate::support::{Khai, TestNamespace, wait_for};
+use crate::support::{Khai, TestNamespace, configmaps, wait_for};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -57,17 +57,7 @@ fn replace(path: &Path, text: &str) {
 }
 
 fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Widget"), "widgets");
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("", "v1", "ConfigMap"),
-        "configmaps",
-    );
-    Api::namespaced_with(client.clone(), ns, &ar)
+    crate::support::custom_api(client, ns, group, "Widget", "widgets")
 }
 
 async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str) {

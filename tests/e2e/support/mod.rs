@@ -542,6 +542,24 @@ pub fn khai_stdout(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The objects of `group/v1` `kind` (resource `plural`) in namespace `ns`.
+pub fn custom_api(
+    client: &kube::Client,
+    ns: &str,
+    group: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let gvk = kube::core::GroupVersionKind::gvk(group, "v1", kind);
+    let ar = kube::core::ApiResource::from_gvk_with_plural(&gvk, plural);
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// The ConfigMaps in namespace `ns`, as dynamic objects.
+pub fn configmaps(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    custom_api(client, ns, "", "ConfigMap", "configmaps")
+}
+
 /// kubectl from PATH or /usr/bin. Tests that need it skip without it, except under
 /// `scripts/test` (`KHAI_TEST_REQUIRE_KUBECTL`), which installs it and where a skip would hide
 /// a failure.
