@@ -8,7 +8,7 @@
 //! an object selector (17); a create handler's status, once (01); Events on the object (04);
 //! timers that wait for the object to be idle (15).
 
-use crate::support::{Khai, TestNamespace, wait_for};
+use crate::support::{Khai, TestNamespace, custom_api as api, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -16,16 +16,6 @@ use std::path::PathBuf;
 
 fn port(name: &str) -> PathBuf {
     crate::support::repo_root().join("examples/kopf").join(name)
-}
-
-fn api(
-    client: &kube::Client,
-    ns: &str,
-    group: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<DynamicObject> {
-    crate::support::custom_api(client, ns, group, kind, plural)
 }
 
 /// Kopf's examples/obj.yaml in `group`.
