@@ -36,6 +36,8 @@ pub mod schema;
 pub mod script;
 pub mod serve;
 pub mod sync;
+#[cfg(test)]
+mod test_logs;
 pub mod testing;
 pub mod watch;
 pub mod webhook;

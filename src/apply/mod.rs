@@ -418,30 +418,7 @@ mod tests {
             .unwrap()
         }
 
-        /// Log lines written while `f` runs.
-        async fn logs<F: std::future::Future>(f: F) -> (F::Output, String) {
-            #[derive(Clone, Default)]
-            struct Sink(Arc<Mutex<Vec<u8>>>);
-            impl std::io::Write for Sink {
-                fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                    lock(&self.0).extend_from_slice(b);
-                    Ok(b.len())
-                }
-                fn flush(&mut self) -> std::io::Result<()> {
-                    Ok(())
-                }
-            }
-            let sink = Sink::default();
-            let writer = sink.clone();
-            let subscriber = tracing_subscriber::fmt()
-                .with_writer(move || writer.clone())
-                .with_max_level(tracing::Level::DEBUG)
-                .finish();
-            let _guard = tracing::subscriber::set_default(subscriber);
-            let out = f.await;
-            let text = String::from_utf8_lossy(&lock(&sink.0)).into_owned();
-            (out, text)
-        }
+        use crate::test_logs::capture as logs;
 
         /// Issue 17: a child the API server refused (one in a terminating namespace) stopped
         /// the plan there, so the children after it were never applied.

@@ -172,31 +172,7 @@ pub(crate) mod tests {
         );
     }
 
-    /// Log lines written while `f` runs on this thread or, called from it, on the blocking pool.
-    async fn logs<F: std::future::Future>(f: F) -> (F::Output, String) {
-        #[derive(Clone, Default)]
-        struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                crate::sync::lock(&self.0).extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
-        let out = f.await;
-        let text = String::from_utf8_lossy(&crate::sync::lock(&sink.0)).into_owned();
-        (out, text)
-    }
+    use crate::test_logs::capture as logs;
 
     /// Issue 11: `log_*` calls were logged twice by a call that ran out of its inline budget
     /// (once inline, once again on the blocking pool); `print` and `debug` were held back.

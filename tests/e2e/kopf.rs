@@ -19,6 +19,19 @@ fn port(name: &str) -> PathBuf {
 }
 
 /// Kopf's examples/obj.yaml in `group`.
+/// The port's KopfExamples in `ns`, once khai has installed their CRD.
+async fn kopf_examples(client: &kube::Client, ns: &str, group: &str) -> Api<DynamicObject> {
+    crate::support::wait_for_crd(client, &format!("kopfexamples.{group}")).await;
+    api(client, ns, group, "KopfExample", "kopfexamples")
+}
+
+/// Creates the sample KopfExample of `group`.
+async fn create_example(api: &Api<DynamicObject>, group: &str) {
+    api.create(&PostParams::default(), &kopf_example(group))
+        .await
+        .unwrap();
+}
+
 fn kopf_example(group: &str) -> DynamicObject {
     serde_json::from_value(json!({
         "apiVersion": format!("{group}/v1"), "kind": "KopfExample",
@@ -35,11 +48,8 @@ async fn filtering_handlers_run_only_where_their_filters_match() {
     let ns = TestNamespace::new(&client, "kopf-filtering").await;
     let khai = Khai::start(&port("11-filtering-handlers"), &ns.name, &[]);
     let group = "filtering.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     for said in [
         "Label satisfied.",
         "Label exists.",
@@ -78,11 +88,8 @@ async fn exceptions_come_temporary_then_arbitrary_then_permanent() {
     let ns = TestNamespace::new(&client, "kopf-exceptions").await;
     let khai = Khai::start(&port("03-exceptions"), &ns.name, &[]);
     let group = "exceptions.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     let lines = khai
         .wait_for_logs(0, "three failed attempts", 3, |l| {
             l.contains("handler failed")
@@ -212,11 +219,8 @@ async fn children_pod_is_created_owned_and_listed_by_uid() {
     let ns = TestNamespace::new(&client, "kopf-children").await;
     let _khai = Khai::start(&port("02-children"), &ns.name, &[]);
     let group = "children.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     let pod =
         crate::support::wait_exists(&pods(&client, &ns.name), "kopf-example-1-pod", "the Pod")
             .await;
@@ -242,11 +246,8 @@ async fn handlers_run_on_create_update_field_resume_and_delete() {
     let ns = TestNamespace::new(&client, "kopf-handlers").await;
     let khai = Khai::start(&port("05-handlers"), &ns.name, &[]);
     let group = "handlers.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     let created = khai
         .wait_for_logs(0, "both create handlers", 2, |l| l.contains("CREATED"))
         .await;
@@ -308,11 +309,8 @@ async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
     let ns = TestNamespace::new(&client, "kopf-spies").await;
     let khai = Khai::start(&port("08-events"), &ns.name, &[]);
     let group = "spies.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     khai.wait_for_log(0, "the failing spy", |l| l.contains("Oops!"))
         .await;
     khai.wait_for_log(0, "the normal spy", |l| {
@@ -334,11 +332,8 @@ async fn daemons_fail_three_times_then_ping_and_stop_with_their_object() {
     let ns = TestNamespace::new(&client, "kopf-daemons").await;
     let khai = Khai::start(&port("14-daemons"), &ns.name, &[]);
     let group = "daemons.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     wait_for(
         &api,
         "kopf-example-1",
@@ -418,8 +413,7 @@ async fn admission_warns_denies_with_its_code_and_mutates_labelled_objects() {
     let _registered = crate::webhooks::Registered("khai-kopf-admission");
     let (_khai, _port) = crate::webhooks::start(&port("17-admission"), &ns.name, true).await;
     let group = "admission.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    let api = kopf_examples(&client, &ns.name, group).await;
     let with_field = |name: &str, field: &str| -> DynamicObject {
         let mut o = kopf_example(group);
         o.metadata.name = Some(name.into());
@@ -487,11 +481,8 @@ async fn minimal_create_handler_sets_the_status_once() {
     let ns = TestNamespace::new(&client, "kopf-minimal").await;
     let khai = Khai::start(&port("01-minimal"), &ns.name, &[]);
     let group = "minimal.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     wait_for(
         &api,
         "kopf-example-1",
@@ -526,11 +517,8 @@ async fn events_are_recorded_on_the_created_object() {
     let ns = TestNamespace::new(&client, "kopf-events").await;
     let _khai = Khai::start(&port("04-events"), &ns.name, &[]);
     let group = "events.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns.name);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
@@ -568,12 +556,9 @@ async fn timers_wait_for_the_object_to_be_idle() {
     let ns = TestNamespace::new(&client, "kopf-timers").await;
     let khai = Khai::start(&port("15-timers"), &ns.name, &[]);
     let group = "timers.kopf.khai.dev";
-    crate::support::wait_for_crd(&client, &format!("kopfexamples.{group}")).await;
-    let api = api(&client, &ns.name, group, "KopfExample", "kopfexamples");
+    let api = kopf_examples(&client, &ns.name, group).await;
     let created = std::time::Instant::now();
-    api.create(&PostParams::default(), &kopf_example(group))
-        .await
-        .unwrap();
+    create_example(&api, group).await;
     khai.wait_for_log(0, "the sync timer", |l| {
         l.contains("Ping from a sync timer: field=value")
     })

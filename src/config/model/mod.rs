@@ -60,6 +60,20 @@ fn yes() -> bool {
 }
 
 /// Kinds the config names, resolved without a cluster.
+/// `kind` as the CRD `c` defines it: its group and kind, and the version written or else the
+/// storage version.
+fn crd_kind(c: &Crd, kind: &KindRef) -> KindRef {
+    KindRef {
+        group: Some(c.group.clone()),
+        version: Some(
+            kind.version
+                .clone()
+                .unwrap_or_else(|| c.storage_version().to_string()),
+        ),
+        kind: c.kind.clone(),
+    }
+}
+
 impl Model {
     /// The CRD of this config that `kind` names, if any.
     pub fn crd_for(&self, kind: &KindRef) -> Option<&Crd> {
@@ -78,15 +92,7 @@ impl Model {
     /// else as written.
     pub fn complete_kind(&self, kind: &KindRef) -> KindRef {
         if let Some(c) = self.crd_for(kind) {
-            return KindRef {
-                group: Some(c.group.clone()),
-                version: Some(
-                    kind.version
-                        .clone()
-                        .unwrap_or_else(|| c.storage_version().to_string()),
-                ),
-                kind: c.kind.clone(),
-            };
+            return crd_kind(c, kind);
         }
         match kind.builtin() {
             Some(b) => KindRef {
@@ -102,15 +108,7 @@ impl Model {
     pub fn resolve_kind(&self, kind: &KindRef) -> super::kind::Offline {
         if let Some(c) = self.crd_for(kind) {
             return super::kind::Offline {
-                kind: KindRef {
-                    group: Some(c.group.clone()),
-                    version: Some(
-                        kind.version
-                            .clone()
-                            .unwrap_or_else(|| c.storage_version().to_string()),
-                    ),
-                    kind: c.kind.clone(),
-                },
+                kind: crd_kind(c, kind),
                 plural: c.plural(),
                 namespaced: c.scope == Scope::Namespaced,
                 known: true,
