@@ -21,6 +21,7 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod daemon;
+pub mod effects;
 #[cfg(test)]
 mod fake_api;
 pub mod handler;

@@ -149,6 +149,8 @@ impl Ctx {
                 .indexes
                 .clone()
                 .map(|i| i as Arc<dyn crate::script::Indexes>),
+            // Wired with the `k8s` and `http` modules (issue 14).
+            effects: None,
         }
     }
 }

@@ -125,7 +125,7 @@ impl Script {
             .iter()
             .map(|a| self.to_dynamic(function, a))
             .collect::<Result<Vec<_>, _>>()?;
-        self.call_dynamic(function, args)
+        self.call_dynamic(function, args, None)
     }
 
     /// Calls `function(obj, ctx)`, the shape of `reconcile` and `finalize`.
@@ -136,7 +136,8 @@ impl Script {
         ctx: ScriptCtx,
     ) -> Result<serde_json::Value, ScriptError> {
         let obj = self.to_dynamic(function, obj)?;
-        self.call_dynamic(function, vec![obj, Dynamic::from(ctx)])
+        let effects = ctx.effects.clone();
+        self.call_dynamic(function, vec![obj, Dynamic::from(ctx)], effects.as_ref())
     }
 
     fn to_dynamic(&self, function: &str, v: &serde_json::Value) -> Result<Dynamic, ScriptError> {
@@ -147,12 +148,18 @@ impl Script {
         })
     }
 
+    /// Calls `function`; with `effects`, the call may make side effects (and its deadline is
+    /// their time budget, which covers I/O, instead of the script timeout).
     fn call_dynamic(
         &self,
         function: &str,
         args: Vec<Dynamic>,
+        effects: Option<&Arc<crate::effects::Effects>>,
     ) -> Result<serde_json::Value, ScriptError> {
-        DEADLINE.with(|d| d.set(Some(Instant::now() + self.timeout)));
+        let timeout = effects.map_or(self.timeout, |e| e.budget.time.into());
+        let deadline = Instant::now() + timeout;
+        DEADLINE.with(|d| d.set(Some(deadline)));
+        let _effects = effects.map(|e| crate::effects::Call::enter(e, deadline));
         memory::begin(self.max_memory);
         let mut scope = rhai::Scope::new();
         let result = self
@@ -193,6 +200,10 @@ impl Script {
         function: &str,
         args: &[CallArg],
     ) -> Result<serde_json::Value, ScriptError> {
+        let effects = args.iter().find_map(|a| match a {
+            CallArg::Ctx(c) => c.effects.clone(),
+            CallArg::Json(_) => None,
+        });
         let args = args
             .iter()
             .map(|a| match a {
@@ -200,7 +211,7 @@ impl Script {
                 CallArg::Ctx(c) => Ok(Dynamic::from(c.clone())),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.call_dynamic(function, args)
+        self.call_dynamic(function, args, effects.as_ref())
     }
 
     /// [`Self::call_args`] without blocking the runtime.

@@ -54,6 +54,8 @@ pub struct ScriptCtx {
     pub attempt: Option<Attempt>,
     /// The config's indexes (`ctx.index`).
     pub indexes: Option<Arc<dyn Indexes>>,
+    /// What the call may do beyond computing (`k8s::…`, `http::…`); `None` refuses all of it.
+    pub effects: Option<Arc<crate::effects::Effects>>,
 }
 
 /// How far a handler's attempts on one change have come: `ctx.retry`, `ctx.started`,
@@ -87,6 +89,7 @@ impl ScriptCtx {
             memo: None,
             attempt: None,
             indexes: None,
+            effects: None,
         }
     }
 }

@@ -99,6 +99,18 @@ impl Attempt {
     }
 }
 
+/// Ends the running inline attempt, if the call is one, because it is about to make a side
+/// effect (see `crate::effects`): it must run again from the start on the blocking pool before
+/// anything leaves the process. Returns whether it was an inline attempt.
+pub fn leave() -> bool {
+    ATTEMPT.with(|a| {
+        a.borrow_mut().as_mut().is_some_and(|a| {
+            a.over_budget = true;
+            true
+        })
+    })
+}
+
 /// Whether the call that just ended on this thread was stopped for its inline budget (so its
 /// error is not the script's and must not be reported).
 pub fn stopped() -> bool {

@@ -183,6 +183,7 @@ fn run_reconcile(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
         memo: Some(crate::script::memo::Memo::default()),
         attempt: None,
         indexes: None,
+        effects: None,
     };
     let answer =
         plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
