@@ -67,6 +67,9 @@ pub(crate) struct Spec {
     pub manage_status: bool,
     /// `[params]` of the config.
     pub params: Value,
+    /// What calls of its scripts about its objects may do beyond computing (`k8s::…`,
+    /// `http::…`), and how much.
+    pub effects: Arc<crate::effects::Effects>,
 }
 
 /// The informer caches a controller reads.
@@ -149,8 +152,8 @@ impl Ctx {
                 .indexes
                 .clone()
                 .map(|i| i as Arc<dyn crate::script::Indexes>),
-            // Wired with the `k8s` and `http` modules (issue 14).
-            effects: None,
+            // A watch's `map` (no memo) computes; it makes no calls.
+            effects: memo.then(|| self.spec.effects.clone()),
         }
     }
 }

@@ -317,6 +317,10 @@ impl Env<'_> {
                 kind: kind.clone(),
                 manage_status,
                 params: Value::Object(model.params.clone()),
+                effects: Arc::new(crate::effects::Effects::new(
+                    tokio::runtime::Handle::current(),
+                    crate::effects::Budget::default(),
+                )),
             },
             caches: Caches {
                 primary: primary.clone(),

@@ -433,6 +433,10 @@ mod tests {
                 annotations: Vec::new(),
                 manage_status: false,
                 params: json!({}),
+                effects: Arc::new(crate::effects::Effects::new(
+                    tokio::runtime::Handle::current(),
+                    crate::effects::Budget::default(),
+                )),
             },
             caches: Caches {
                 primary: primary.clone(),
