@@ -37,6 +37,7 @@ pub mod schema;
 pub mod script;
 pub mod serve;
 pub mod sync;
+pub mod tasks;
 #[cfg(test)]
 mod test_logs;
 pub mod testing;

@@ -5,6 +5,7 @@
 use crate::daemon::{self, RunOptions};
 use crate::operator::Operator;
 use crate::reload::{self, Source};
+use crate::tasks::Tasks;
 use anyhow::Context;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
@@ -64,7 +65,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         bucket.set(args.ops.limits(op.config.model.operator.limits()));
         let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        let tasks = Tasks::new();
+        tasks.spawn("signals", cancel_on_signal(shutdown.clone()));
         let limits = bucket.limits();
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), qps = limits.qps, burst = limits.burst, "khai starting");
         for w in &op.config.warnings {
@@ -76,7 +78,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("failed to bind --metrics-bind {}", args.ops.metrics_bind))?;
         let addr = metrics.local_addr().map(|a| a.to_string()).unwrap_or_default();
         tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-        tokio::spawn(crate::metrics::server::serve(metrics));
+        // Probes and scrapes are answered until the daemon has stopped, shutdown included.
+        let stopped = CancellationToken::new();
+        let serving = stopped.clone();
+        tasks.spawn("metrics server", async move {
+            serving.run_until_cancelled(crate::metrics::server::serve(metrics)).await;
+        });
         let opts = RunOptions {
             namespaces: args.namespaces,
             leader,
@@ -93,22 +100,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let (f, stop) = (failures.clone(), shutdown.clone());
             match &args.config {
                 Source::Path(path) => {
-                    tokio::spawn(reload::dir::watch(path.clone(), current, tx, f, stop));
+                    tasks.spawn("config reload", reload::dir::watch(path.clone(), current, tx, f, stop));
                 }
                 Source::ConfigMap(target) => {
                     let watch = reload::configmap::watch(client.clone(), target.clone(), current, tx, f, stop);
-                    tokio::spawn(watch);
+                    tasks.spawn("config reload", watch);
                 }
             }
             reload::Updates { versions, failures }
         });
         let reloads = updates.as_ref().map(|u| u.versions.clone());
-        let webhooks = args.webhooks.start(&op, &client, reloads, &shutdown).await?;
-        daemon::run(op, client, opts, updates, shutdown).await?;
+        let webhooks = args.webhooks.start(&op, &client, reloads, &shutdown, &tasks).await?;
+        let grace = opts.shutdown_grace;
+        let ran = daemon::run(op, client, opts, updates, shutdown.clone()).await;
+        // However the daemon ended, the signal task must not keep the tasks waiting.
+        shutdown.cancel();
+        stopped.cancel();
+        ran?;
         if let Some(server) = webhooks {
             // A failed webhook server has already cancelled `shutdown`; exit non-zero.
             server.await.context("the webhook server task failed")??;
         }
+        tasks.stop(grace).await;
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)
     })
@@ -126,7 +139,7 @@ fn in_cluster() -> bool {
     std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
 }
 
-/// Cancels `token` on the first SIGTERM or SIGINT.
+/// Cancels `token` on the first SIGTERM or SIGINT; ends when `token` is cancelled otherwise.
 async fn cancel_on_signal(token: CancellationToken) {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -142,6 +155,7 @@ async fn cancel_on_signal(token: CancellationToken) {
     tokio::select! {
         () = term => tracing::info!(signal = "SIGTERM", "shutting down"),
         _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "shutting down"),
+        () = token.cancelled() => return,
     }
     token.cancel();
 }

@@ -38,6 +38,7 @@ impl WebhookFlags {
         client: &kube::Client,
         reloads: Option<Versions>,
         shutdown: &CancellationToken,
+        tasks: &crate::tasks::Tasks,
     ) -> anyhow::Result<Option<JoinHandle<Result<(), webhook::Error>>>> {
         if op.webhooks.is_empty() {
             return Ok(None);
@@ -46,9 +47,16 @@ impl WebhookFlags {
             bind: self.webhook_bind,
             url: self.webhook_url.clone(),
         };
-        let task = webhook::start(op, client.clone(), settings, reloads, shutdown.clone())
-            .await
-            .context("failed to start the webhook server")?;
+        let task = webhook::start(
+            op,
+            client.clone(),
+            settings,
+            reloads,
+            shutdown.clone(),
+            tasks,
+        )
+        .await
+        .context("failed to start the webhook server")?;
         Ok(Some(task))
     }
 }

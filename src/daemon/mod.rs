@@ -86,7 +86,11 @@ pub async fn run(
         crate::handler::run_hook(hook, &operator, "startup").await;
     }
     let cleanup = op.handlers.cleanup.clone();
-    let synced = tokio::spawn(report_synced(informers.all()));
+    // Owned: aborted when the run ends, should the caches never all sync.
+    let synced = tokio::spawn(tracing::Instrument::instrument(
+        report_synced(informers.all()),
+        tracing::info_span!("task", task = "cache sync report"),
+    ));
     let env = Env {
         client: &client,
         opts: &opts,

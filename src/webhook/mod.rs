@@ -78,6 +78,7 @@ pub async fn start<T: Served>(
     settings: Settings,
     reloads: Option<Versions<T>>,
     shutdown: CancellationToken,
+    tasks: &crate::tasks::Tasks,
 ) -> Result<JoinHandle<Result<(), Error>>, Error> {
     let model = &op.config().model;
     let server = &model.webhook_server;
@@ -110,7 +111,7 @@ pub async fn start<T: Served>(
                 interval,
                 shutdown.clone(),
             );
-            tokio::spawn(reload);
+            tasks.spawn("webhook certificate reload", reload);
             (resolver, None)
         }
     };
@@ -137,7 +138,10 @@ pub async fn start<T: Served>(
         (None, _) => None,
     };
     if let Some(i) = &installer {
-        tokio::spawn(i.install(model.clone(), shutdown.clone()));
+        tasks.spawn(
+            "webhook configuration install",
+            i.install(model.clone(), shutdown.clone()),
+        );
     }
     let routes = Arc::new(routes::Routes::new(
         op.handlers().to_vec(),
@@ -150,21 +154,22 @@ pub async fn start<T: Served>(
             installer,
             model.clone(),
             shutdown.clone(),
+            tasks.clone(),
         );
-        tokio::spawn(shutdown.clone().run_until_cancelled_owned(follow));
+        let stop = shutdown.clone();
+        tasks.spawn("webhook reload", async move {
+            stop.run_until_cancelled(follow).await;
+        });
     }
     let options = server::Options {
         timeout,
         max_connections: server.max_connections,
     };
-    let serving = tokio::spawn(server::serve(
-        listener,
-        acceptor,
-        routes,
-        options,
-        shutdown.clone(),
-    ));
-    Ok(tokio::spawn(supervise(serving, shutdown)))
+    let serving = tasks.spawn(
+        "webhook server",
+        server::serve(listener, acceptor, routes, options, shutdown.clone()),
+    );
+    Ok(tasks.spawn("webhook supervisor", supervise(serving, shutdown)))
 }
 
 /// Waits for the server task. If it ends other than by `shutdown` (it panicked), logs why at
@@ -175,7 +180,10 @@ async fn supervise(server: JoinHandle<()>, shutdown: CancellationToken) -> Resul
     let why = match server.await {
         Ok(()) if shutdown.is_cancelled() => return Ok(()),
         Ok(()) => "it stopped serving".to_string(),
-        Err(e) if e.is_panic() => format!("panicked: {}", server::panic_message(&*e.into_panic())),
+        Err(e) if e.is_panic() => format!(
+            "panicked: {}",
+            crate::tasks::panic_message(&*e.into_panic())
+        ),
         Err(e) => e.to_string(),
     };
     tracing::error!(reason = %why, "the webhook server failed; shutting khai down");
@@ -216,6 +224,7 @@ async fn follow<T: Served>(
     installer: Option<Installer>,
     mut model: Model,
     shutdown: CancellationToken,
+    tasks: crate::tasks::Tasks,
 ) {
     let mut installing: Option<CancellationToken> = None;
     while versions.changed().await.is_ok() {
@@ -237,7 +246,10 @@ async fn follow<T: Served>(
             if let Some(previous) = installing.replace(token.clone()) {
                 previous.cancel();
             }
-            tokio::spawn(i.install(next.clone(), token));
+            tasks.spawn(
+                "webhook configuration install",
+                i.install(next.clone(), token),
+            );
         }
         model = next.clone();
     }

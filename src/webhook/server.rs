@@ -117,7 +117,7 @@ async fn answer(
             format!("no answer within {t:?}"),
         ),
         Err(panic) => {
-            let why = panic_message(panic.as_ref());
+            let why = crate::tasks::panic_message(panic.as_ref());
             tracing::error!(panic = %why, "webhook: answering a request panicked; answered 500");
             routes::error(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -125,13 +125,4 @@ async fn answer(
             )
         }
     }
-}
-
-/// The text a panic was raised with.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
 }
