@@ -104,3 +104,60 @@ pub(super) async fn drain(
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::time::Instant;
+
+    /// Controllers that, once `shutdown` is cancelled, need `work` to finish their in-flight
+    /// reconciles; `finished` says whether they did.
+    async fn controllers(shutdown: CancellationToken, work: Duration, finished: Arc<AtomicBool>) {
+        shutdown.cancelled().await;
+        tokio::time::sleep(work).await;
+        finished.store(true, Ordering::SeqCst);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_flight_reconciles_finish_within_the_grace() {
+        let shutdown = CancellationToken::new();
+        let finished = Arc::new(AtomicBool::new(false));
+        let running = controllers(shutdown.clone(), Duration::from_secs(3), finished.clone());
+        shutdown.cancel();
+        let started = Instant::now();
+        drain(running, &shutdown, Duration::from_secs(10)).await;
+        assert!(finished.load(Ordering::SeqCst));
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(3),
+            "no waiting past their end"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reconciles_past_the_grace_are_abandoned_at_the_grace() {
+        let shutdown = CancellationToken::new();
+        let finished = Arc::new(AtomicBool::new(false));
+        let running = controllers(shutdown.clone(), Duration::from_secs(60), finished.clone());
+        shutdown.cancel();
+        let started = Instant::now();
+        drain(running, &shutdown, Duration::from_secs(10)).await;
+        assert!(!finished.load(Ordering::SeqCst));
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn controllers_that_end_on_their_own_end_the_drain_without_a_shutdown() {
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        drain(
+            tokio::time::sleep(Duration::from_secs(5)),
+            &shutdown,
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(started.elapsed(), Duration::from_secs(5));
+        assert!(!shutdown.is_cancelled());
+    }
+}

@@ -90,8 +90,7 @@ pub async fn watch(
 ) {
     let root = watched_dir(&path);
     tracing::info!(dir = %root.display(), interval = ?POLL_INTERVAL, "watching the config for changes");
-    let mut tried = current;
-    let mut seen = current;
+    let mut settle = Settle::new(current);
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -103,13 +102,9 @@ pub async fn watch(
         let Ok(now) = tokio::task::spawn_blocking(move || fingerprint(&r)).await else {
             continue;
         };
-        // Act once the directory held still for a poll, and only on what was not tried yet.
-        let settled = now == seen;
-        seen = now;
-        if !settled || now == tried {
+        if !settle.ready(now) {
             continue;
         }
-        tried = now;
         tracing::info!(dir = %root.display(), "config changed; reloading");
         let p = path.clone();
         let loaded = tokio::task::spawn_blocking(move || Operator::load(&p)).await;
@@ -127,10 +122,86 @@ pub async fn watch(
     }
 }
 
+/// Decides from successive fingerprints of the directory when to load it: once it has held
+/// still for a poll (a `kubectl cp` or an editor's save in several writes is loaded once, whole),
+/// and only a version not tried yet (one that failed to load is reported once, not every poll).
+#[derive(Debug)]
+struct Settle {
+    tried: u64,
+    seen: u64,
+}
+
+impl Settle {
+    /// Starts from the running version's fingerprint.
+    fn new(current: u64) -> Self {
+        Settle {
+            tried: current,
+            seen: current,
+        }
+    }
+
+    /// Whether the directory, fingerprinted `now`, should be loaded.
+    fn ready(&mut self, now: u64) -> bool {
+        let settled = now == self.seen;
+        self.seen = now;
+        if !settled || now == self.tried {
+            return false;
+        }
+        self.tried = now;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_change_is_loaded_once_after_it_held_still_for_a_poll() {
+        let mut s = Settle::new(1);
+        assert!(!s.ready(1), "the running version is not reloaded");
+        assert!(!s.ready(2), "a change still being written waits a poll");
+        assert!(!s.ready(3), "a change that keeps changing keeps waiting");
+        assert!(s.ready(3), "held still for a poll: loaded");
+        assert!(!s.ready(3), "and loaded once, even if it failed to load");
+        // Back to an earlier version: that is a change too.
+        assert!(!s.ready(1));
+        assert!(s.ready(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watch_loads_an_edited_config_once_after_it_settles() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("operator.toml");
+        std::fs::write(&file, "[operator]\nname = \"a\"\n").unwrap();
+        let (tx, mut versions) = crate::reload::versions();
+        let failures = crate::reload::Failures { event: None };
+        let stop = CancellationToken::new();
+        let current = fingerprint(dir.path());
+        let task = tokio::spawn(watch(
+            dir.path().into(),
+            current,
+            tx,
+            failures,
+            stop.clone(),
+        ));
+        // Two polls see nothing new.
+        tokio::time::sleep(POLL_INTERVAL * 2).await;
+        assert!(!versions.has_changed().unwrap());
+        std::fs::write(&file, "[operator]\nname = \"b\"\n").unwrap();
+        tokio::time::timeout(POLL_INTERVAL * 4, versions.changed())
+            .await
+            .expect("the edit was not loaded within two polls")
+            .unwrap();
+        let loaded = versions.borrow_and_update().clone().unwrap();
+        assert_eq!(loaded.config.model.operator.name, "b");
+        // Nothing more while the directory stays as it is.
+        tokio::time::sleep(POLL_INTERVAL * 3).await;
+        assert!(!versions.has_changed().unwrap());
+        stop.cancel();
+        task.await.unwrap();
+    }
 
     #[test]
     fn fingerprint_changes_with_content_and_with_new_files_only() {
