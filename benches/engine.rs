@@ -20,7 +20,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use khai::operator::Operator;
 use khai::reconcile::{self, Plan};
-use khai::script::{ScriptCtx, object_view};
+use khai::script::{ScriptCtx, convert, object_view};
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 use std::hint::black_box;
@@ -128,21 +128,35 @@ fn bench_reconcile(c: &mut Criterion) {
 fn bench_convert(c: &mut Criterion) {
     let obj = cache_object();
     let view = object_view(&obj).unwrap();
-    let dynamic = rhai::serde::to_dynamic(&view).unwrap();
-    let back: Value = rhai::serde::from_dynamic(&dynamic).unwrap();
-    assert_eq!(back, view, "the round trip must be lossless");
+    let dynamic = convert::to_dynamic(&view);
+    assert_eq!(
+        convert::to_json(&dynamic).unwrap(),
+        view,
+        "the round trip must be lossless"
+    );
 
+    // khai's conversion (`script::convert`) beside Rhai's serde support: the same values,
+    // converted both ways, in one run.
     let mut g = c.benchmark_group("convert");
     g.bench_function("object_view", |b| {
         b.iter(|| object_view(black_box(&obj)).unwrap())
     });
     g.bench_function("to_dynamic", |b| {
+        b.iter(|| convert::to_dynamic(black_box(&view)))
+    });
+    g.bench_function("to_dynamic_rhai_serde", |b| {
         b.iter(|| rhai::serde::to_dynamic(black_box(&view)).unwrap())
     });
-    g.bench_function("from_dynamic", |b| {
+    g.bench_function("to_json", |b| {
+        b.iter(|| convert::to_json(black_box(&dynamic)).unwrap())
+    });
+    g.bench_function("from_dynamic_rhai_serde", |b| {
         b.iter(|| rhai::serde::from_dynamic::<Value>(black_box(&dynamic)).unwrap())
     });
     g.bench_function("round_trip", |b| {
+        b.iter(|| convert::to_json(&convert::to_dynamic(black_box(&view))).unwrap())
+    });
+    g.bench_function("round_trip_rhai_serde", |b| {
         b.iter(|| {
             let d = rhai::serde::to_dynamic(black_box(&view)).unwrap();
             rhai::serde::from_dynamic::<Value>(&d).unwrap()

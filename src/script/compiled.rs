@@ -5,7 +5,7 @@
 use super::ctx::{self, ScriptCtx};
 use super::engine::{DEADLINE, Limits, is_over_memory, limit_hit};
 use super::error::{ScriptError, position, strip_position};
-use super::{inline, memory};
+use super::{convert, inline, memory};
 use rhai::{AST, Dynamic, Engine, EvalAltResult};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -121,10 +121,7 @@ impl Script {
         function: &str,
         args: &[serde_json::Value],
     ) -> Result<serde_json::Value, ScriptError> {
-        let args = args
-            .iter()
-            .map(|a| self.to_dynamic(function, a))
-            .collect::<Result<Vec<_>, _>>()?;
+        let args = args.iter().map(convert::to_dynamic).collect();
         self.call_dynamic(function, args, None)
     }
 
@@ -135,17 +132,9 @@ impl Script {
         obj: &serde_json::Value,
         ctx: ScriptCtx,
     ) -> Result<serde_json::Value, ScriptError> {
-        let obj = self.to_dynamic(function, obj)?;
+        let obj = convert::to_dynamic(obj);
         let effects = ctx.effects.clone();
         self.call_dynamic(function, vec![obj, Dynamic::from(ctx)], effects.as_ref())
-    }
-
-    fn to_dynamic(&self, function: &str, v: &serde_json::Value) -> Result<Dynamic, ScriptError> {
-        rhai::serde::to_dynamic(v).map_err(|e| ScriptError::Convert {
-            file: self.file.clone(),
-            function: function.into(),
-            message: e.to_string(),
-        })
     }
 
     /// Calls `function`; with `effects`, the call may make side effects (and its deadline is
@@ -172,10 +161,10 @@ impl Script {
             return Ok(serde_json::Value::Null);
         }
         let value = result.map_err(|e| self.runtime_error(function, *e))?;
-        rhai::serde::from_dynamic(&value).map_err(|e| ScriptError::Convert {
+        convert::to_json(&value).map_err(|e| ScriptError::Convert {
             file: self.file.clone(),
             function: function.into(),
-            message: format!("cannot convert result to JSON: {e}"),
+            message: format!("cannot convert the result to JSON: {e}"),
         })
     }
 
@@ -207,10 +196,10 @@ impl Script {
         let args = args
             .iter()
             .map(|a| match a {
-                CallArg::Json(v) => self.to_dynamic(function, v),
-                CallArg::Ctx(c) => Ok(Dynamic::from(c.clone())),
+                CallArg::Json(v) => convert::to_dynamic(v),
+                CallArg::Ctx(c) => Dynamic::from(c.clone()),
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect();
         self.call_dynamic(function, args, effects.as_ref())
     }
 

@@ -97,7 +97,7 @@ impl ScriptCtx {
 type RhaiResult<T> = std::result::Result<T, Box<EvalAltResult>>;
 
 fn to_dyn(v: &Value) -> RhaiResult<Dynamic> {
-    rhai::serde::to_dynamic(v)
+    Ok(super::convert::to_dynamic(v))
 }
 
 fn fail_with(message: String) -> Box<EvalAltResult> {

@@ -7,6 +7,7 @@
 //! objects as plain maps.
 
 mod compiled;
+pub mod convert;
 pub mod ctx;
 mod engine;
 mod error;
