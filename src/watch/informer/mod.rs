@@ -178,7 +178,8 @@ impl Informer {
         })
     }
 
-    /// The cached objects whose controller owner has `uid`.
+    /// The cached objects whose parent has `uid`: its controlled children, and the unowned
+    /// children khai marked with its owner label ([`super::ownership`]).
     pub fn controlled_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
         let names: Vec<Name> = read(&self.controlled)
             .children

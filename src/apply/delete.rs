@@ -1,0 +1,140 @@
+//! Deleting a parent's children when the parent goes, where the garbage collector will not do it
+//! (children khai tracks by label alone) or should not (the controller deletes in order).
+//!
+//! One call makes one step and says how far deletion has got ([`Progress`]); the caller calls
+//! again when a child is gone (its watch event re-triggers the parent) and lets the parent go at
+//! [`Progress::Done`]. In order, a step is the children with the highest place in the plan
+//! (their order annotation), and the next step waits until they are gone from the API server,
+//! not merely marked for deletion; children applied before the controller deleted in order have
+//! no place and go last, together. Without order, every unowned child is deleted in one step and
+//! the parent may go as soon as the API server accepted the deletes, as with the garbage
+//! collector's background deletion.
+
+use super::owner::{applied_by, is_unowned, order_of};
+use super::{Applier, Error, Policy};
+use crate::client::ApiError;
+use crate::watch::{self, Informer};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, DynamicObject, Preconditions};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// How far deleting a parent's children has got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing is left for khai to delete: the parent may go.
+    Done,
+    /// Deleting in order: `kind` `name` (one of the last step's children) is not gone yet, and
+    /// `left` children remain in all.
+    Waiting {
+        kind: String,
+        name: String,
+        left: usize,
+    },
+}
+
+/// The indexes of the children of the next step: those with the highest place.
+fn next_step(places: &[usize]) -> Vec<usize> {
+    let highest = places.iter().copied().max().unwrap_or(0);
+    (0..places.len()).filter(|&i| places[i] == highest).collect()
+}
+
+impl Applier {
+    /// Deletes the next step of `parent`'s children found in the `owned` caches: with
+    /// `policy.ordered` every child it applied, in reverse order of the plan; otherwise only the
+    /// unowned children (the garbage collector deletes the others), all at once. Only children
+    /// carrying the parent's owner label (and its ownerReference or khai's parent annotation) are
+    /// deleted, each with a uid precondition.
+    pub async fn delete_children(
+        &self,
+        parent: &DynamicObject,
+        owned: &[Arc<Informer>],
+        policy: Policy,
+    ) -> Result<Progress, Error> {
+        let Some(uid) = parent.uid() else {
+            return Ok(Progress::Done);
+        };
+        let mut seen = HashSet::new();
+        let mut left: Vec<(&Arc<Informer>, Arc<DynamicObject>)> = Vec::new();
+        for inf in owned {
+            for child in inf.controlled_by(&uid) {
+                if !applied_by(&child, &uid) || !(policy.ordered || is_unowned(&child)) {
+                    continue;
+                }
+                // One informer can be listed more than once (a cluster-scoped kind cached once
+                // for every namespace); a child is deleted once.
+                if seen.insert(child.uid()) {
+                    left.push((inf, child));
+                }
+            }
+        }
+        if left.is_empty() {
+            return Ok(Progress::Done);
+        }
+        let places: Vec<usize> = left
+            .iter()
+            .map(|(_, c)| if policy.ordered { order_of(c) } else { 0 })
+            .collect();
+        let step = next_step(&places);
+        for &i in &step {
+            let (inf, child) = &left[i];
+            if child.metadata.deletion_timestamp.is_none() && self.delete_child(inf, child).await?
+            {
+                tracing::info!(child.kind = %inf.kind.resource.kind, child.name = %child.name_any(), "deleted child of a parent on its way out");
+            }
+        }
+        if !policy.ordered {
+            return Ok(Progress::Done);
+        }
+        let (inf, child) = &left[step[0]];
+        Ok(Progress::Waiting {
+            kind: inf.kind.resource.kind.clone(),
+            name: child.name_any(),
+            left: left.len(),
+        })
+    }
+
+    /// Deletes one child in `inf`'s cache, on the condition that it is still the object seen
+    /// there (its uid). Returns false when it was already gone or replaced by another object of
+    /// the same name, which is not khai's.
+    pub(super) async fn delete_child(
+        &self,
+        inf: &Informer,
+        child: &DynamicObject,
+    ) -> Result<bool, Error> {
+        let ns = child.namespace().filter(|_| inf.kind.namespaced);
+        let name = child.name_any();
+        let api = watch::api(&self.client, &inf.kind, ns.as_deref());
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: child.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(&name, &dp).await.map_err(ApiError::from) {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.code(), Some(404 | 409)) => {
+                tracing::debug!(child.kind = %inf.kind.resource.kind, child.name = %name, reason = %e, "child to delete was already gone or replaced");
+                Ok(false)
+            }
+            Err(source) => Err(Error::Prune {
+                kind: inf.kind.resource.kind.clone(),
+                name,
+                source,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_step_is_the_children_with_the_highest_place_and_unplaced_ones_go_last() {
+        assert_eq!(next_step(&[1, 3, 2]), [1]);
+        assert_eq!(next_step(&[0, 2, 2, 1]), [1, 2]);
+        assert_eq!(next_step(&[0, 0]), [0, 1]);
+    }
+}
