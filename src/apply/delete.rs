@@ -36,7 +36,9 @@ pub enum Progress {
 /// The indexes of the children of the next step: those with the highest place.
 fn next_step(places: &[usize]) -> Vec<usize> {
     let highest = places.iter().copied().max().unwrap_or(0);
-    (0..places.len()).filter(|&i| places[i] == highest).collect()
+    (0..places.len())
+        .filter(|&i| places[i] == highest)
+        .collect()
 }
 
 impl Applier {
@@ -78,8 +80,7 @@ impl Applier {
         let step = next_step(&places);
         for &i in &step {
             let (inf, child) = &left[i];
-            if child.metadata.deletion_timestamp.is_none() && self.delete_child(inf, child).await?
-            {
+            if child.metadata.deletion_timestamp.is_none() && self.delete_child(inf, child).await? {
                 tracing::info!(child.kind = %inf.kind.resource.kind, child.name = %child.name_any(), "deleted child of a parent on its way out");
             }
         }

@@ -26,8 +26,8 @@ use compare::{as_stored, difference};
 pub use compare::{is_subset, status_differs};
 pub use delete::Progress;
 use hash::{content_hash, status_hash};
-use owner::{Mark, applied_by, own};
 pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
+use owner::{Mark, applied_by, own};
 
 use crate::client::ApiError;
 use crate::reconcile::Plan;

@@ -162,8 +162,11 @@ mod tests {
         own(&mut child, &p, &k, Mark::default());
         let keys: Vec<&String> = child["metadata"].as_object().unwrap().keys().collect();
         assert_eq!(keys, ["name", "ownerReferences", "labels", "annotations"]);
-        let annotations: Vec<&String> =
-            child["metadata"]["annotations"].as_object().unwrap().keys().collect();
+        let annotations: Vec<&String> = child["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
         assert_eq!(annotations, [APPLIED_HASH]);
     }
 

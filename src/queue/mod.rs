@@ -395,7 +395,10 @@ mod tests {
             .unwrap()
         };
         let r = controller_of(&child("x.dev/App/team/p"), &parent()).unwrap();
-        assert_eq!((r.name.as_str(), r.namespace.as_deref()), ("p", Some("team")));
+        assert_eq!(
+            (r.name.as_str(), r.namespace.as_deref()),
+            ("p", Some("team"))
+        );
         assert!(controller_of(&child("other.dev/App/team/p"), &parent()).is_none());
     }
 
