@@ -131,6 +131,105 @@ impl Applier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake_api::FakeApi;
+    use crate::watch::Kind;
+    use crate::watch::ownership::PARENT_ANNOTATION;
+    use kube::core::{ApiResource, GroupVersionKind};
+    use serde_json::{Value, json};
+
+    fn roles() -> Kind {
+        Kind {
+            resource: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+                "clusterroles",
+            ),
+            namespaced: false,
+        }
+    }
+
+    fn parent() -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "x.dev/v1", "kind": "App",
+            "metadata": { "name": "p", "namespace": "ns", "uid": "p1" },
+        }))
+        .unwrap()
+    }
+
+    /// A ClusterRole khai applied for the parent `p1` as its child number `order`.
+    fn role(name: &str, order: Option<usize>) -> Value {
+        let mut annotations = json!({ PARENT_ANNOTATION: "x.dev/App/ns/p" });
+        if let Some(o) = order {
+            annotations[super::super::ORDER_ANNOTATION] = json!(o.to_string());
+        }
+        json!({ "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": { "name": name, "uid": format!("u-{name}"),
+                "labels": { super::super::OWNER_LABEL: "p1" }, "annotations": annotations } })
+    }
+
+    fn path(name: &str) -> String {
+        format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
+    }
+
+    /// The fake API holding `objects`, and an informer whose cache shows the same.
+    fn cluster(objects: &[Value]) -> (FakeApi, Arc<Informer>) {
+        let api = FakeApi::default();
+        for o in objects {
+            api.put(&path(o["metadata"]["name"].as_str().unwrap()), o.clone());
+        }
+        let cached = objects
+            .iter()
+            .map(|o| serde_json::from_value(o.clone()).unwrap())
+            .collect();
+        (api, Informer::with_objects(roles(), None, cached))
+    }
+
+    #[tokio::test]
+    async fn in_order_the_last_child_of_the_plan_goes_first_and_the_next_waits_for_it() {
+        // Someone else's object with khai's owner label alone is never touched, even placed
+        // highest.
+        let mut forged = role("forged", Some(9));
+        forged["metadata"]["annotations"] = json!({ super::super::ORDER_ANNOTATION: "9" });
+        let (api, inf) = cluster(&[role("first", Some(1)), role("last", Some(2)), forged]);
+        let applier = Applier::new(api.client(), crate::config::Model::default());
+        let ordered = Policy {
+            unowned: true,
+            ordered: true,
+        };
+        let progress = applier
+            .delete_children(&parent(), std::slice::from_ref(&inf), ordered)
+            .await
+            .unwrap();
+        assert_eq!(
+            progress,
+            Progress::Waiting {
+                kind: "ClusterRole".into(),
+                name: "last".into(),
+                left: 2
+            }
+        );
+        assert!(
+            api.get(&path("last")).is_none(),
+            "the last child is deleted"
+        );
+        assert!(api.get(&path("first")).is_some(), "the first waits for it");
+        assert!(api.get(&path("forged")).is_some(), "not khai's");
+    }
+
+    #[tokio::test]
+    async fn without_order_every_unowned_child_goes_at_once_and_the_parent_may_go() {
+        let (api, inf) = cluster(&[role("a", None), role("b", None)]);
+        let applier = Applier::new(api.client(), crate::config::Model::default());
+        let unowned = Policy {
+            unowned: true,
+            ordered: false,
+        };
+        let progress = applier
+            .delete_children(&parent(), &[inf.clone(), inf], unowned)
+            .await
+            .unwrap();
+        assert_eq!(progress, Progress::Done);
+        assert!(api.get(&path("a")).is_none() && api.get(&path("b")).is_none());
+    }
 
     #[test]
     fn each_step_is_the_children_with_the_highest_place_and_unplaced_ones_go_last() {

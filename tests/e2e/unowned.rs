@@ -313,3 +313,101 @@ async fn without_the_option_a_cluster_scoped_child_is_refused_naming_it() {
     let child = format!("read-{}-auditors", ns.name);
     assert!(roles(&client).get_opt(&child).await.unwrap().is_none());
 }
+
+/// A `Mirror` in one namespace with a ConfigMap beside it (owned) and one in the namespace its
+/// `spec.to` names (unowned), deleted the default way.
+fn mirror_operator(group: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "unowned-mirror"
+
+[[crd]]
+group = "{group}"
+kind = "Mirror"
+versions = ["v1"]
+spec.to = {{ type = "string", required = true }}
+
+[[controller]]
+for = "Mirror"
+owns = ["v1/ConfigMap"]
+script = "mirror.rhai"
+unowned_children = true
+"#
+    );
+    let script = r#"
+fn reconcile(obj, ctx) {
+    let name = obj.metadata.name;
+    #{ children: [
+        #{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: `here-${name}` } },
+        #{ apiVersion: "v1", kind: "ConfigMap",
+           metadata: #{ name: `there-${name}`, namespace: obj.spec.to },
+           data: #{ from: obj.metadata.namespace } },
+    ] }
+}
+"#;
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("mirror.rhai"), script).unwrap();
+    dir
+}
+
+/// A child in another namespace: no ownerReference, re-created when deleted by hand (its
+/// deletion maps back to its parent in the other namespace), and deleted by khai when the
+/// parent goes, while the owned child beside the parent is left to the garbage collector (which
+/// the test cluster does not run).
+#[tokio::test]
+async fn a_child_in_another_namespace_is_tracked_and_only_unowned_children_are_deleted_by_khai() {
+    let client = crate::support::client().await;
+    let here = TestNamespace::new(&client, "mirror-from").await;
+    let there = TestNamespace::new(&client, "mirror-to").await;
+    let group = "mirror.unowned.khai.dev";
+    let dir = mirror_operator(group);
+    let _khai = Khai::start(dir.path(), &here.name, &["--namespace", &there.name]);
+    crate::support::wait_for_crd(&client, &format!("mirrors.{group}")).await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Mirror"), "mirrors");
+    let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &here.name, &ar);
+    let mirror: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Mirror",
+        "metadata": { "name": "m" }, "spec": { "to": there.name },
+    }))
+    .unwrap();
+    let parent = parents
+        .create(&PostParams::default(), &mirror)
+        .await
+        .unwrap();
+    let uid = parent.uid().unwrap();
+    let local = crate::support::configmaps(&client, &here.name);
+    let remote = crate::support::configmaps(&client, &there.name);
+    let owned = wait_exists(&local, "here-m", "the owned child").await;
+    let unowned = wait_exists(&remote, "there-m", "the child in the other namespace").await;
+    assert_eq!(owned.owner_references()[0].uid, uid);
+    assert!(unowned.owner_references().is_empty(), "{unowned:?}");
+    assert_eq!(unowned.labels()["khai.dev/owner"], uid);
+    assert_eq!(
+        unowned.annotations()["khai.dev/parent"],
+        format!("{group}/Mirror/{}/m", here.name)
+    );
+
+    remote
+        .delete("there-m", &DeleteParams::default())
+        .await
+        .unwrap();
+    let first = unowned.uid();
+    wait_for(
+        &remote,
+        "there-m",
+        "the child re-created",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.uid() != first),
+    )
+    .await;
+
+    parents.delete("m", &DeleteParams::default()).await.unwrap();
+    wait_until_gone(&parents, "m", "the Mirror let go").await;
+    assert!(remote.get_opt("there-m").await.unwrap().is_none());
+    assert!(
+        local.get_opt("here-m").await.unwrap().is_some(),
+        "khai deleted an owned child, which is the garbage collector's"
+    );
+}
