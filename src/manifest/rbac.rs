@@ -466,6 +466,25 @@ script = "h.rhai"
         );
     }
 
+    /// Issue 14: khai deleting children itself holds the object with its finalizer, without
+    /// `finalize` in the script.
+    #[test]
+    fn deleting_children_itself_grants_patch_on_the_primary() {
+        for option in ["unowned_children = true", "delete_children = \"ordered\""] {
+            let src = HELLO.replace(
+                "script = \"h.rhai\"",
+                &format!("script = \"h.rhai\"\n{option}"),
+            );
+            let model = parse(Path::new("operator.toml"), &src).unwrap();
+            let p = input(&model, false, &[]);
+            assert_eq!(
+                rule(&p.cluster, "examples.khai.dev", "hellos"),
+                ["get", "list", "patch", "watch"],
+                "{option}"
+            );
+        }
+    }
+
     #[test]
     fn namespaced_operator_keeps_only_crds_in_the_cluster_role() {
         let src = format!(
