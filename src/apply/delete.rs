@@ -31,6 +31,27 @@ pub enum Progress {
         name: String,
         left: usize,
     },
+    /// khai created `kind` `name` and its cache does not show it yet: it may be a child of the
+    /// parent, which deleting now would leave behind.
+    Unseen { kind: String, name: String },
+}
+
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Progress::Done => write!(f, "every child is deleted"),
+            Progress::Waiting { kind, name, left } => write!(
+                f,
+                "deleting children in reverse order: waiting for {kind} {name} to be gone \
+                 ({left} left)"
+            ),
+            Progress::Unseen { kind, name } => write!(
+                f,
+                "waiting for khai's cache to show {kind} {name}, which it just created, before \
+                 deleting children"
+            ),
+        }
+    }
 }
 
 /// The indexes of the children of the next step: those with the highest place.
@@ -56,6 +77,14 @@ impl Applier {
         let Some(uid) = parent.uid() else {
             return Ok(Progress::Done);
         };
+        // A child applied just before the parent was deleted may not be cached yet; deleting
+        // the others and letting the parent go would leave it behind for good.
+        if let Some((inf, name)) = owned.iter().find_map(|i| i.unseen_create().map(|n| (i, n))) {
+            return Ok(Progress::Unseen {
+                kind: inf.kind.resource.kind.clone(),
+                name,
+            });
+        }
         let mut seen = HashSet::new();
         let mut left: Vec<(&Arc<Informer>, Arc<DynamicObject>)> = Vec::new();
         for inf in owned {
@@ -229,6 +258,36 @@ mod tests {
             .unwrap();
         assert_eq!(progress, Progress::Done);
         assert!(api.get(&path("a")).is_none() && api.get(&path("b")).is_none());
+    }
+
+    /// A child khai applied whose creation its cache has not shown yet holds the deletion: it
+    /// would otherwise be left behind.
+    #[tokio::test]
+    async fn a_child_created_but_not_cached_yet_holds_the_deletion() {
+        let (api, inf) = cluster(&[role("a", None)]);
+        inf.remember_write(None, "new", crate::watch::Slot::Object, "", "h");
+        let applier = Applier::new(api.client(), crate::config::Model::default());
+        let progress = applier
+            .delete_children(
+                &parent(),
+                std::slice::from_ref(&inf),
+                Policy {
+                    unowned: true,
+                    ordered: false,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            progress.to_string(),
+            "waiting for khai's cache to show ClusterRole new, which it just created, before \
+             deleting children"
+        );
+        assert!(api.get(&path("a")).is_some(), "nothing deleted yet");
+        // Cached: no longer unseen.
+        inf.remember_write(None, "a", crate::watch::Slot::Object, "", "h");
+        inf.remember_write(None, "new", crate::watch::Slot::Object, "1", "h");
+        assert_eq!(inf.unseen_create(), None);
     }
 
     #[test]

@@ -408,9 +408,7 @@ async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileErro
         .await?
     {
         Progress::Done => Ok(Action::await_change()),
-        Progress::Waiting { kind, name, left } => {
-            Err(ReconcileError::DeletingChildren { kind, name, left })
-        }
+        waiting => Err(ReconcileError::DeletingChildren(waiting)),
     }
 }
 

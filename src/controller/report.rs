@@ -37,16 +37,9 @@ pub enum ReconcileError {
     HandlerStatus(#[source] crate::client::ApiError),
     #[error("delete handlers have not all finished yet; the object is held until they do")]
     DeleteHandlersPending,
-    /// khai deletes the children in order and the last step's are not gone yet.
-    #[error(
-        "deleting children in reverse order: waiting for {kind} {name} to be gone ({left} left); \
-         the object is held until they are"
-    )]
-    DeletingChildren {
-        kind: String,
-        name: String,
-        left: usize,
-    },
+    /// khai deletes the children itself and has not finished.
+    #[error("{0}; the object is held until then")]
+    DeletingChildren(crate::apply::Progress),
     /// The finalizer helper refused the object (no name; an invalid finalizer name).
     #[error("{0}")]
     Finalizer(String),
@@ -99,7 +92,7 @@ pub(crate) fn result_label(result: &Result<Action, ReconcileError>) -> &'static 
 /// `Ready=False` condition. Failures to report are logged, never fatal.
 pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &ReconcileError) {
     let message: String = err.to_string().chars().take(1024).collect();
-    if let ReconcileError::DeletingChildren { .. } = err {
+    if let ReconcileError::DeletingChildren(_) = err {
         // Progress, not a failure: the object is on its way out and nobody has to act.
         publish(ctx, obj, EventType::Normal, "DeletingChildren", &message).await;
         return;
