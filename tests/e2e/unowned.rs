@@ -411,3 +411,47 @@ async fn a_child_in_another_namespace_is_tracked_and_only_unowned_children_are_d
         "khai deleted an owned child, which is the garbage collector's"
     );
 }
+
+/// The script's `finalize` runs first: until it returns true, khai deletes no child.
+#[tokio::test]
+async fn finalize_runs_before_khai_deletes_any_child() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "unowned-finalize").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (config, group) = config(dir.path(), "finalize");
+    let script = config.join("scripts/access.rhai");
+    let mut text = std::fs::read_to_string(&script).unwrap();
+    text.push_str("\nfn finalize(obj, ctx) { obj.metadata?.annotations?.release == \"yes\" }\n");
+    std::fs::write(&script, text).unwrap();
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("readaccesses.{group}")).await;
+    let parents = accesses(&client, &ns.name, &group);
+    let child = format!("read-{}-auditors", ns.name);
+    parents
+        .create(&PostParams::default(), &read_access(&group, &["alice"]))
+        .await
+        .unwrap();
+    wait_exists(&bindings(&client), &child, "the ClusterRoleBinding").await;
+    quiet(&khai).await;
+
+    let from = khai.log_len();
+    parents
+        .delete("auditors", &DeleteParams::default())
+        .await
+        .unwrap();
+    khai.wait_for_log(from, "finalize holding the ReadAccess", |l| {
+        l.contains("finalize has not finished yet")
+    })
+    .await;
+    assert!(roles(&client).get_opt(&child).await.unwrap().is_some());
+    assert!(bindings(&client).get_opt(&child).await.unwrap().is_some());
+
+    let release = json!({ "metadata": { "annotations": { "release": "yes" } } });
+    parents
+        .patch("auditors", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
+    wait_until_gone(&parents, "auditors", "the ReadAccess let go").await;
+    assert!(roles(&client).get_opt(&child).await.unwrap().is_none());
+    assert!(bindings(&client).get_opt(&child).await.unwrap().is_none());
+}
