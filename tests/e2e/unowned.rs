@@ -363,7 +363,8 @@ async fn a_child_in_another_namespace_is_tracked_and_only_unowned_children_are_d
     let there = TestNamespace::new(&client, "mirror-to").await;
     let group = "mirror.unowned.khai.dev";
     let dir = mirror_operator(group);
-    let _khai = Khai::start(dir.path(), &here.name, &["--namespace", &there.name]);
+    let args = ["--namespace", there.name.as_str()];
+    let khai = Khai::start(dir.path(), &here.name, &args);
     crate::support::wait_for_crd(&client, &format!("mirrors.{group}")).await;
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Mirror"), "mirrors");
@@ -402,6 +403,26 @@ async fn a_child_in_another_namespace_is_tracked_and_only_unowned_children_are_d
         |o: Option<&DynamicObject>| o.is_some_and(|o| o.uid() != first),
     )
     .await;
+
+    // A restart over the steady Mirror writes nothing in either namespace.
+    quiet(&khai).await;
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+    let restarted = audit::mark();
+    let khai = Khai::start(dir.path(), &here.name, &args);
+    khai.wait_for_log(0, "the Mirror reconciled after the restart", |l| {
+        l.contains(" reconciled") && l.contains("name=m")
+    })
+    .await;
+    quiet(&khai).await;
+    let w = audit::writes(restarted, |e| {
+        let ns = &e["objectRef"]["namespace"];
+        *ns == here.name.as_str() || *ns == there.name.as_str()
+    });
+    assert!(
+        w.is_empty(),
+        "restarting khai over a steady Mirror wrote {w:?}"
+    );
 
     parents.delete("m", &DeleteParams::default()).await.unwrap();
     wait_until_gone(&parents, "m", "the Mirror let go").await;
