@@ -167,6 +167,11 @@ pub(crate) fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: A
     };
     let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));
     crate::metrics::queue_retry(&ctx.spec.controller);
-    tracing::warn!(error = %err, retry_in = ?delay, "reconcile failed");
+    if let ReconcileError::DeletingChildren(progress) = err {
+        // Progress on the way out, not a failure; the child's deletion re-triggers it sooner.
+        tracing::info!(%progress, retry_in = ?delay, "deleting children");
+    } else {
+        tracing::warn!(error = %err, retry_in = ?delay, "reconcile failed");
+    }
     Action::requeue(delay)
 }
