@@ -8,18 +8,26 @@
 //! so a field dropped from the desired object still counts as a change) nothing is sent. Status is
 //! compared the same way, so a steady-state reconcile makes no write at all.
 //!
-//! Pruning only ever deletes an object that carries both this parent's controller ownerReference
-//! and its owner label, and only with a uid precondition: nothing khai did not create is touched.
+//! A child that cannot carry an ownerReference (a cluster-scoped child of a namespaced parent, a
+//! child in another namespace), allowed by the controller's `unowned_children`, names its parent
+//! in an annotation instead ([`crate::watch::ownership`]); khai prunes it like any other and
+//! deletes it itself when the parent goes ([`Applier::delete_children`]).
+//!
+//! Pruning only ever deletes an object that carries this parent's owner label and either its
+//! controller ownerReference or khai's unowned-child annotation, and only with a uid
+//! precondition: nothing khai did not create is touched.
 
 mod compare;
+mod delete;
 mod hash;
 mod owner;
 
 use compare::{as_stored, difference};
 pub use compare::{is_subset, status_differs};
+pub use delete::Progress;
 use hash::{content_hash, status_hash};
-pub use owner::{APPLIED_HASH, OWNER_LABEL};
-use owner::{applied_by, own};
+pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
+use owner::{Mark, applied_by, own};
 
 use crate::client::ApiError;
 use crate::reconcile::Plan;
@@ -27,7 +35,7 @@ use crate::reconcile::children::{self, ChildKey, Parent};
 use crate::sync::lock;
 use crate::watch::{self, Informer, Kind, Slot};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
@@ -61,6 +69,31 @@ pub enum Error {
         #[source]
         source: ApiError,
     },
+}
+
+/// How a controller's children are owned and deleted (its `unowned_children` and
+/// `delete_children`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Children that cannot carry an ownerReference are allowed, marked by label and annotation.
+    pub unowned: bool,
+    /// khai deletes the children when the parent goes, in reverse order of the plan.
+    pub ordered: bool,
+}
+
+impl Policy {
+    /// The policy a `[[controller]]` entry asks for.
+    pub fn of(ctl: &crate::config::model::Controller) -> Self {
+        Self {
+            unowned: ctl.unowned_children,
+            ordered: ctl.delete_children == crate::config::model::DeleteChildren::Ordered,
+        }
+    }
+
+    /// Whether khai deletes children itself when the parent goes, and so needs its finalizer.
+    pub fn deletes_children(&self) -> bool {
+        self.unowned || self.ordered
+    }
 }
 
 /// What applying a plan did, for logs and metrics.
@@ -150,6 +183,7 @@ impl Applier {
         parent_kind: &Kind,
         plan: &Plan,
         caches: Caches<'_>,
+        policy: Policy,
     ) -> Result<Outcome, Error> {
         let mut resolved = HashMap::new();
         for child in &plan.children {
@@ -162,33 +196,36 @@ impl Applier {
         }
         let mut desired = plan.children.clone();
         let name = parent.name_any();
+        let parent_ns = parent.namespace().filter(|_| parent_kind.namespaced);
         let placed = children::place(
             &mut desired,
             Parent {
                 group: &parent_kind.resource.group,
                 kind: &parent_kind.resource.kind,
                 name: &name,
-                namespace: parent
-                    .namespace()
-                    .as_deref()
-                    .filter(|_| parent_kind.namespaced),
+                namespace: parent_ns.as_deref(),
             },
             &PlanKinds {
                 resolved: resolved.clone(),
                 owned: caches.owned,
             },
             caches.namespaces,
+            policy.unowned,
         )?;
         let mut outcome = Outcome::default();
         // A child the API server refuses (a terminating namespace, an invalid name) fails the
         // reconcile, but only after its siblings have been applied: one bad child must not
         // hold back the others. Pruning and status wait for a plan carried out in full.
         let mut failed = None;
-        for (child, key) in desired.into_iter().zip(&placed) {
+        for (index, (child, key)) in desired.into_iter().zip(&placed).enumerate() {
             let kind = &resolved[&(key.0.clone(), key.1.clone())];
             let cache = caches.owned_informer(kind, key.2.as_deref());
+            let mark = Mark {
+                unowned: children::unowned(parent_ns.as_deref(), key),
+                order: policy.ordered.then_some(index + 1),
+            };
             match self
-                .apply_child(parent, parent_kind, child, key, kind, cache)
+                .apply_child(parent, parent_kind, child, key, kind, cache, mark)
                 .await
             {
                 Ok(true) => outcome.children_applied += 1,
@@ -248,30 +285,9 @@ impl Applier {
                 if !applied_by(&child, &uid) || wanted.contains(&id) {
                     continue;
                 }
-                let api = watch::api(&self.client, &inf.kind, ns.as_deref());
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: child.uid(),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::background()
-                };
-                match api.delete(&name, &dp).await.map_err(ApiError::from) {
-                    Ok(_) => {
-                        pruned += 1;
-                        tracing::info!(child.kind = %inf.kind.resource.kind, child.name = %name, "pruned child no longer desired");
-                    }
-                    // Already gone, or replaced by a different object of the same name: not ours.
-                    Err(e) if matches!(e.code(), Some(404 | 409)) => {
-                        tracing::debug!(child.kind = %inf.kind.resource.kind, child.name = %name, reason = %e, "child to prune was already gone or replaced");
-                    }
-                    Err(source) => {
-                        return Err(Error::Prune {
-                            kind: inf.kind.resource.kind.clone(),
-                            name,
-                            source,
-                        });
-                    }
+                if self.delete_child(inf, &child).await? {
+                    pruned += 1;
+                    tracing::info!(child.kind = %inf.kind.resource.kind, child.name = %name, "pruned child no longer desired");
                 }
             }
         }
@@ -296,6 +312,7 @@ impl Applier {
 
     /// Applies one placed child unless the cache shows it already as desired. Returns whether a
     /// request was sent.
+    #[allow(clippy::too_many_arguments)] // one child: what it is, where it goes, how it is marked
     async fn apply_child(
         &self,
         parent: &DynamicObject,
@@ -304,9 +321,10 @@ impl Applier {
         key: &ChildKey,
         kind: &Kind,
         cache: Option<&Arc<Informer>>,
+        mark: Mark,
     ) -> Result<bool, Error> {
         let (_, kind_name, ns, name) = key;
-        own(&mut child, parent, parent_kind);
+        own(&mut child, parent, parent_kind, mark);
         let cached = cache.and_then(|i| {
             let r = ObjectRef::new_with(name, kind.resource.clone());
             i.store().get(&match ns {
@@ -458,7 +476,7 @@ mod tests {
                 namespaces: &[],
             };
             let err = applier
-                .apply(&parent, &app, &plan, caches)
+                .apply(&parent, &app, &plan, caches, Policy::default())
                 .await
                 .unwrap_err();
             assert!(
@@ -500,7 +518,7 @@ mod tests {
                 "{log}"
             );
             assert!(
-                log.contains("child to prune was already gone or replaced"),
+                log.contains("child to delete was already gone or replaced"),
                 "{log}"
             );
             assert!(

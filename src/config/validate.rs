@@ -43,6 +43,24 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<Vec<Diagnostic>
         if ctl.script.as_os_str().is_empty() {
             report(&at("script"), "must name a Rhai script".into());
         }
+        if ctl.owns.is_empty() {
+            if ctl.unowned_children {
+                report(
+                    &at("unowned_children"),
+                    "the controller owns no kinds, so it has no children; list their kinds in \
+                     `owns`"
+                        .into(),
+                );
+            }
+            if ctl.delete_children == crate::config::model::DeleteChildren::Ordered {
+                report(
+                    &at("delete_children"),
+                    "the controller owns no kinds, so it has no children to delete in order; \
+                     list their kinds in `owns`"
+                        .into(),
+                );
+            }
+        }
     }
 
     webhook::check(model, &mut report);
@@ -201,6 +219,19 @@ mod tests {
             handler("event", "function = \"f\"\n")
         );
         assert_eq!(check(&apart), "");
+    }
+
+    /// Issue 14: the children options of a controller that owns nothing are errors at their line.
+    #[test]
+    fn children_options_without_owned_kinds_are_errors_at_their_line() {
+        let src = "[[controller]]\nfor = \"v1/ConfigMap\"\nscript = \"c.rhai\"\nunowned_children = true\ndelete_children = \"ordered\"\n";
+        assert_eq!(
+            check(src),
+            "operator.toml:4:20: controller[0].unowned_children: the controller owns no kinds, so \
+             it has no children; list their kinds in `owns`\n\
+             operator.toml:5:19: controller[0].delete_children: the controller owns no kinds, so \
+             it has no children to delete in order; list their kinds in `owns`"
+        );
     }
 
     #[test]

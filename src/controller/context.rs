@@ -32,6 +32,9 @@ pub(crate) struct Ctx {
     /// Objects on their way out whose finalizer this controller has let go of (by uid): a
     /// reconcile from a cache that does not show that yet must not clean them up again.
     pub released: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Objects on their way out whose `finalize` has returned true while khai still deletes
+    /// their children (by uid), so it is not called again at each step.
+    pub finalized: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The handlers, timers and daemons of the controller's kind, and the config's indexes.
@@ -67,6 +70,8 @@ pub(crate) struct Spec {
     pub manage_status: bool,
     /// `[params]` of the config.
     pub params: Value,
+    /// How its children are owned and deleted (`unowned_children`, `delete_children`).
+    pub children: crate::apply::Policy,
     /// What calls of its scripts about its objects may do beyond computing (`k8s::…`,
     /// `http::…`), and how much.
     pub effects: Arc<crate::effects::Effects>,
@@ -111,6 +116,7 @@ impl Ctx {
         self.backoff.succeed(&key);
         self.spin.forget(&key);
         crate::sync::lock(&self.released).remove(&key);
+        crate::sync::lock(&self.finalized).remove(&key);
         crate::handler::memos().forget(&key);
         if let Some(h) = &self.beside.handlers {
             h.forget(&key);

@@ -150,6 +150,7 @@ pub(crate) async fn prepare(
             beside: group.map(|g| g.start(op)),
             indexes: indexes.clone(),
             extra: beside::fingerprint(op),
+            all_or_each: &all_or_each,
         };
         if kinds.primary.namespaced {
             for ns in &all_or_each {
@@ -253,6 +254,8 @@ struct Env<'a> {
     indexes: Option<Arc<crate::handler::index::IndexSet>>,
     /// What else the fingerprint covers: the handler, timer, daemon and index entries.
     extra: u64,
+    /// Every watched namespace (`[None]`: all of them).
+    all_or_each: &'a [Option<String>],
 }
 
 impl Env<'_> {
@@ -285,11 +288,23 @@ impl Env<'_> {
         };
         let spread = place.spread();
         let primary = informers.filtered(kind, primary_ns, &filter);
-        let owned: Vec<_> = kinds
+        // Unowned children may live in any watched namespace, not only their parent's.
+        let children_spread = if ctl.unowned_children {
+            self.all_or_each.iter().map(Option::as_deref).collect()
+        } else {
+            spread.clone()
+        };
+        let mut owned: Vec<Arc<Informer>> = Vec::new();
+        for inf in kinds
             .owned
             .iter()
-            .flat_map(|o| spread.iter().map(|ns| informers.informer(o, *ns)))
-            .collect();
+            .flat_map(|o| children_spread.iter().map(|ns| informers.informer(o, *ns)))
+        {
+            // A cluster-scoped kind has one informer, whatever the namespace asked for.
+            if !owned.iter().any(|o| Arc::ptr_eq(o, &inf)) {
+                owned.push(inf);
+            }
+        }
         let related: Vec<_> = kinds
             .watched
             .iter()
@@ -317,6 +332,7 @@ impl Env<'_> {
                 kind: kind.clone(),
                 manage_status,
                 params: Value::Object(model.params.clone()),
+                children: crate::apply::Policy::of(ctl),
                 effects: Arc::new(crate::effects::Effects::new(
                     tokio::runtime::Handle::current(),
                     crate::effects::Budget::default(),
@@ -337,6 +353,7 @@ impl Env<'_> {
             spin: Default::default(),
             pending: queue::Pending::new(&name),
             released: Default::default(),
+            finalized: Default::default(),
             beside: Beside {
                 handlers: self.beside.as_ref().and_then(|(h, _)| h.clone()),
                 clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),

@@ -2,9 +2,9 @@
 //! its plan carried out, or (for an object on its way out) `finalize` until it lets go.
 
 use super::context::Ctx;
-use super::prepare::FINALIZE;
 use super::report::{ReconcileError, object_span, publish, report_failure, result_label};
 use super::spin::{Recorded, Verdict};
+use crate::apply::Progress;
 use crate::handler::{Handled, Turn};
 use crate::reconcile::conditions::{self, Health};
 use crate::script::object_view;
@@ -61,7 +61,10 @@ pub(crate) async fn reconcile_one(
                 }
             }
         }
+        // khai deleting children itself (unowned ones, or in order) holds the object with its
+        // finalizer too: it is what makes a parent deleted while khai was down wait for khai.
         let needs_finalizer = ctx.spec.finalize.is_some()
+            || ctx.spec.children.deletes_children()
             || ctx
                 .beside
                 .handlers
@@ -300,7 +303,13 @@ async fn apply(
     let outcome = ctx
         .services
         .applier
-        .apply(obj, &ctx.spec.kind, &plan, ctx.caches.for_apply())
+        .apply(
+            obj,
+            &ctx.spec.kind,
+            &plan,
+            ctx.caches.for_apply(),
+            ctx.spec.children,
+        )
         .await?;
     crate::metrics::applied(
         &ctx.spec.controller,
@@ -352,7 +361,9 @@ async fn release_finalizers(
 }
 
 /// The deletion path: the delete handlers until all are done, the daemons stopped, then
-/// `finalize` until it returns true; the finalizer is then removed.
+/// `finalize` until it returns true, then the children khai deletes itself (its unowned
+/// children, or all of them in reverse order of the plan) until they are gone; the finalizer is
+/// then removed.
 async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
     if let Some(h) = &ctx.beside.handlers
         && h.hold_deletion()
@@ -369,21 +380,35 @@ async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileErro
         let mut handled = Handled::default();
         c.run(&t, &mut handled).await;
     }
-    if ctx.spec.finalize.is_none() {
+    let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    if let Some(function) = &ctx.spec.finalize
+        && !crate::sync::lock(&ctx.finalized).contains(&key)
+    {
+        let done = ctx
+            .spec
+            .script
+            .call_async(function, object_view(obj)?, ctx.script_ctx(obj))
+            .await
+            .map_err(|e| ReconcileError::Plan(e.into()))?;
+        if done != Value::Bool(true) {
+            return Err(ReconcileError::NotFinalized {
+                function: function.clone(),
+            });
+        }
+        tracing::info!("finalized");
+        crate::sync::lock(&ctx.finalized).insert(key);
+    }
+    if !ctx.spec.children.deletes_children() {
         return Ok(Action::await_change());
     }
-    let function = ctx.spec.finalize.clone().unwrap_or_else(|| FINALIZE.into());
-    let done = ctx
-        .spec
-        .script
-        .call_async(&function, object_view(obj)?, ctx.script_ctx(obj))
-        .await
-        .map_err(|e| ReconcileError::Plan(e.into()))?;
-    if done == Value::Bool(true) {
-        tracing::info!("finalized");
-        Ok(Action::await_change())
-    } else {
-        Err(ReconcileError::NotFinalized { function })
+    match ctx
+        .services
+        .applier
+        .delete_children(obj, &ctx.caches.owned, ctx.spec.children)
+        .await?
+    {
+        Progress::Done => Ok(Action::await_change()),
+        waiting => Err(ReconcileError::DeletingChildren(waiting)),
     }
 }
 
@@ -433,6 +458,7 @@ mod tests {
                 annotations: Vec::new(),
                 manage_status: false,
                 params: json!({}),
+                children: Default::default(),
                 effects: Arc::new(crate::effects::Effects::new(
                     tokio::runtime::Handle::current(),
                     crate::effects::Budget::default(),
@@ -466,6 +492,7 @@ mod tests {
             pending: crate::queue::Pending::new("widgets"),
             beside: Beside::default(),
             released: Default::default(),
+            finalized: Default::default(),
         }
     }
 

@@ -37,6 +37,9 @@ pub enum ReconcileError {
     HandlerStatus(#[source] crate::client::ApiError),
     #[error("delete handlers have not all finished yet; the object is held until they do")]
     DeleteHandlersPending,
+    /// khai deletes the children itself and has not finished.
+    #[error("{0}; the object is held until then")]
+    DeletingChildren(crate::apply::Progress),
     /// The finalizer helper refused the object (no name; an invalid finalizer name).
     #[error("{0}")]
     Finalizer(String),
@@ -89,6 +92,11 @@ pub(crate) fn result_label(result: &Result<Action, ReconcileError>) -> &'static 
 /// `Ready=False` condition. Failures to report are logged, never fatal.
 pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &ReconcileError) {
     let message: String = err.to_string().chars().take(1024).collect();
+    if let ReconcileError::DeletingChildren(_) = err {
+        // Progress, not a failure: the object is on its way out and nobody has to act.
+        publish(ctx, obj, EventType::Normal, "DeletingChildren", &message).await;
+        return;
+    }
     let reason = match err.script_error() {
         Some(ScriptError::Retry { .. }) => "RetryRequested",
         Some(ScriptError::Fail { .. }) => "Failed",
@@ -159,6 +167,11 @@ pub(crate) fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: A
     };
     let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));
     crate::metrics::queue_retry(&ctx.spec.controller);
-    tracing::warn!(error = %err, retry_in = ?delay, "reconcile failed");
+    if let ReconcileError::DeletingChildren(progress) = err {
+        // Progress on the way out, not a failure; the child's deletion re-triggers it sooner.
+        tracing::info!(%progress, retry_in = ?delay, "deleting children");
+    } else {
+        tracing::warn!(error = %err, retry_in = ?delay, "reconcile failed");
+    }
     Action::requeue(delay)
 }

@@ -10,7 +10,7 @@
 //! | server-side apply of children, pruning | create, patch, delete on owned kinds |
 //! | `.status` of a CRD kind with status | patch on `<plural>/status` |
 //! | owner references with `blockOwnerDeletion` | update on `<plural>/finalizers` |
-//! | the finalizer JSON patch, when the script defines `finalize` | patch on the primary |
+//! | the finalizer JSON patch, when the script defines `finalize` or khai deletes children itself (`unowned_children`, `delete_children = "ordered"`) | patch on the primary |
 //! | Events (`events.k8s.io`) | create, patch |
 //! | leader election on a Lease in khai's own namespace | get, create, update |
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name |
@@ -183,7 +183,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         if primary.status {
             grant(&primary, &format!("{}/status", primary.plural), &["patch"]);
         }
-        if input.finalizes.get(i).copied().unwrap_or(false) {
+        if input.finalizes.get(i).copied().unwrap_or(false) || ctl.deletes_children() {
             grant(&primary, &primary.plural, &["patch"]);
         }
         if !ctl.owns.is_empty() {
@@ -464,6 +464,25 @@ script = "h.rhai"
             rule(&p.cluster, "examples.khai.dev", "hellos"),
             ["get", "list", "patch", "watch"]
         );
+    }
+
+    /// Issue 14: khai deleting children itself holds the object with its finalizer, without
+    /// `finalize` in the script.
+    #[test]
+    fn deleting_children_itself_grants_patch_on_the_primary() {
+        for option in ["unowned_children = true", "delete_children = \"ordered\""] {
+            let src = HELLO.replace(
+                "script = \"h.rhai\"",
+                &format!("script = \"h.rhai\"\n{option}"),
+            );
+            let model = parse(Path::new("operator.toml"), &src).unwrap();
+            let p = input(&model, false, &[]);
+            assert_eq!(
+                rule(&p.cluster, "examples.khai.dev", "hellos"),
+                ["get", "list", "patch", "watch"],
+                "{option}"
+            );
+        }
     }
 
     #[test]

@@ -51,8 +51,16 @@ pub fn owners(sub: Subscription, parent: Kind) -> impl Stream<Item = Ref> + Send
 
 /// Maps a child to the parent of kind `parent` that controls it, if any. A namespaced parent
 /// is in its child's namespace; a cluster-scoped one in none, whichever namespace the child is in.
+/// An unowned child khai marked names its parent, namespace included, in an annotation
+/// ([`crate::watch::ownership`]).
 pub fn controller_of(child: &DynamicObject, parent: &Kind) -> Option<Ref> {
     let r = &parent.resource;
+    if let Some(p) = crate::watch::ownership::unowned_parent(child) {
+        if p.kind != r.kind || p.group != r.group {
+            return None;
+        }
+        return Some(parent_ref(parent, &p.name, p.namespace));
+    }
     let owner = child.owner_references().iter().find(|o| {
         o.controller == Some(true)
             && o.kind == r.kind
@@ -371,6 +379,27 @@ mod tests {
             (r.name.as_str(), r.namespace.as_deref()),
             ("mine", Some("ns"))
         );
+    }
+
+    /// Issue 14: a cluster-scoped child of a namespaced parent carries no ownerReference; its
+    /// changes still reach the parent its annotation names, in the parent's namespace.
+    #[test]
+    fn an_unowned_child_maps_to_the_parent_its_annotation_names() {
+        use crate::watch::ownership::{OWNER_LABEL, PARENT_ANNOTATION};
+        let child = |annotation: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": { "name": "c", "labels": { OWNER_LABEL: "2" },
+                    "annotations": { PARENT_ANNOTATION: annotation } },
+            }))
+            .unwrap()
+        };
+        let r = controller_of(&child("x.dev/App/team/p"), &parent()).unwrap();
+        assert_eq!(
+            (r.name.as_str(), r.namespace.as_deref()),
+            ("p", Some("team"))
+        );
+        assert!(controller_of(&child("other.dev/App/team/p"), &parent()).is_none());
     }
 
     /// Issue 11: a cluster-scoped parent with children in three namespaces was queued once per

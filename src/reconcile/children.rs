@@ -8,7 +8,9 @@
 //!   neither skip unchanged writes nor prune it;
 //! - a cluster-scoped child of a namespaced parent, or a child in another namespace than its
 //!   namespaced parent: the API server accepts the ownerReference but garbage collection ignores
-//!   it, so the child would never be cleaned up;
+//!   it, so the child would never be cleaned up; unless the controller sets `unowned_children`,
+//!   and then khai marks such a child with its owner label instead and cleans it up itself
+//!   ([`unowned`]);
 //! - a namespaced child of a cluster-scoped parent that names no namespace (there is no "parent's
 //!   namespace" to put it in), or one in a namespace khai does not watch;
 //! - a child that is its own parent, or the same object listed twice.
@@ -48,15 +50,25 @@ pub struct Invalid {
     pub problem: String,
 }
 
+/// Whether a placed child of a parent in `parent_namespace` (`None`: cluster-scoped) cannot
+/// carry an ownerReference to it: a cluster-scoped child or one in another namespace than its
+/// namespaced parent.
+pub fn unowned(parent_namespace: Option<&str>, key: &ChildKey) -> bool {
+    parent_namespace.is_some_and(|p| key.2.as_deref() != Some(p))
+}
+
 /// Decides the namespace of every child of `parent` (setting `metadata.namespace` on namespaced
 /// children that name none) and refuses the children khai must not apply. `namespaces` are the
-/// namespaces khai watches; empty means all. Children must already have `apiVersion`, `kind`
-/// and `metadata.name` (see [`super::parse_plan`]).
+/// namespaces khai watches; empty means all. `allow_unowned` (the controller's
+/// `unowned_children`) lets through the children that cannot carry an ownerReference.
+/// Children must already have `apiVersion`, `kind` and `metadata.name` (see
+/// [`super::parse_plan`]).
 pub fn place(
     children: &mut [Value],
     parent: Parent<'_>,
     kinds: &dyn Kinds,
     namespaces: &[String],
+    allow_unowned: bool,
 ) -> Result<Vec<ChildKey>, Invalid> {
     let mut placed: Vec<ChildKey> = Vec::with_capacity(children.len());
     for (index, child) in children.iter_mut().enumerate() {
@@ -86,14 +98,16 @@ pub fn place(
             kinds.namespaced(&api_version, &kind).unwrap_or(true),
             parent.namespace,
         ) {
-            (false, Some(_)) => {
+            (false, Some(_)) if !allow_unowned => {
                 return Err(refuse(format!(
                     "a namespaced {} cannot own a cluster-scoped object: Kubernetes never \
-                     garbage-collects it through such an ownerReference",
+                     garbage-collects it through such an ownerReference; set \
+                     `unowned_children = true` on the controller to have khai track and delete \
+                     it itself",
                     parent.kind
                 )));
             }
-            (false, None) => {
+            (false, _) => {
                 if written_ns.is_some() {
                     return Err(refuse(format!(
                         "{kind} is cluster-scoped; remove metadata.namespace"
@@ -103,10 +117,18 @@ pub fn place(
             }
             (true, Some(parent_ns)) => {
                 let ns = written_ns.unwrap_or_else(|| parent_ns.to_string());
-                if ns != parent_ns {
+                if ns != parent_ns && !allow_unowned {
                     return Err(refuse(format!(
                         "namespace {ns:?} differs from its owner's {parent_ns:?}; \
-                         ownerReferences cannot cross namespaces"
+                         ownerReferences cannot cross namespaces; set \
+                         `unowned_children = true` on the controller to have khai track and \
+                         delete it itself"
+                    )));
+                }
+                if ns != parent_ns && !namespaces.is_empty() && !namespaces.contains(&ns) {
+                    return Err(refuse(format!(
+                        "namespace {ns:?} is not watched by khai (it watches {})",
+                        namespaces.join(", ")
                     )));
                 }
                 Some(ns)
@@ -210,7 +232,7 @@ mod tests {
     fn problem(children: Vec<Value>, parent: Parent<'_>, namespaces: &[&str]) -> String {
         let ns: Vec<String> = namespaces.iter().map(|s| s.to_string()).collect();
         let mut children = children;
-        place(&mut children, parent, &Table, &ns)
+        place(&mut children, parent, &Table, &ns, false)
             .expect_err("refused")
             .to_string()
     }
@@ -221,7 +243,7 @@ mod tests {
             child("ConfigMap", "a", None),
             child("ConfigMap", "b", Some("team")),
         ];
-        let keys = place(&mut c, NAMESPACED, &Table, &[]).unwrap();
+        let keys = place(&mut c, NAMESPACED, &Table, &[], false).unwrap();
         assert_eq!(c[0]["metadata"]["namespace"], "team");
         assert_eq!(keys[1].2.as_deref(), Some("team"));
     }
@@ -233,10 +255,38 @@ mod tests {
             child("ConfigMap", "a", Some("two")),
             child("ClusterRole", "r", None),
         ];
-        let keys = place(&mut c, CLUSTER, &Table, &[]).unwrap();
+        let keys = place(&mut c, CLUSTER, &Table, &[], false).unwrap();
         assert_eq!(
             keys.iter().map(|k| k.2.clone()).collect::<Vec<_>>(),
             [Some("one".into()), Some("two".into()), None]
+        );
+    }
+
+    /// Issue 14: with `unowned_children`, a namespaced parent's cluster-scoped children and
+    /// children in other (watched) namespaces are placed, and known as unowned.
+    #[test]
+    fn unowned_children_are_placed_when_the_controller_allows_them() {
+        let mut c = vec![
+            child("ClusterRole", "r", None),
+            child("ConfigMap", "c", Some("other")),
+            child("ConfigMap", "c", None),
+        ];
+        let keys = place(&mut c, NAMESPACED, &Table, &[], true).unwrap();
+        let unowned: Vec<bool> = keys.iter().map(|k| unowned(Some("team"), k)).collect();
+        assert_eq!(unowned, [true, true, false]);
+        assert_eq!(keys[0].2, None);
+        assert!(keys.iter().all(|k| !super::unowned(None, k)));
+        let mut c = vec![child("ConfigMap", "c", Some("elsewhere"))];
+        let err = place(&mut c, NAMESPACED, &Table, &["team".into()], true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "children[0] (ConfigMap c): namespace \"elsewhere\" is not watched by khai (it watches team)"
+        );
+        let mut c = vec![child("ClusterRole", "r", Some("team"))];
+        let err = place(&mut c, NAMESPACED, &Table, &[], true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "children[0] (ClusterRole r): ClusterRole is cluster-scoped; remove metadata.namespace"
         );
     }
 
@@ -254,13 +304,16 @@ mod tests {
                 vec![child("ClusterRole", "r", None)],
                 NAMESPACED,
                 &[],
-                "children[0] (ClusterRole r): a namespaced App cannot own a cluster-scoped object",
+                "children[0] (ClusterRole r): a namespaced App cannot own a cluster-scoped object: \
+                 Kubernetes never garbage-collects it through such an ownerReference; set \
+                 `unowned_children = true` on the controller",
             ),
             (
                 vec![child("ConfigMap", "c", Some("other"))],
                 NAMESPACED,
                 &[],
-                "children[0] (ConfigMap c): namespace \"other\" differs from its owner's \"team\"",
+                "children[0] (ConfigMap c): namespace \"other\" differs from its owner's \"team\"; \
+                 ownerReferences cannot cross namespaces; set `unowned_children = true`",
             ),
             (
                 vec![child("ConfigMap", "c", None)],

@@ -220,6 +220,7 @@ fn placed(
         },
         &kinds,
         &model.operator.namespaces,
+        ctl.unowned_children,
     )?;
     Ok(plan)
 }

@@ -7,6 +7,7 @@
 //! API discovery (`ConfigMap`).
 
 pub mod informer;
+pub mod ownership;
 pub mod predicate;
 pub mod subscription;
 

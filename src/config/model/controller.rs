@@ -48,6 +48,28 @@ pub struct Controller {
     /// finalizers and deletion trigger reconciles, the controller's own status writes do not).
     #[serde(default)]
     pub reconcile_on_status: bool,
+    /// Allow children that cannot carry an ownerReference to their parent (a cluster-scoped
+    /// child of a namespaced parent, a child in another namespace): khai tracks them by its
+    /// owner label, prunes them and deletes them when the parent goes, holding the parent with
+    /// its finalizer until it has.
+    #[serde(default)]
+    pub unowned_children: bool,
+    /// Who deletes the children when the parent is deleted.
+    #[serde(default)]
+    pub delete_children: DeleteChildren,
+}
+
+/// `delete_children`: who deletes a parent's children when the parent is deleted.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeleteChildren {
+    /// Kubernetes' garbage collector, through the children's ownerReferences (khai deletes the
+    /// unowned children itself, all at once).
+    #[default]
+    GarbageCollector,
+    /// khai, in reverse order of the plan, each child gone before the one before it is deleted;
+    /// the parent's finalizer goes last.
+    Ordered,
 }
 
 fn default_reconcile() -> String {
@@ -154,5 +176,11 @@ impl Controller {
         self.name
             .clone()
             .unwrap_or_else(|| self.for_kind.kind.to_lowercase())
+    }
+
+    /// Whether khai itself deletes children of this controller when their parent goes, and so
+    /// holds the parent with its finalizer until it has.
+    pub fn deletes_children(&self) -> bool {
+        self.unowned_children || self.delete_children == DeleteChildren::Ordered
     }
 }

@@ -9,7 +9,7 @@ mod controller;
 mod crd;
 mod operator;
 
-pub use controller::{BackoffSettings, Controller, Parents, Watch};
+pub use controller::{BackoffSettings, Controller, DeleteChildren, Parents, Watch};
 pub use crd::{
     ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
     Scale, Scope,

@@ -1,4 +1,5 @@
-//! The cached objects of one informer indexed by their controller owner's uid, so that "the
+//! The cached objects of one informer indexed by their parent's uid (their controller owner's, or
+//! for an unowned child khai marked, its owner label: [`crate::watch::ownership`]), so that "the
 //! children of X" is a lookup rather than a scan of the cache.
 
 use kube::ResourceExt;
@@ -19,15 +20,10 @@ pub(super) struct Controlled {
 }
 
 impl Controlled {
-    /// Records that `obj` is (now) controlled by the owner its ownerReferences name, if any.
+    /// Records that `obj` is (now) the child of the parent it names, if any.
     pub(super) fn update(&mut self, obj: &DynamicObject, deleted: bool) {
         let name = (obj.metadata.namespace.clone(), obj.name_any());
-        let owner = obj
-            .owner_references()
-            .iter()
-            .find(|o| o.controller == Some(true))
-            .map(|o| o.uid.clone())
-            .filter(|_| !deleted);
+        let owner = crate::watch::ownership::owner_uid(obj).filter(|_| !deleted);
         if self.owner.get(&name) == owner.as_ref() {
             return;
         }

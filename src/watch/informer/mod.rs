@@ -130,6 +130,24 @@ impl Informer {
         }
     }
 
+    /// The name of an object khai created (applied while the cache did not have it) that the
+    /// cache does not show yet, if any: a watch lags behind the writes that cause it.
+    pub fn unseen_create(&self) -> Option<String> {
+        let memo = lock(&self.written);
+        memo.iter()
+            .filter(|((_, slot), w)| *slot == Slot::Object && w.from.is_empty())
+            .map(|((name, _), _)| name)
+            .find(|(ns, name)| {
+                let r = ObjectRef::new_with(name, self.kind.resource.clone());
+                let r = match ns {
+                    Some(ns) => r.within(ns),
+                    None => r,
+                };
+                self.store.get(&r).is_none()
+            })
+            .map(|(_, name)| name.clone())
+    }
+
     /// How many writes are remembered, for tests of the memo's bounds.
     pub fn remembered_writes(&self) -> usize {
         lock(&self.written).len()
@@ -178,7 +196,8 @@ impl Informer {
         })
     }
 
-    /// The cached objects whose controller owner has `uid`.
+    /// The cached objects whose parent has `uid`: its controlled children, and the unowned
+    /// children khai marked with its owner label ([`super::ownership`]).
     pub fn controlled_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
         let names: Vec<Name> = read(&self.controlled)
             .children
