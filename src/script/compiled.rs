@@ -159,7 +159,7 @@ impl Script {
         let timeout = effects.map_or(self.timeout, |e| e.budget.time.into());
         let deadline = Instant::now() + timeout;
         DEADLINE.with(|d| d.set(Some(deadline)));
-        let _effects = effects.map(|e| crate::effects::Call::enter(e, deadline));
+        let effects = effects.map(|e| crate::effects::Call::enter(e, deadline, inline::active()));
         memory::begin(self.max_memory);
         let mut scope = rhai::Scope::new();
         let result = self
@@ -167,6 +167,13 @@ impl Script {
             .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
         memory::end();
         DEADLINE.with(|d| d.set(None));
+        if effects
+            .as_ref()
+            .is_some_and(crate::effects::Call::left_inline)
+        {
+            inline::leave();
+        }
+        drop(effects);
         if inline::stopped() {
             // Not the script's error: the call moves to the blocking pool (see `inline`).
             return Ok(serde_json::Value::Null);
@@ -316,7 +323,7 @@ impl Script {
             EvalAltResult::ErrorTooManyOperations(..) => {
                 "script exceeded its operation limit".to_string()
             }
-            EvalAltResult::ErrorRuntime(v, _) => v.to_string(),
+            EvalAltResult::ErrorRuntime(v, _) => thrown(v),
             other => strip_position(&other.to_string()),
         };
         ScriptError::Runtime {
@@ -326,6 +333,14 @@ impl Script {
             message,
         }
     }
+}
+
+/// What a script threw, as its error reads: the `error` line of a map that has one (the value
+/// a failed `k8s::…` call throws), else the value.
+fn thrown(v: &Dynamic) -> String {
+    v.read_lock::<rhai::Map>()
+        .and_then(|m| m.get("error").map(ToString::to_string))
+        .unwrap_or_else(|| v.to_string())
 }
 
 impl Script {

@@ -9,12 +9,12 @@ mod controller;
 mod crd;
 mod operator;
 
-pub use controller::{BackoffSettings, Controller, Parents, Watch};
+pub use controller::{BackoffSettings, Budget, Controller, Parents, Watch};
 pub use crd::{
     ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
     Scale, Scope,
 };
-pub use operator::{OperatorSettings, RbacRule};
+pub use operator::{OperatorSettings, RbacRule, Uses};
 
 use super::kind::KindRef;
 use serde::{Deserialize, Serialize};
