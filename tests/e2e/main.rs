@@ -33,5 +33,6 @@ mod rbac;
 mod reload;
 mod restart;
 mod servers;
+mod side_effects;
 mod webhooks;
 mod workflow;

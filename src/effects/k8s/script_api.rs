@@ -14,97 +14,107 @@
 
 use super::{Op, Target};
 use crate::config::kind::KindRef;
-use rhai::{Dynamic, EvalAltResult, ImmutableString, Map, Module, Position};
+use rhai::{Dynamic, EvalAltResult, ImmutableString, Map, Module, NativeCallContext, Position};
 use serde_json::{Value, json};
 
 type Result<T> = std::result::Result<T, Box<EvalAltResult>>;
 
 /// Registers the `k8s` module.
 pub fn register(engine: &mut rhai::Engine) {
+    type Str = ImmutableString;
+    type Cx<'a> = NativeCallContext<'a>;
     let mut m = Module::new();
-    m.set_native_fn(
-        "get",
-        |kind: ImmutableString, ns: ImmutableString, name: ImmutableString| {
-            run(Op::Get(target_of(&kind, &ns, &name)?))
-        },
-    );
-    m.set_native_fn("get", |kind: ImmutableString, name: ImmutableString| {
-        run(Op::Get(target_of(&kind, "", &name)?))
+    m.set_native_fn("get", |c: Cx, kind: Str, ns: Str, name: Str| {
+        at(
+            &c,
+            target_of(&kind, &ns, &name).and_then(|t| run(Op::Get(t))),
+        )
     });
-    m.set_native_fn("list", |kind: ImmutableString| list(&kind, &Map::new()));
-    m.set_native_fn("list", |kind: ImmutableString, opts: Map| {
-        list(&kind, &opts)
+    m.set_native_fn("get", |c: Cx, kind: Str, name: Str| {
+        at(
+            &c,
+            target_of(&kind, "", &name).and_then(|t| run(Op::Get(t))),
+        )
     });
-    m.set_native_fn("create", |obj: Map| {
-        let (t, o) = object(obj)?;
-        run(Op::Create(t, o))
+    m.set_native_fn("list", |c: Cx, kind: Str| at(&c, list(&kind, &Map::new())));
+    m.set_native_fn("list", |c: Cx, kind: Str, opts: Map| {
+        at(&c, list(&kind, &opts))
     });
-    m.set_native_fn("apply", |obj: Map| {
-        let (t, o) = object(obj)?;
-        run(Op::Apply(t, o))
+    m.set_native_fn("create", |c: Cx, obj: Map| {
+        at(&c, object(obj).and_then(|(t, o)| run(Op::Create(t, o))))
+    });
+    m.set_native_fn("apply", |c: Cx, obj: Map| {
+        at(&c, object(obj).and_then(|(t, o)| run(Op::Apply(t, o))))
     });
     for (name, status) in [("patch", false), ("patch_status", true)] {
-        m.set_native_fn(name, move |obj: Map, patch: Dynamic| {
-            let (target, _) = object(obj)?;
-            run(Op::Patch {
-                target,
-                patch: json_of(&patch)?,
-                status,
-            })
-        });
-        m.set_native_fn(
-            name,
-            move |kind: ImmutableString,
-                  ns: ImmutableString,
-                  n: ImmutableString,
-                  patch: Dynamic| {
+        m.set_native_fn(name, move |c: Cx, obj: Map, patch: Dynamic| {
+            let op = |target| {
                 run(Op::Patch {
-                    target: target_of(&kind, &ns, &n)?,
+                    target,
                     patch: json_of(&patch)?,
                     status,
                 })
+            };
+            at(&c, object(obj).and_then(|(t, _)| op(t)))
+        });
+        m.set_native_fn(
+            name,
+            move |c: Cx, kind: Str, ns: Str, n: Str, patch: Dynamic| {
+                let op = |target| {
+                    run(Op::Patch {
+                        target,
+                        patch: json_of(&patch)?,
+                        status,
+                    })
+                };
+                at(&c, target_of(&kind, &ns, &n).and_then(op))
             },
         );
     }
-    m.set_native_fn("delete", |obj: Map| delete(object(obj)?.0, &Map::new()));
-    m.set_native_fn("delete", |obj: Map, opts: Map| {
-        delete(object(obj)?.0, &opts)
+    m.set_native_fn("delete", |c: Cx, obj: Map| {
+        at(&c, object(obj).and_then(|(t, _)| delete(t, &Map::new())))
     });
-    m.set_native_fn(
-        "delete",
-        |kind: ImmutableString, ns: ImmutableString, name: ImmutableString| {
-            delete(target_of(&kind, &ns, &name)?, &Map::new())
-        },
-    );
-    m.set_native_fn(
-        "delete",
-        |kind: ImmutableString, ns: ImmutableString, name: ImmutableString, opts: Map| {
-            delete(target_of(&kind, &ns, &name)?, &opts)
-        },
-    );
-    m.set_native_fn("label", |obj: Map, labels: Map| {
-        metadata(obj, json!({ "labels": json_of(&Dynamic::from(labels))? }))
+    m.set_native_fn("delete", |c: Cx, obj: Map, opts: Map| {
+        at(&c, object(obj).and_then(|(t, _)| delete(t, &opts)))
     });
-    m.set_native_fn("annotate", |obj: Map, annotations: Map| {
-        metadata(
-            obj,
-            json!({ "annotations": json_of(&Dynamic::from(annotations))? }),
+    m.set_native_fn("delete", |c: Cx, kind: Str, ns: Str, name: Str| {
+        at(
+            &c,
+            target_of(&kind, &ns, &name).and_then(|t| delete(t, &Map::new())),
         )
     });
-    m.set_native_fn("patch_metadata", |obj: Map, patch: Map| {
-        let patch = json_of(&Dynamic::from(patch))?;
-        if let Some(k) = patch
-            .as_object()
-            .and_then(|p| p.keys().find(|k| *k != "labels" && *k != "annotations"))
-        {
-            return Err(bad(format!(
-                "k8s::patch_metadata: patches only labels and annotations, not {k:?}"
-            )));
-        }
-        metadata(obj, patch)
+    m.set_native_fn(
+        "delete",
+        |c: Cx, kind: Str, ns: Str, name: Str, opts: Map| {
+            at(
+                &c,
+                target_of(&kind, &ns, &name).and_then(|t| delete(t, &opts)),
+            )
+        },
+    );
+    m.set_native_fn("label", |c: Cx, obj: Map, labels: Map| {
+        at(&c, metadata(obj, "labels", labels))
     });
-    m.set_native_fn("adopt", |obj: Map, owner: Map| adopt(obj, owner));
+    m.set_native_fn("annotate", |c: Cx, obj: Map, annotations: Map| {
+        at(&c, metadata(obj, "annotations", annotations))
+    });
+    m.set_native_fn("patch_metadata", |c: Cx, obj: Map, patch: Map| {
+        at(&c, patch_metadata(obj, patch))
+    });
+    m.set_native_fn("adopt", |c: Cx, obj: Map, owner: Map| {
+        at(&c, adopt(obj, owner))
+    });
     engine.register_static_module("k8s", m.into());
+}
+
+/// `r`, its error placed at the script's call (errors raised in a function have no position).
+fn at(c: &NativeCallContext, r: Result<Dynamic>) -> Result<Dynamic> {
+    r.map_err(|mut e| {
+        if e.position().is_none() {
+            e.set_position(c.call_position());
+        }
+        e
+    })
 }
 
 fn run(op: Op) -> Result<Dynamic> {
@@ -252,7 +262,25 @@ fn delete(target: Target, opts: &Map) -> Result<Dynamic> {
     })
 }
 
-fn metadata(obj: Map, patch: Value) -> Result<Dynamic> {
+fn metadata(obj: Map, field: &str, values: Map) -> Result<Dynamic> {
+    let patch = json!({ field: json_of(&Dynamic::from(values))? });
+    patch_object_metadata(obj, patch)
+}
+
+fn patch_metadata(obj: Map, patch: Map) -> Result<Dynamic> {
+    let patch = json_of(&Dynamic::from(patch))?;
+    if let Some(k) = patch
+        .as_object()
+        .and_then(|p| p.keys().find(|k| *k != "labels" && *k != "annotations"))
+    {
+        return Err(bad(format!(
+            "k8s::patch_metadata: patches only labels and annotations, not {k:?}"
+        )));
+    }
+    patch_object_metadata(obj, patch)
+}
+
+fn patch_object_metadata(obj: Map, patch: Value) -> Result<Dynamic> {
     let (target, _) = object(obj)?;
     run(Op::Patch {
         target,

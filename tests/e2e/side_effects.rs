@@ -1,0 +1,272 @@
+//! End to end against a real kube-apiserver: scripts' side effects through the `k8s` module
+//! (every verb, the error values a script catches, the message of one it does not), budgets,
+//! the client rate limit, and inline attempts that leave for the pool before their first call.
+
+use crate::support::{Khai, TestNamespace, audit, configmaps, wait_for};
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::json;
+use tempfile::TempDir;
+
+/// An operator with a namespaced `Widget` (whose controller runs `script`) and a `Gadget` with a
+/// status, in `group`; `extra` is appended to the `[[controller]]` table, `operator` to
+/// `[operator]`.
+fn operator(group: &str, script: &str, operator: &str, extra: &str) -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "fx-{tag}"
+{operator}
+
+[[crd]]
+group = "{group}"
+kind = "Widget"
+versions = ["v1"]
+spec.message = {{ type = "string", default = "ok" }}
+status.phase = {{ type = "string" }}
+
+[[crd]]
+group = "{group}"
+kind = "Gadget"
+versions = ["v1"]
+spec.size = {{ type = "integer", default = 1 }}
+status.note = {{ type = "string" }}
+
+[[controller]]
+for = "Widget"
+script = "widget.rhai"
+{extra}
+"#,
+        tag = group.split('.').next().unwrap_or("x"),
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script).unwrap();
+    dir
+}
+
+fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
+    crate::support::custom_api(client, ns, group, "Widget", "widgets")
+}
+
+async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str, message: &str) {
+    crate::support::wait_for_crd(&api.clone().into_client(), &format!("widgets.{group}")).await;
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": name }, "spec": { "message": message },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create widget {name}: {e}"));
+}
+
+fn phase(o: &DynamicObject) -> String {
+    o.data["status"]["phase"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Every verb and every error value, each result written into the status as `verb:result`.
+const EVERY_VERB: &str = r#"
+fn reconcile(obj, ctx) {
+    let ns = obj.metadata.namespace;
+    let out = [];
+    out.push("get-missing:" + type_of(k8s::get("v1/ConfigMap", ns, "absent")));
+    try { k8s::delete("v1/ConfigMap", ns, "made"); } catch (e) { out.push("cleanup:" + e.reason); }
+    let made = k8s::create(#{ apiVersion: "v1", kind: "ConfigMap",
+                              metadata: #{ name: "made", namespace: ns }, data: #{ a: "1" } });
+    out.push("create:" + made.data.a);
+    try {
+        k8s::create(#{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: "made", namespace: ns } });
+    } catch (e) { out.push("create-again:" + e.reason + "/" + e.code); }
+    let applied = k8s::apply(#{ apiVersion: "v1", kind: "ConfigMap",
+                                metadata: #{ name: "applied", namespace: ns }, data: #{ b: "2" } });
+    out.push("apply:" + applied.data.b);
+    out.push("get:" + k8s::get("v1/ConfigMap", ns, "made").data.a);
+    made = k8s::patch(made, #{ data: #{ c: "3" } });
+    out.push("merge-patch:" + made.data.c);
+    made = k8s::patch("v1/ConfigMap", ns, "made", [#{ op: "add", path: "/data/d", value: "4" }]);
+    out.push("json-patch:" + made.data.d);
+    made = k8s::label(made, #{ tier: "x" });
+    made = k8s::annotate(made, #{ note: "y" });
+    out.push("label:" + made.metadata.labels.tier + made.metadata.annotations.note);
+    out.push("list-labels:" + k8s::list("v1/ConfigMap", #{ namespace: ns, labels: #{ tier: "x" } }).len());
+    out.push("list-fields:" + k8s::list("ConfigMap", #{ namespace: ns, fields: "metadata.name=applied" }).len());
+    let adopted = k8s::adopt(applied, obj);
+    out.push("adopt:" + adopted.metadata.ownerReferences[0].name);
+    let g = k8s::apply(#{ apiVersion: obj.apiVersion.split("/")[0] + "/v1", kind: "Gadget",
+                          metadata: #{ name: "g", namespace: ns }, spec: #{ size: 2 } });
+    g = k8s::patch_status("Gadget", ns, "g", #{ status: #{ note: "noted" } });
+    out.push("patch-status:" + g.status.note);
+    k8s::patch_metadata(obj, #{ labels: #{ seen: "yes" } });
+    try {
+        k8s::delete(made, #{ resource_version: "1" });
+    } catch (e) { out.push("stale-delete:" + e.reason); }
+    try {
+        k8s::patch("v1/ConfigMap", ns, "absent", #{ data: #{ x: "1" } });
+    } catch (e) { out.push("patch-missing:" + e.reason); }
+    try {
+        k8s::create(#{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: "Not_A_Name", namespace: ns } });
+    } catch (e) { out.push("bad-name:" + e.reason); }
+    try { k8s::get("v1/Nothing", ns, "x"); } catch (e) { out.push("bad-kind:" + e.reason); }
+    out.push("delete:" + k8s::delete(made, #{ uid: made.metadata.uid }));
+    out.push("delete-again:" + k8s::delete("v1/ConfigMap", ns, "made"));
+    #{ status: #{ phase: out.reduce(|s, x| if s == () { x } else { s + " " + x }) } }
+}
+"#;
+
+#[tokio::test]
+async fn every_k8s_verb_works_and_each_error_arrives_as_a_value() {
+    let group = "verbs.fx.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-verbs").await;
+    let op = operator(group, EVERY_VERB, "", "");
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", "ok").await;
+    let w = wait_for(
+        &api,
+        "w",
+        "the widget's status",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| !phase(o).is_empty()),
+    )
+    .await;
+    let got = phase(&w);
+    let want = "get-missing:() create:1 create-again:already_exists/409 apply:2 get:1 \
+                merge-patch:3 json-patch:4 label:xy list-labels:1 list-fields:1 adopt:w \
+                patch-status:noted stale-delete:conflict patch-missing:not_found \
+                bad-name:invalid bad-kind:unknown_kind delete:true delete-again:false";
+    // The first reconcile finds no "made" to clean up; a later one may.
+    let got = got.replace("cleanup:", "").to_string();
+    assert_eq!(
+        got.split(' ')
+            .filter(|s| !s.starts_with("not_found") && !s.is_empty())
+            .collect::<Vec<_>>(),
+        want.split_whitespace().collect::<Vec<_>>(),
+        "status: {got}"
+    );
+    assert_eq!(w.metadata.labels.as_ref().unwrap()["seen"], "yes");
+    // `applied` stays, controlled by the widget.
+    let applied = configmaps(&client, &ns.name).get("applied").await.unwrap();
+    let owner = &applied.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.name.as_str(), owner.controller), ("w", Some(true)));
+}
+
+#[tokio::test]
+async fn an_uncaught_api_error_fails_the_reconcile_with_verb_kind_object_and_message_at_the_line() {
+    let group = "uncaught.fx.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-uncaught").await;
+    let script = "fn reconcile(obj, ctx) {\n    k8s::patch(\"v1/ConfigMap\", obj.metadata.namespace, \"absent\", #{ data: #{ x: \"1\" } });\n    #{}\n}\n";
+    let op = operator(group, script, "", "");
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", "ok").await;
+    let want = format!(
+        "in reconcile: k8s::patch v1/ConfigMap {}/absent: configmaps \"absent\" not found (not_found, 404)",
+        ns.name
+    );
+    let line = khai
+        .wait_for_log(0, "the reconcile's error", move |l| l.contains("absent"))
+        .await;
+    assert!(line.contains(&want), "want {want} in {line}");
+    assert!(line.contains("widget.rhai:2:"), "the script line in {line}");
+}
+
+/// Loops on API calls (deletes, which the audit log counts): each widget's reconcile is stopped at its budget of 5 calls.
+const LOOPING: &str = r#"
+fn reconcile(obj, ctx) {
+    if obj.spec.message == "loop" {
+        loop { k8s::delete("v1/ConfigMap", obj.metadata.namespace, "anything"); }
+    }
+    #{ status: #{ phase: "Ready" } }
+}
+"#;
+
+#[tokio::test]
+async fn a_script_looping_on_api_calls_stops_at_its_budget_backs_off_and_others_reconcile() {
+    let group = "budget.fx.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-budget").await;
+    let op = operator(
+        group,
+        LOOPING,
+        "",
+        "budget = { calls = 5, time = \"10s\" }\nbackoff = { base = \"2s\", cap = \"1m\" }",
+    );
+    let mark = audit::mark();
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "looping", "loop").await;
+    create_widget(&api, group, "fine", "ok").await;
+    wait_for(
+        &api,
+        "fine",
+        "the other widget to reconcile",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| phase(o) == "Ready"),
+    )
+    .await;
+    let line = khai
+        .wait_for_log(0, "the budget error", |l| {
+            l.contains("k8s::delete: this call's budget of 5 API and HTTP calls is used up")
+        })
+        .await;
+    assert!(line.contains("widget.rhai:4:"), "{line}");
+    // Backing off: after two failed reconciles (1 s apart at least), no more than 5 reads each.
+    khai.wait_for_logs(0, "a second failed reconcile", 2, |l| {
+        l.contains("budget of 5 API and HTTP calls")
+    })
+    .await;
+    let reads = count_requests(mark, &ns.name, "delete", "configmaps");
+    let failures = khai.tail(10_000).matches("budget of 5 API").count() as u64;
+    assert!(
+        reads <= 5 * failures,
+        "{reads} reads for {failures} failed reconciles"
+    );
+}
+
+/// Requests khai sent since `mark` for `verb` on `resource` in `ns`, from the audit log.
+fn count_requests(mark: audit::Mark, ns: &str, verb: &str, resource: &str) -> u64 {
+    audit::entries(mark, |e| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("khai/"))
+            && e["objectRef"]["namespace"] == ns
+            && e["objectRef"]["resource"] == resource
+            && e["verb"] == verb
+    })
+    .len() as u64
+}
+
+#[tokio::test]
+async fn a_call_made_in_an_inline_attempt_is_made_once() {
+    let group = "inline.fx.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-inline").await;
+    // A short script: it starts as an inline attempt on an async worker.
+    let script = r#"
+fn reconcile(obj, ctx) {
+    k8s::create(#{ apiVersion: "v1", kind: "ConfigMap",
+                   metadata: #{ name: obj.metadata.name + "-once", namespace: obj.metadata.namespace } });
+    #{ status: #{ phase: "Ready" } }
+}
+"#;
+    let op = operator(group, script, "", "");
+    let mark = audit::mark();
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", "ok").await;
+    wait_for(
+        &api,
+        "w",
+        "the widget to reconcile",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| phase(o) == "Ready"),
+    )
+    .await;
+    audit::wait_for_entry(mark, "the create", |e| {
+        e["objectRef"]["name"] == "w-once" && e["verb"] == "create"
+    })
+    .await;
+    assert_eq!(count_requests(mark, &ns.name, "create", "configmaps"), 1);
+}
