@@ -14,7 +14,7 @@ pub use crd::{
     ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
     Scale, Scope,
 };
-pub use operator::{OperatorSettings, RbacRule, Uses};
+pub use operator::{OperatorSettings, RbacRule, USES_VERBS, Uses};
 
 use super::kind::KindRef;
 use serde::{Deserialize, Serialize};
