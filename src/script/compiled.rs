@@ -80,6 +80,11 @@ impl Script {
         &self.file
     }
 
+    /// The compiled script, for checks that read it (`khai check`).
+    pub fn ast(&self) -> &AST {
+        &self.ast
+    }
+
     /// A hash of the text the script was compiled from.
     pub fn source_hash(&self) -> u64 {
         self.source_hash

@@ -8,6 +8,7 @@
 //! counts against the call's budget, is stubbed in `khai test`, and a failure is a value the
 //! script can catch ([`error::Failure`]).
 
+pub mod declared;
 pub mod error;
 mod script_api;
 
