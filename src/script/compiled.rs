@@ -319,6 +319,19 @@ impl Script {
         if let Some(limit) = limit_hit(&err) {
             crate::metrics::script_limit_abort(&self.label(), function, limit);
         }
+        if let EvalAltResult::ErrorRuntime(v, _) = &err
+            && let Some(m) = v.read_lock::<rhai::Map>()
+            && m.contains_key("verb")
+            && let (Some(message), Some(reason)) = (m.get("error"), m.get("reason"))
+        {
+            return ScriptError::Api {
+                file: self.file.clone(),
+                pos: position(pos),
+                function: function.into(),
+                message: message.to_string(),
+                reason: reason.to_string(),
+            };
+        }
         let message = match &err {
             EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => format!(
                 "script exceeded its memory limit ({} per call)",
