@@ -270,3 +270,103 @@ fn reconcile(obj, ctx) {
     .await;
     assert_eq!(count_requests(mark, &ns.name, "create", "configmaps"), 1);
 }
+
+fn pods(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let ar = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk("", "v1", "Pod"));
+    Api::namespaced_with(client.clone(), ns, &ar)
+}
+
+/// A Pod (it never runs: the test cluster has no kubelet) with `labels`.
+async fn create_pod(api: &Api<DynamicObject>, name: &str, labels: serde_json::Value) {
+    let pod: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "labels": labels },
+        "spec": { "containers": [{ "name": "c", "image": "busybox" }] },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create pod {name}: {e}"));
+}
+
+fn label_is(o: Option<&DynamicObject>, key: &str, value: Option<&str>) -> bool {
+    o.is_some_and(|o| {
+        o.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(key))
+            .map(String::as_str)
+            == value
+    })
+}
+
+#[tokio::test]
+async fn label_propagation_example_labels_the_pods_that_name_it_and_only_those() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-labels").await;
+    let example = crate::support::repo_root().join("examples/kopf/labels");
+    let _khai = Khai::start(&example, &ns.name, &[]);
+    let pods = pods(&client, &ns.name);
+    let selector = "kopf.khai.dev/example";
+    create_pod(&pods, "named", json!({ selector: "kopf-example-1" })).await;
+    create_pod(&pods, "other", json!({ selector: "someone-else" })).await;
+    crate::support::wait_for_crd(&client, "kopfexamples.labels.kopf.khai.dev").await;
+    let examples = crate::support::custom_api(
+        &client,
+        &ns.name,
+        "labels.kopf.khai.dev",
+        "KopfExample",
+        "kopfexamples",
+    );
+    let sample: DynamicObject =
+        serde_saphyr::from_str(&std::fs::read_to_string(example.join("kopfexample.yaml")).unwrap())
+            .unwrap();
+    examples
+        .create(&PostParams::default(), &sample)
+        .await
+        .unwrap();
+    wait_for(
+        &pods,
+        "named",
+        "the example's label on its Pod",
+        |o: Option<&DynamicObject>| label_is(o, "somelabel", Some("somevalue")),
+    )
+    .await;
+    // A Pod that names the example later is labelled too (the watch on Pods).
+    create_pod(&pods, "later", json!({ selector: "kopf-example-1" })).await;
+    wait_for(
+        &pods,
+        "later",
+        "the label on a Pod created later",
+        |o: Option<&DynamicObject>| label_is(o, "somelabel", Some("somevalue")),
+    )
+    .await;
+    // A label changed on the example changes on its Pods; one taken off is taken off.
+    examples
+        .patch(
+            "kopf-example-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({ "metadata": { "labels": { "somelabel": null, "tier": "web" } } }),
+            ),
+        )
+        .await
+        .unwrap();
+    for name in ["named", "later"] {
+        wait_for(
+            &pods,
+            name,
+            "the new label and the old one gone",
+            |o: Option<&DynamicObject>| {
+                label_is(o, "tier", Some("web")) && label_is(o, "somelabel", None)
+            },
+        )
+        .await;
+    }
+    let other = pods.get("other").await.unwrap();
+    assert!(
+        label_is(Some(&other), "tier", None) && label_is(Some(&other), "somelabel", None),
+        "a Pod naming another example is untouched: {:?}",
+        other.metadata.labels
+    );
+}

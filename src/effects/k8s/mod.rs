@@ -267,8 +267,15 @@ impl Api {
                 lp.field_selector = fields.clone();
                 lp.limit = *limit;
                 let list = api(namespace).list(&lp).await?;
-                let items: Result<Vec<Value>, Failure> = list.items.iter().map(view).collect();
-                Ok(Value::Array(items?))
+                // Items of a list come without apiVersion and kind; scripts write them back.
+                let mut items = Vec::with_capacity(list.items.len());
+                for item in &list.items {
+                    let mut v = view(item)?;
+                    v["apiVersion"] = kind.resource.api_version.clone().into();
+                    v["kind"] = kind.resource.kind.clone().into();
+                    items.push(v);
+                }
+                Ok(Value::Array(items))
             }
             Op::Create(t, o) => {
                 let obj: DynamicObject = serde_json::from_value(o.clone())
