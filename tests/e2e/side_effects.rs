@@ -370,3 +370,87 @@ async fn label_propagation_example_labels_the_pods_that_name_it_and_only_those()
         other.metadata.labels
     );
 }
+
+const QPS: f64 = 5.0;
+const BURST: usize = 5;
+const CALLS: usize = 25;
+
+/// The script's API calls go through the operator's client rate limit: one reconcile making
+/// 25 calls is spread out to `qps` a second after the burst, measured in the audit log.
+#[tokio::test]
+async fn a_scripts_api_calls_never_exceed_the_configured_qps() {
+    let group = "qps.fx.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-qps").await;
+    let script = format!(
+        r#"
+fn reconcile(obj, ctx) {{
+    for i in 0..{CALLS} {{ k8s::delete("v1/ConfigMap", obj.metadata.namespace, `absent-${{i}}`); }}
+    #{{ status: #{{ phase: "Ready" }} }}
+}}
+"#
+    );
+    let op = operator(
+        group,
+        &script,
+        &format!("qps = {QPS}\nburst = {BURST}"),
+        "budget = { calls = 50, time = \"30s\" }",
+    );
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    let mark = audit::mark();
+    create_widget(&api, group, "w", "ok").await;
+    wait_for(
+        &api,
+        "w",
+        "the widget to reconcile",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| phase(o) == "Ready"),
+    )
+    .await;
+    audit::wait_for_entry(mark, "the last delete", |e| {
+        e["objectRef"]["name"] == format!("absent-{}", CALLS - 1).as_str()
+    })
+    .await;
+    let at: Vec<jiff::Timestamp> = audit::entries(mark, |e| {
+        e["userAgent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("khai/"))
+            && e["objectRef"]["namespace"] == ns.name.as_str()
+            && e["verb"] == "delete"
+    })
+    .iter()
+    .map(|e| audit::timestamp(e, "requestReceivedTimestamp"))
+    .collect();
+    assert_eq!(at.len(), CALLS, "each call made once");
+    let second = jiff::SignedDuration::from_secs(1);
+    let busiest = (0..at.len())
+        .map(|i| {
+            at[i..]
+                .iter()
+                .take_while(|t| t.duration_since(at[i]) < second)
+                .count()
+        })
+        .max()
+        .unwrap();
+    let span = at[at.len() - 1].duration_since(at[0]).as_secs_f64();
+    let floor = (CALLS - BURST) as f64 / QPS;
+    eprintln!(
+        "{CALLS} calls in {span:.1}s; the busiest second had {busiest} (limit {QPS}/s, burst {BURST})"
+    );
+    assert!(
+        busiest <= QPS as usize + BURST,
+        "{busiest} calls in one second: more than qps {QPS} + burst {BURST}"
+    );
+    assert!(
+        span >= floor * 0.9,
+        "{CALLS} calls in {span:.1}s: faster than {QPS}/s allows"
+    );
+    let addr = khai.metrics_addr().await;
+    let body = crate::support::metrics::metrics_until(&addr, "the script's API calls", |b| {
+        b.contains(
+            r#"khai_script_api_calls_total{code="404",kind="v1/ConfigMap",verb="delete"} 25"#,
+        )
+    })
+    .await;
+    assert!(body.contains("khai_script_api_call_duration_seconds_bucket{verb=\"delete\""));
+}

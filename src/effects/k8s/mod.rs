@@ -232,6 +232,8 @@ impl Api {
         };
         let result = self.send(op, &kind).await;
         let code = match &result {
+            // A `get` or `delete` of nothing is an answer, not a failure, to the script.
+            Ok(Value::Null | Value::Bool(false)) => 404,
             Ok(_) => 200,
             Err(f) => f.code,
         };
