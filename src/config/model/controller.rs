@@ -47,7 +47,7 @@ pub struct Controller {
     /// What one call of its scripts may do beyond computing: `k8s::…` and `http::…` calls and
     /// wall-clock time, I/O included.
     #[serde(default)]
-    pub budget: Budget,
+    pub budget: crate::config::budget::Budget,
     /// Also reconcile on changes to the object's status alone (off: spec, labels, annotations,
     /// finalizers and deletion trigger reconciles, the controller's own status writes do not).
     #[serde(default)]
@@ -158,26 +158,5 @@ impl Controller {
         self.name
             .clone()
             .unwrap_or_else(|| self.for_kind.kind.to_lowercase())
-    }
-}
-
-/// `budget = { calls = 100, time = "30s" }`: what one call of a script (reconcile, finalize, a
-/// handler, a timer or a daemon's tick) may do beyond computing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Budget {
-    /// API and HTTP calls one call of a script may make.
-    pub calls: u32,
-    /// Wall-clock time one call of a script may take, I/O included. Replaces the script
-    /// timeout for calls that may make side effects.
-    pub time: Duration,
-}
-
-impl Default for Budget {
-    fn default() -> Self {
-        Budget {
-            calls: 100,
-            time: Duration::from_secs(30),
-        }
     }
 }

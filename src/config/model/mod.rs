@@ -9,7 +9,8 @@ mod controller;
 mod crd;
 mod operator;
 
-pub use controller::{BackoffSettings, Budget, Controller, Parents, Watch};
+pub use crate::config::budget::Budget;
+pub use controller::{BackoffSettings, Controller, Parents, Watch};
 pub use crd::{
     ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
     Scale, Scope,

@@ -264,10 +264,12 @@ impl Api {
                 limit,
                 ..
             } => {
-                let mut lp = ListParams::default();
-                lp.label_selector = labels.clone();
-                lp.field_selector = fields.clone();
-                lp.limit = *limit;
+                let lp = ListParams {
+                    label_selector: labels.clone(),
+                    field_selector: fields.clone(),
+                    limit: *limit,
+                    ..ListParams::default()
+                };
                 let list = api(namespace).list(&lp).await?;
                 // Items of a list come without apiVersion and kind; scripts write them back.
                 let mut items = Vec::with_capacity(list.items.len());
