@@ -467,3 +467,27 @@ pub(crate) async fn selects(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_handlers_own_budget_replaces_its_controllers_and_none_keeps_it() {
+        use crate::effects::{Budget, Effects};
+        let mut ctx = crate::script::ScriptCtx::detached("op", "h", None);
+        let own = Budget {
+            calls: 3,
+            ..Budget::default()
+        };
+        assert!(
+            super::budgeted(&ctx, Some(own)).effects.is_none(),
+            "no effects, none given"
+        );
+        ctx.effects = Some(std::sync::Arc::new(Effects::new(
+            tokio::runtime::Handle::current(),
+            Budget::default(),
+        )));
+        let b = |c: &crate::script::ScriptCtx| c.effects.as_ref().map(|e| e.budget.calls);
+        assert_eq!(b(&super::budgeted(&ctx, Some(own))), Some(3));
+        assert_eq!(b(&super::budgeted(&ctx, None)), Some(100));
+    }
+}

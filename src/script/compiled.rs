@@ -164,7 +164,7 @@ impl Script {
         let timeout = effects.map_or(self.timeout, |e| e.budget.time.into());
         let deadline = Instant::now() + timeout;
         DEADLINE.with(|d| d.set(Some(deadline)));
-        let effects = effects.map(|e| crate::effects::Call::enter(e, deadline, inline::active()));
+        let call = effects.map(|e| crate::effects::Call::enter(e, deadline, inline::active()));
         memory::begin(self.max_memory);
         let mut scope = rhai::Scope::new();
         let result = self
@@ -172,18 +172,35 @@ impl Script {
             .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
         memory::end();
         DEADLINE.with(|d| d.set(None));
-        if effects
-            .as_ref()
-            .is_some_and(crate::effects::Call::left_inline)
-        {
+        if call.as_ref().is_some_and(|c| c.left_inline()) {
             inline::leave();
         }
-        drop(effects);
+        drop(call);
         if inline::stopped() {
             // Not the script's error: the call moves to the blocking pool (see `inline`).
             return Ok(serde_json::Value::Null);
         }
-        let value = result.map_err(|e| self.runtime_error(function, *e))?;
+        let value = result.map_err(|e| match (self.runtime_error(function, *e), effects) {
+            // With side effects the deadline is the call's time budget: say which.
+            (
+                ScriptError::Runtime {
+                    file,
+                    pos,
+                    function,
+                    message,
+                },
+                Some(fx),
+            ) if message == TIME_LIMIT => ScriptError::Runtime {
+                file,
+                pos,
+                function,
+                message: format!(
+                    "script exceeded its time budget of {} (budget.time)",
+                    fx.budget.time
+                ),
+            },
+            (e, _) => e,
+        })?;
         rhai::serde::from_dynamic(&value).map_err(|e| ScriptError::Convert {
             file: self.file.clone(),
             function: function.into(),
@@ -337,7 +354,7 @@ impl Script {
                 "script exceeded its memory limit ({} per call)",
                 memory::describe(self.max_memory)
             ),
-            EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
+            EvalAltResult::ErrorTerminated(..) => TIME_LIMIT.to_string(),
             EvalAltResult::ErrorTooManyOperations(..) => {
                 "script exceeded its operation limit".to_string()
             }
@@ -352,6 +369,9 @@ impl Script {
         }
     }
 }
+
+/// The message of a call stopped at its deadline.
+const TIME_LIMIT: &str = "script exceeded its time limit";
 
 /// What a script threw, as its error reads: the `error` line of a map that has one (the value
 /// a failed `k8s::…` call throws), else the value.
