@@ -226,6 +226,29 @@ async fn a_script_looping_on_api_calls_stops_at_its_budget_backs_off_and_others_
     );
 }
 
+#[tokio::test]
+async fn a_script_out_of_time_is_stopped_naming_its_time_budget() {
+    let group = "time.fx.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-time").await;
+    // At 2 requests a second, 2 s of budget runs out long before 10,000 calls.
+    let op = operator(
+        group,
+        LOOPING,
+        "qps = 2\nburst = 1",
+        "budget = { calls = 10000, time = \"2s\" }",
+    );
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "looping", "loop").await;
+    let line = khai
+        .wait_for_log(0, "the time budget error", |l| {
+            l.contains("reconcile failed") && l.contains("time budget")
+        })
+        .await;
+    assert!(line.contains("2s"), "{line}");
+}
+
 /// Requests khai sent since `mark` for `verb` on `resource` in `ns`, from the audit log.
 fn count_requests(mark: audit::Mark, ns: &str, verb: &str, resource: &str) -> u64 {
     audit::entries(mark, |e| {

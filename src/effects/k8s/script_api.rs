@@ -130,12 +130,15 @@ fn run(op: Op) -> Result<Dynamic> {
         match fx.block_on(left, api.perform(&op)) {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(f)) => Err(f.value(op.verb(), &op.what())),
-            Err(_) => {
-                Err(
-                    super::Failure::new("timeout", 0, "no answer within the call's time budget")
-                        .value(op.verb(), &op.what()),
-                )
-            }
+            Err(_) => Err(super::Failure::new(
+                "timeout",
+                0,
+                format!(
+                    "no answer within the call's time budget of {} (budget.time)",
+                    fx.budget.time
+                ),
+            )
+            .value(op.verb(), &op.what())),
         }
     })
 }
