@@ -328,7 +328,7 @@ async fn label_propagation_example_labels_the_pods_that_name_it_and_only_those()
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "fx-labels").await;
     let example = crate::support::repo_root().join("examples/kopf/labels");
-    let _khai = Khai::start(&example, &ns.name, &[]);
+    let khai = Khai::start(&example, &ns.name, &[]);
     let pods = pods(&client, &ns.name);
     let selector = "kopf.khai.dev/example";
     create_pod(&pods, "named", json!({ selector: "kopf-example-1" })).await;
@@ -391,6 +391,23 @@ async fn label_propagation_example_labels_the_pods_that_name_it_and_only_those()
         label_is(Some(&other), "tier", None) && label_is(Some(&other), "somelabel", None),
         "a Pod naming another example is untouched: {:?}",
         other.metadata.labels
+    );
+    // A restart over the steady namespace reads the Pods and writes nothing.
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+    let mark = audit::mark();
+    let again = Khai::start(&example, &ns.name, &[]);
+    again
+        .wait_for_log(0, "the reconcile after the restart", |l| {
+            l.contains(" reconciled") && l.contains("name=kopf-example-1")
+        })
+        .await;
+    let (code, _) = again.terminate().await;
+    assert_eq!(code, Some(0));
+    let writes = audit::writes(mark, |e| e["objectRef"]["namespace"] == ns.name.as_str());
+    assert!(
+        writes.is_empty(),
+        "a restart over a steady namespace wrote {writes:?}"
     );
 }
 
