@@ -213,16 +213,26 @@ async fn a_script_looping_on_api_calls_stops_at_its_budget_backs_off_and_others_
         })
         .await;
     assert!(line.contains("widget.rhai:4:"), "{line}");
-    // Backing off: after two failed reconciles (1 s apart at least), no more than 5 reads each.
-    khai.wait_for_logs(0, "a second failed reconcile", 2, |l| {
-        l.contains("budget of 5 API and HTTP calls")
-    })
-    .await;
-    let reads = count_requests(mark, &ns.name, "delete", "configmaps");
+    // Backing off: the second attempt comes after the backoff's base (2 s), and each attempt
+    // made at most its 5 calls.
+    let failed = khai
+        .wait_for_logs(0, "a second failed reconcile", 2, |l| {
+            l.contains("budget of 5 API and HTTP calls")
+        })
+        .await;
+    let at = |l: &str| {
+        l.split_whitespace()
+            .next()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .unwrap()
+    };
+    let gap = at(&failed[1]).duration_since(at(&failed[0])).as_secs_f64();
+    assert!(gap >= 1.5, "retried after {gap:.2}s: no backoff");
+    let calls = count_requests(mark, &ns.name, "delete", "configmaps");
     let failures = khai.tail(10_000).matches("budget of 5 API").count() as u64;
     assert!(
-        reads <= 5 * failures,
-        "{reads} reads for {failures} failed reconciles"
+        calls <= 5 * failures,
+        "{calls} calls for {failures} failed reconciles"
     );
 }
 
@@ -493,4 +503,42 @@ fn reconcile(obj, ctx) {{
     })
     .await;
     assert!(body.contains("khai_script_api_call_duration_seconds_bucket{verb=\"delete\""));
+}
+
+/// `khai check` names a `k8s` call that `[operator] uses` does not declare, at its line, and
+/// fails; declared, the same config passes.
+#[test]
+fn khai_check_flags_a_k8s_call_uses_does_not_declare() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = crate::support::repo_root().join("examples/kopf/labels");
+    std::fs::create_dir(dir.path().join("scripts")).unwrap();
+    std::fs::copy(
+        example.join("scripts/propagate.rhai"),
+        dir.path().join("scripts/propagate.rhai"),
+    )
+    .unwrap();
+    let toml = std::fs::read_to_string(example.join("operator.toml")).unwrap();
+    let check = |toml: &str| {
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+            .args(["check"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    assert!(check(&toml).status.success());
+    let narrowed = toml.replace(r#"verbs = ["list", "patch"]"#, r#"verbs = ["patch"]"#);
+    assert_ne!(narrowed, toml, "the example declares list and patch");
+    let out = check(&narrowed);
+    assert_eq!(out.status.code(), Some(1));
+    let script = dir.path().join("scripts/propagate.rhai");
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "error: {}:13:21: k8s::list(\"v1/Pod\", …): [operator] uses does not declare list on \
+             v1/Pod (add {{ kind = \"v1/Pod\", verbs = [\"list\"] }}), so the generated RBAC does \
+             not grant it\n",
+            script.display()
+        )
+    );
 }
