@@ -142,6 +142,11 @@ fn probes() -> Vec<(&'static str, String)> {
             "controller.backoff",
             format!("{CONTROLLER}[controller.backoff]\n{p}"),
         ),
+        (
+            "controller.budget",
+            format!("{CONTROLLER}[controller.budget]\n{p}"),
+        ),
+        ("operator.uses", format!("[[operator.uses]]\n{p}")),
         ("webhook", format!("[[webhook]]\n{p}")),
         ("webhook_server", format!("[webhook_server]\n{p}")),
         (
@@ -344,6 +349,11 @@ fn defaults() -> Vec<(&'static str, String, &'static str)> {
             "controller.backoff",
             format!("{CONTROLLER}backoff = {{}}\n"),
             "/controller/0/backoff",
+        ),
+        (
+            "controller.budget",
+            format!("{CONTROLLER}budget = {{}}\n"),
+            "/controller/0/budget",
         ),
         ("webhook", webhook, "/webhook/0"),
         ("webhook_server", String::new(), "/webhook_server"),

@@ -1,4 +1,6 @@
-//! `khai check`: validate a config and compile its scripts, offline.
+//! `khai check`: validate a config and compile its scripts, offline; flag the scripts'
+//! `k8s::<verb>("<kind>", …)` calls that `[operator] uses` does not declare (the generated
+//! RBAC would not grant them).
 
 use crate::operator::Operator;
 use std::path::PathBuf;
@@ -17,6 +19,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     let m = &op.config.model;
+    let undeclared = undeclared_calls(&op);
+    for line in &undeclared {
+        eprintln!("error: {line}");
+    }
+    if !undeclared.is_empty() {
+        return Ok(ExitCode::FAILURE);
+    }
     println!(
         "{}: ok ({} CRD{}, {} controller{})",
         op.config.file.display(),
@@ -26,4 +35,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if m.controllers.len() == 1 { "" } else { "s" },
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `file:line:col: message` for each `k8s` call of a script that `[operator] uses` does not
+/// declare, each script once, in file order.
+fn undeclared_calls(op: &Operator) -> Vec<String> {
+    use crate::effects::k8s::declared;
+    let h = &op.handlers;
+    let scripts = op
+        .scripts
+        .iter()
+        .chain(h.handlers.iter().map(|e| &e.script))
+        .chain(h.timers.iter().map(|e| &e.script))
+        .chain(h.daemons.iter().map(|e| &e.script));
+    let mut seen = std::collections::BTreeMap::new();
+    for s in scripts {
+        seen.entry(s.file().to_path_buf()).or_insert(s);
+    }
+    let mut out = Vec::new();
+    for (file, script) in seen {
+        for call in declared::calls(script.ast()) {
+            if let Some(why) = declared::undeclared(&op.config.model, &call) {
+                out.push(format!(
+                    "{}:{}:{}: {why}",
+                    file.display(),
+                    call.line,
+                    call.column
+                ));
+            }
+        }
+    }
+    out
 }

@@ -129,6 +129,8 @@ pub struct Handler {
     /// Wait between attempts after a failure (Kopf's default: 60 s).
     #[serde(default = "default_handler_backoff")]
     pub backoff: Duration,
+    /// What one call may do beyond computing; defaults to its controller's `budget`.
+    pub budget: Option<crate::config::budget::Budget>,
     /// For `on = "delete"`: run on the watch's delete event, best effort, with no finalizer
     /// holding the object back.
     #[serde(default)]
@@ -171,6 +173,8 @@ pub struct Timer {
     pub initial_delay: Option<Duration>,
     /// Run only once the object has not changed for this long.
     pub idle: Option<Duration>,
+    /// What one call may do beyond computing; defaults to its controller's `budget`.
+    pub budget: Option<crate::config::budget::Budget>,
     /// A fixed schedule (every `interval` from the first run) instead of `interval` after the
     /// previous run ended.
     #[serde(default)]
@@ -199,6 +203,8 @@ pub struct Daemon {
     pub interval: Duration,
     /// The first tick waits this long after the daemon starts.
     pub initial_delay: Option<Duration>,
+    /// What one call may do beyond computing; defaults to its controller's `budget`.
+    pub budget: Option<crate::config::budget::Budget>,
     /// How long `stop` may take.
     #[serde(default = "default_grace")]
     pub grace: Duration,

@@ -7,6 +7,7 @@
 //! the model (scripts, schema files) are relative to the config file's directory; schema files
 //! are read here, once, so nothing downstream touches the file system for them.
 
+pub mod budget;
 pub mod diag;
 pub mod duration;
 mod field_path;

@@ -63,6 +63,33 @@ pub fn validate(model: &Model, file: &Path, src: &str) -> Result<Vec<Diagnostic>
         }
     }
 
+    for (i, u) in model.operator.uses.iter().enumerate() {
+        let at = |k| {
+            [
+                Seg::Key("operator"),
+                Seg::Key("uses"),
+                Seg::Index(i),
+                Seg::Key(k),
+            ]
+        };
+        if u.verbs.is_empty() {
+            report(&at("verbs"), "must name at least one verb".into());
+        }
+        for (j, v) in u.verbs.iter().enumerate() {
+            if !super::model::USES_VERBS.contains(&v.as_str()) {
+                let mut path = at("verbs").to_vec();
+                path.push(Seg::Index(j));
+                report(
+                    &path,
+                    format!(
+                        "unknown verb {v:?}: the k8s module's verbs are {}",
+                        super::model::USES_VERBS.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
     webhook::check(model, &mut report);
     handlers::check(model, &mut report);
 
@@ -129,6 +156,16 @@ fn locate(file: &Path, src: &str, path: &[Seg]) -> Option<(usize, usize)> {
 mod tests {
     use crate::config::parse;
     use std::path::Path;
+
+    #[test]
+    fn an_unknown_verb_in_uses_is_named_at_its_line() {
+        let src = "[operator]\nuses = [{ kind = \"v1/Pod\", verbs = [\"get\", \"watch\"] }]\n";
+        assert_eq!(
+            check(src),
+            "operator.toml:2:44: operator.uses[0].verbs[1]: unknown verb \"watch\": the k8s \
+             module's verbs are get, list, create, apply, patch, patch_status, delete"
+        );
+    }
 
     fn check(src: &str) -> String {
         let file = Path::new("operator.toml");

@@ -67,6 +67,16 @@ pub(crate) async fn prepare(
         ),
         client: client.clone(),
         watched: watched.clone(),
+        effects: Arc::new(crate::effects::Effects {
+            k8s: Some(Arc::new(crate::effects::k8s::Api::new(
+                client.clone(),
+                model,
+            ))),
+            ..crate::effects::Effects::new(
+                tokio::runtime::Handle::current(),
+                crate::effects::Budget::default(),
+            )
+        }),
     };
     let indexes = beside::indexes(op, client, informers, &all_or_each).await?;
     let mut by_kind = beside::by_kind(op, client).await?;
@@ -193,6 +203,9 @@ struct Shared {
     client: kube::Client,
     /// The namespaces khai watches; empty means all.
     watched: Vec<String>,
+    /// What scripts may reach (the `k8s` module through `client`); each controller's carry its
+    /// own budget.
+    effects: Arc<crate::effects::Effects>,
 }
 
 /// The kinds one controller names, resolved.
@@ -333,10 +346,7 @@ impl Env<'_> {
                 manage_status,
                 params: Value::Object(model.params.clone()),
                 children: crate::apply::Policy::of(ctl),
-                effects: Arc::new(crate::effects::Effects::new(
-                    tokio::runtime::Handle::current(),
-                    crate::effects::Budget::default(),
-                )),
+                effects: shared.effects.with_budget(ctl.budget),
             },
             caches: Caches {
                 primary: primary.clone(),

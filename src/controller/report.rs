@@ -100,9 +100,14 @@ pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &Reconci
     let reason = match err.script_error() {
         Some(ScriptError::Retry { .. }) => "RetryRequested",
         Some(ScriptError::Fail { .. }) => "Failed",
+        Some(ScriptError::Api { reason, .. }) if reason == "forbidden" => FORBIDDEN,
         _ => "ReconcileFailed",
     };
-    publish(ctx, obj, EventType::Warning, reason, &message).await;
+    // A call khai's RBAC does not allow fails the same way until someone changes the RBAC or
+    // the config: said once, while the condition already says it, not on every retry.
+    if !(reason == FORBIDDEN && already_said(obj, reason, &message)) {
+        publish(ctx, obj, EventType::Warning, reason, &message).await;
+    }
     if ctx.spec.manage_status && obj.metadata.deletion_timestamp.is_none() {
         let mut status = obj.data["status"].as_object().cloned().unwrap_or_default();
         conditions::set(
@@ -124,6 +129,18 @@ pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &Reconci
             Err(e) => tracing::debug!(error = %e, "failed to write failure condition"),
         }
     }
+}
+
+/// The Event and condition reason of a script's API call the API server refused (403).
+const FORBIDDEN: &str = "Forbidden";
+
+/// Whether `obj`'s `Ready` condition already reports `reason` with `message`.
+fn already_said(obj: &DynamicObject, reason: &str, message: &str) -> bool {
+    obj.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["reason"] == reason && c["message"] == message)
 }
 
 /// Records an Event on `obj`; a failure to record is logged, never fatal.

@@ -7,9 +7,10 @@
 //! functions, `when()`, watch `map`s, `khai check`) refuse every side effect with a clear error.
 //!
 //! Every side effect goes through [`io`], which:
-//! - moves a call that is still an inline attempt on an async worker (see
-//!   `script::inline`) to the blocking pool *before* anything leaves the process: the attempt is
-//!   abandoned and run again from the start, which is only harmless while it has done nothing;
+//! - ends a call that is still an inline attempt on an async worker (see `script::inline`)
+//!   *before* anything leaves the process: the attempt is abandoned ([`Call::left_inline`]) and
+//!   run again from the start on the blocking pool, which is only harmless while it has done
+//!   nothing;
 //! - takes one call from the call's [`Budget`], so a script looping on API or HTTP calls stops
 //!   with an error naming the budget instead of hammering a server;
 //! - hands the work the time left before the call's deadline, which covers I/O: a slow endpoint
@@ -18,33 +19,18 @@
 //! I/O itself runs on the daemon's runtime ([`Effects::block_on`]) while the script's blocking
 //! thread waits, so the async workers stay free for other objects.
 
+pub mod k8s;
+pub mod stub;
+
 use crate::config::duration::Duration as ConfigDuration;
 use rhai::{EvalAltResult, Position};
-use serde::Deserialize;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How much one call of a script may do beyond computing: `[controller.budget]` and
-/// `[[handler]] budget`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Budget {
-    /// API and HTTP calls one call of a script may make.
-    pub calls: u32,
-    /// Wall-clock time one call of a script may take, I/O included. Replaces the script
-    /// timeout for calls that carry [`Effects`].
-    pub time: ConfigDuration,
-}
-
-impl Default for Budget {
-    fn default() -> Self {
-        Budget {
-            calls: 100,
-            time: ConfigDuration::from_secs(30),
-        }
-    }
-}
+/// How much one call of a script may do beyond computing: `budget` of `[[controller]]`,
+/// `[[handler]]`, `[[timer]]` and `[[daemon]]`.
+pub use crate::config::model::Budget;
 
 /// What calls of one controller's (or handler's) scripts may reach, and how much of it.
 ///
@@ -54,6 +40,10 @@ pub struct Effects {
     /// The runtime that does the I/O while a script's blocking thread waits.
     pub handle: tokio::runtime::Handle,
     pub budget: Budget,
+    /// The Kubernetes API of `k8s::…` calls; `None` refuses them.
+    pub k8s: Option<Arc<k8s::Api>>,
+    /// `khai test`: canned answers instead of any I/O.
+    pub stubs: Option<Arc<stub::Stubs>>,
 }
 
 impl std::fmt::Debug for Effects {
@@ -66,7 +56,20 @@ impl std::fmt::Debug for Effects {
 
 impl Effects {
     pub fn new(handle: tokio::runtime::Handle, budget: Budget) -> Self {
-        Effects { handle, budget }
+        Effects {
+            handle,
+            budget,
+            k8s: None,
+            stubs: None,
+        }
+    }
+
+    /// These effects with another budget (a handler's own).
+    pub fn with_budget(&self, budget: Budget) -> Arc<Effects> {
+        Arc::new(Effects {
+            budget,
+            ..self.clone()
+        })
     }
 
     /// Runs `fut` on the daemon's runtime and waits for it on this (blocking) thread, for at
@@ -82,12 +85,54 @@ impl Effects {
     }
 }
 
+/// Runs side effect `what` described by `request` (the JSON `khai test` stubs match on, see
+/// [`stub`]) through [`io`]: answered by the case's stubs when there are, else by `live`. An
+/// `Err` of `live` is a value the script can catch (`try { … } catch (e) { … }`).
+pub fn request(
+    what: &str,
+    request: serde_json::Value,
+    live: impl FnOnce(&Effects, Duration) -> Result<serde_json::Value, serde_json::Value>,
+) -> Result<rhai::Dynamic, Box<EvalAltResult>> {
+    let answer = io(what, |effects, left| {
+        Ok(match &effects.stubs {
+            Some(stubs) => stubs.answer(&request),
+            None => match live(effects, left) {
+                Ok(v) => stub::Answer::Response(v),
+                Err(e) => stub::Answer::Error(e),
+            },
+        })
+    })?;
+    let dynamic = |v: &serde_json::Value| {
+        rhai::serde::to_dynamic(v).map_err(|e| {
+            Box::new(EvalAltResult::ErrorRuntime(
+                format!("{what}: {e}").into(),
+                Position::NONE,
+            ))
+        })
+    };
+    match answer {
+        stub::Answer::Response(v) => dynamic(&v),
+        stub::Answer::Error(e) => Err(Box::new(EvalAltResult::ErrorRuntime(
+            dynamic(&e)?,
+            Position::NONE,
+        ))),
+        stub::Answer::Unexpected(m) => Err(Box::new(EvalAltResult::ErrorRuntime(
+            m.into(),
+            Position::NONE,
+        ))),
+    }
+}
+
 /// The side effects of the call running on this thread: what it may reach and what it has
 /// used. Set for the length of one call by [`Call::enter`].
 struct Current {
     effects: Arc<Effects>,
     calls_left: u32,
     deadline: Instant,
+    /// The call is an inline attempt on an async worker: its first side effect ends it.
+    inline: bool,
+    /// It did end for that reason.
+    left_inline: bool,
 }
 
 thread_local! {
@@ -100,16 +145,25 @@ pub struct Call {
 }
 
 impl Call {
-    /// Starts a call that may make side effects until `deadline`.
-    pub fn enter(effects: &Arc<Effects>, deadline: Instant) -> Call {
+    /// Starts a call that may make side effects until `deadline`. An `inline` call (an attempt
+    /// on an async worker) makes none: its first one ends it, see [`Call::left_inline`].
+    pub fn enter(effects: &Arc<Effects>, deadline: Instant, inline: bool) -> Call {
         let current = Current {
             effects: effects.clone(),
             calls_left: effects.budget.calls,
             deadline,
+            inline,
+            left_inline: false,
         };
         Call {
             previous: CURRENT.with(|c| c.borrow_mut().replace(current)),
         }
+    }
+
+    /// Whether the call, an inline attempt, was ended because it was about to make a side
+    /// effect: the caller runs it again from the start on the blocking pool.
+    pub fn left_inline(&self) -> bool {
+        CURRENT.with(|c| c.borrow().as_ref().is_some_and(|c| c.left_inline))
     }
 }
 
@@ -128,6 +182,9 @@ pub enum Refused {
          make API or HTTP calls"
     )]
     NoEffects { what: String },
+    /// Not an error of the script's: an inline attempt leaves for the blocking pool.
+    #[error("side effect: moving to the blocking pool")]
+    Inline,
     #[error("{what}: this call's budget of {calls} API and HTTP calls is used up")]
     Calls { what: String, calls: u32 },
     #[error("{what}: this call's time budget of {time} is used up")]
@@ -141,19 +198,16 @@ pub fn io<T>(
     what: &str,
     work: impl FnOnce(&Effects, Duration) -> Result<T, Box<EvalAltResult>>,
 ) -> Result<T, Box<EvalAltResult>> {
-    if crate::script::leave_inline() {
-        // Not an error of the script's: the call runs again from the start on the pool.
-        return Err(Box::new(EvalAltResult::ErrorTerminated(
-            "side effect: moving to the blocking pool".into(),
-            Position::NONE,
-        )));
-    }
     let (effects, left) = CURRENT
         .with(|c| {
             let mut c = c.borrow_mut();
             let Some(current) = c.as_mut() else {
                 return Err(Refused::NoEffects { what: what.into() });
             };
+            if current.inline {
+                current.left_inline = true;
+                return Err(Refused::Inline);
+            }
             if current.calls_left == 0 {
                 return Err(Refused::Calls {
                     what: what.into(),
@@ -171,10 +225,12 @@ pub fn io<T>(
             Ok((current.effects.clone(), left))
         })
         .map_err(|e| {
-            Box::new(EvalAltResult::ErrorRuntime(
-                e.to_string().into(),
-                Position::NONE,
-            ))
+            Box::new(match e {
+                Refused::Inline => {
+                    EvalAltResult::ErrorTerminated(e.to_string().into(), Position::NONE)
+                }
+                e => EvalAltResult::ErrorRuntime(e.to_string().into(), Position::NONE),
+            })
         })?;
     work(&effects, left)
 }
@@ -213,7 +269,7 @@ mod tests {
     async fn the_budget_counts_calls_and_is_restored_after_the_call() {
         let e = effects(2);
         {
-            let _call = Call::enter(&e, Instant::now() + Duration::from_secs(5));
+            let _call = Call::enter(&e, Instant::now() + Duration::from_secs(5), false);
             assert!(io("http::request", |_, left| Ok(left)).is_ok());
             assert!(io("http::request", |_, _| Ok(())).is_ok());
             let err = io("http::request", |_, _| Ok(())).unwrap_err();
@@ -231,7 +287,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_past_its_deadline_is_refused() {
         let e = effects(5);
-        let _call = Call::enter(&e, Instant::now());
+        let _call = Call::enter(&e, Instant::now(), false);
         let err = io("k8s::list", |_, _| Ok(())).unwrap_err();
         assert!(
             message(&err).contains("time budget of 30s is used up"),
@@ -239,11 +295,26 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn an_inline_call_leaves_before_its_side_effect_and_is_not_charged() {
+        let e = effects(1);
+        let call = Call::enter(&e, Instant::now() + Duration::from_secs(5), true);
+        let mut ran = false;
+        let err = io("k8s::get", |_, _| {
+            ran = true;
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(matches!(*err, EvalAltResult::ErrorTerminated(..)), "{err}");
+        assert!(!ran, "the work must not start in an inline attempt");
+        assert!(call.left_inline());
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn io_runs_on_the_runtime_while_a_blocking_thread_waits() {
         let e = effects(1);
         let got = tokio::task::spawn_blocking(move || {
-            let _call = Call::enter(&e, Instant::now() + Duration::from_secs(5));
+            let _call = Call::enter(&e, Instant::now() + Duration::from_secs(5), false);
             io("k8s::get", |fx, left| {
                 fx.block_on(left, async { 7 })
                     .map_err(|e| e.to_string().into())

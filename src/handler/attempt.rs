@@ -41,7 +41,7 @@ impl Handlers {
         }
         let started: jiff::Timestamp = a.started.parse().unwrap_or(now);
         let runtime = Duration::try_from(now.duration_since(started)).unwrap_or_default();
-        let mut ctx = turn.ctx.clone();
+        let mut ctx = super::budgeted(&turn.ctx, entry.spec.budget);
         ctx.attempt = Some(Attempt {
             retry: a.attempts,
             started: a.started.clone(),

@@ -238,7 +238,7 @@ impl Clock {
         let entry = &self.timers[i];
         let args = vec![
             CallArg::Json(turn.view.clone()),
-            CallArg::Ctx(turn.ctx.clone()),
+            CallArg::Ctx(super::budgeted(&turn.ctx, entry.spec.budget)),
         ];
         let result = entry
             .script
@@ -270,7 +270,7 @@ impl Clock {
             .unwrap_or(Value::Null);
         let args = vec![
             CallArg::Json(turn.view.clone()),
-            CallArg::Ctx(turn.ctx.clone()),
+            CallArg::Ctx(super::budgeted(&turn.ctx, entry.spec.budget)),
             CallArg::Json(state),
         ];
         let result = entry
@@ -326,7 +326,7 @@ impl Clock {
         };
         let args = vec![
             CallArg::Json(view),
-            CallArg::Ctx(ctx),
+            CallArg::Ctx(super::budgeted(&ctx, entry.spec.budget)),
             CallArg::Json(s.state),
         ];
         let call = entry.script.call_args_async(stop, args);

@@ -16,6 +16,7 @@
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name |
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
+//! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`) |
 //!
 //! A namespaced operator (`[operator] namespaces`, or `--watch-namespace`) gets a Role in each
 //! namespace, and a ClusterRole only for what is cluster-scoped.
@@ -210,6 +211,19 @@ pub fn plan(input: &Input<'_>) -> Plan {
             .chain(ctl.watches.iter().map(|w| &w.kind));
         for k in kinds {
             needs_discovery |= !is_crd(k);
+        }
+    }
+    // What scripts call through the `k8s` module (`[operator] uses`).
+    for u in &model.operator.uses {
+        let r = resolve(model, &u.kind);
+        needs_discovery |= !is_crd(&u.kind);
+        for verb in &u.verbs {
+            match verb.as_str() {
+                // Server-side apply creates what does not exist yet.
+                "apply" => grant(&r, &r.plural, &["create", "patch"]),
+                "patch_status" => grant(&r, &format!("{}/status", r.plural), &["patch"]),
+                v => grant(&r, &r.plural, &[v]),
+            }
         }
     }
     if !model.controllers.is_empty() {
@@ -415,6 +429,23 @@ script = "h.rhai"
             .filter(|((g, r, _), _)| g == group && r == resource)
             .flat_map(|(_, v)| v.iter().cloned())
             .collect()
+    }
+
+    #[test]
+    fn uses_grants_exactly_the_verbs_scripts_call() {
+        let src = HELLO.replace(
+            "name = \"hello\"",
+            "name = \"hello\"\nuses = [{ kind = \"v1/Pod\", verbs = [\"get\", \"list\", \"patch\"] }, \
+             { kind = \"apps/v1/Deployment\", verbs = [\"apply\", \"patch_status\"] }]",
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        assert_eq!(rule(&p.cluster, "", "pods"), ["get", "list", "patch"]);
+        assert_eq!(
+            rule(&p.cluster, "apps", "deployments"),
+            ["create", "get", "list", "patch", "watch"]
+        );
+        assert_eq!(rule(&p.cluster, "apps", "deployments/status"), ["patch"]);
     }
 
     #[test]

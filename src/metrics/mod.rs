@@ -13,8 +13,8 @@ pub mod server;
 pub use record::{
     Worker, applied, config_loaded, config_reloaded, controller_failed, controller_started,
     hot_loop, leader, queue_add, queue_retry, queue_state, rate_limited, reconcile_finished,
-    reconcile_overlap, reconcile_started, request_sent, script_call, script_limit_abort,
-    status_written, watch_restarted, watch_started,
+    reconcile_overlap, reconcile_started, request_sent, script_api_call, script_call,
+    script_limit_abort, status_written, watch_restarted, watch_started,
 };
 
 use prometheus::core::Collector;
@@ -58,6 +58,8 @@ struct Metrics {
     config_info: IntGaugeVec,
     requests: IntCounterVec,
     rate_limiter_wait: HistogramVec,
+    script_api_calls: IntCounterVec,
+    script_api_duration: HistogramVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -301,6 +303,19 @@ impl Metrics {
                 &r,
                 "rest_client_rate_limiter_duration_seconds",
                 "Time requests waited for the client-side rate limiter (--kube-api-qps, --kube-api-burst), by verb",
+                &["verb"],
+                RATE_LIMITER_BUCKETS,
+            ),
+            script_api_calls: counter(
+                &r,
+                "khai_script_api_calls_total",
+                "Kubernetes API calls scripts made through the k8s module, by verb, kind and status code (0: no answer)",
+                &["verb", "kind", "code"],
+            ),
+            script_api_duration: histogram_with(
+                &r,
+                "khai_script_api_call_duration_seconds",
+                "Time one k8s module call took, rate limiter included, by verb",
                 &["verb"],
                 RATE_LIMITER_BUCKETS,
             ),

@@ -132,6 +132,17 @@ pub fn script_call(script: &str, function: &str, took: Duration, error: Option<&
     }
 }
 
+/// A script's `k8s::<verb>` call on `kind` answered `code` (0: no answer) after `took`.
+pub fn script_api_call(verb: &str, kind: &str, code: u16, took: Duration) {
+    let m = &*METRICS;
+    m.script_api_calls
+        .with_label_values(&[verb, kind, &code.to_string()])
+        .inc();
+    m.script_api_duration
+        .with_label_values(&[verb])
+        .observe(took.as_secs_f64());
+}
+
 /// A script call was stopped by `limit`.
 pub fn script_limit_abort(script: &str, function: &str, limit: &str) {
     METRICS

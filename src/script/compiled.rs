@@ -80,6 +80,11 @@ impl Script {
         &self.file
     }
 
+    /// The compiled script, for checks that read it (`khai check`).
+    pub fn ast(&self) -> &AST {
+        &self.ast
+    }
+
     /// A hash of the text the script was compiled from.
     pub fn source_hash(&self) -> u64 {
         self.source_hash
@@ -148,7 +153,7 @@ impl Script {
         let timeout = effects.map_or(self.timeout, |e| e.budget.time.into());
         let deadline = Instant::now() + timeout;
         DEADLINE.with(|d| d.set(Some(deadline)));
-        let _effects = effects.map(|e| crate::effects::Call::enter(e, deadline));
+        let call = effects.map(|e| crate::effects::Call::enter(e, deadline, inline::active()));
         memory::begin(self.max_memory);
         let mut scope = rhai::Scope::new();
         let result = self
@@ -156,11 +161,35 @@ impl Script {
             .call_fn::<Dynamic>(&mut scope, &self.ast, function, args);
         memory::end();
         DEADLINE.with(|d| d.set(None));
+        if call.as_ref().is_some_and(|c| c.left_inline()) {
+            inline::leave();
+        }
+        drop(call);
         if inline::stopped() {
             // Not the script's error: the call moves to the blocking pool (see `inline`).
             return Ok(serde_json::Value::Null);
         }
-        let value = result.map_err(|e| self.runtime_error(function, *e))?;
+        let value = result.map_err(|e| match (self.runtime_error(function, *e), effects) {
+            // With side effects the deadline is the call's time budget: say which.
+            (
+                ScriptError::Runtime {
+                    file,
+                    pos,
+                    function,
+                    message,
+                },
+                Some(fx),
+            ) if message == TIME_LIMIT => ScriptError::Runtime {
+                file,
+                pos,
+                function,
+                message: format!(
+                    "script exceeded its time budget of {} (budget.time)",
+                    fx.budget.time
+                ),
+            },
+            (e, _) => e,
+        })?;
         convert::to_json(&value).map_err(|e| ScriptError::Convert {
             file: self.file.clone(),
             function: function.into(),
@@ -296,16 +325,29 @@ impl Script {
         if let Some(limit) = limit_hit(&err) {
             crate::metrics::script_limit_abort(&self.label(), function, limit);
         }
+        if let EvalAltResult::ErrorRuntime(v, _) = &err
+            && let Some(m) = v.read_lock::<rhai::Map>()
+            && m.contains_key("verb")
+            && let (Some(message), Some(reason)) = (m.get("error"), m.get("reason"))
+        {
+            return ScriptError::Api {
+                file: self.file.clone(),
+                pos: position(pos),
+                function: function.into(),
+                message: message.to_string(),
+                reason: reason.to_string(),
+            };
+        }
         let message = match &err {
             EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => format!(
                 "script exceeded its memory limit ({} per call)",
                 memory::describe(self.max_memory)
             ),
-            EvalAltResult::ErrorTerminated(..) => "script exceeded its time limit".to_string(),
+            EvalAltResult::ErrorTerminated(..) => TIME_LIMIT.to_string(),
             EvalAltResult::ErrorTooManyOperations(..) => {
                 "script exceeded its operation limit".to_string()
             }
-            EvalAltResult::ErrorRuntime(v, _) => v.to_string(),
+            EvalAltResult::ErrorRuntime(v, _) => thrown(v),
             other => strip_position(&other.to_string()),
         };
         ScriptError::Runtime {
@@ -315,6 +357,17 @@ impl Script {
             message,
         }
     }
+}
+
+/// The message of a call stopped at its deadline.
+const TIME_LIMIT: &str = "script exceeded its time limit";
+
+/// What a script threw, as its error reads: the `error` line of a map that has one (the value
+/// a failed `k8s::…` call throws), else the value.
+fn thrown(v: &Dynamic) -> String {
+    v.read_lock::<rhai::Map>()
+        .and_then(|m| m.get("error").map(ToString::to_string))
+        .unwrap_or_else(|| v.to_string())
 }
 
 impl Script {

@@ -80,6 +80,7 @@ pub fn engine(limits: &Limits) -> Engine {
     });
     ctx::register(&mut e);
     memo::register(&mut e);
+    crate::effects::k8s::register(&mut e);
     nothing_indexes_to_nothing(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {

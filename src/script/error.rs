@@ -32,6 +32,16 @@ pub enum ScriptError {
         function: String,
         message: String,
     },
+    /// A `k8s::…` call failed and the script did not catch it.
+    #[error("{}: in {function}: {message}", at(file, *pos))]
+    Api {
+        file: PathBuf,
+        pos: Option<(usize, usize)>,
+        function: String,
+        message: String,
+        /// The failure's `reason` (`forbidden`, `conflict`, …).
+        reason: String,
+    },
     /// The script asked, with `retry(message, delay)`, to be run again after `delay`.
     #[error("{}: in {function}: {message} (retry in {delay})", file.display())]
     Retry {
@@ -85,6 +95,7 @@ impl ScriptError {
             ScriptError::Syntax { .. } | ScriptError::Read { .. } => "load",
             ScriptError::MissingFunction { .. } => "missing_function",
             ScriptError::Runtime { .. } => "runtime",
+            ScriptError::Api { .. } => "api",
             ScriptError::Retry { .. } => "retry",
             ScriptError::Fail { .. } => "fail",
             ScriptError::Convert { .. } => "convert",

@@ -99,7 +99,12 @@ impl Attempt {
     }
 }
 
-/// Ends the running inline attempt, if the call is one, because it is about to make a side
+/// Whether the call running on this thread is an inline attempt.
+pub fn active() -> bool {
+    ATTEMPT.with(|a| a.borrow().is_some())
+}
+
+/// Ends the running inline attempt, if the call is one, because it was about to make a side
 /// effect (see `crate::effects`): it must run again from the start on the blocking pool before
 /// anything leaves the process. Returns whether it was an inline attempt.
 pub fn leave() -> bool {

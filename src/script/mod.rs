@@ -22,12 +22,6 @@ pub use error::{Problem, ScriptError, param_list};
 
 use std::path::Path;
 
-/// Ends the running inline attempt because the call is about to make a side effect; see
-/// [`inline::leave`].
-pub fn leave_inline() -> bool {
-    inline::leave()
-}
-
 /// A Kubernetes object as scripts see it: the whole object minus `metadata.managedFields`,
 /// which is bookkeeping no script needs and the bulk of many objects.
 pub fn object_view(obj: &kube::api::DynamicObject) -> Result<serde_json::Value, serde_json::Error> {

@@ -27,6 +27,9 @@ pub struct Case {
     pub cache: Vec<Value>,
     /// What the case calls.
     pub call: Call,
+    /// The side effects (`k8s::…`) the call must make, in order, with their answers; none
+    /// when left out. Nothing leaves the process.
+    pub calls: Vec<crate::effects::stub::Expected>,
     pub expect: Expect,
 }
 
@@ -187,6 +190,8 @@ struct CaseFile {
     /// For a daemon tick case: its state.
     state: Option<Value>,
     #[serde(default)]
+    calls: Vec<crate::effects::stub::Expected>,
+    #[serde(default)]
     expect: Expect,
 }
 
@@ -296,6 +301,7 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
         object,
         cache: raw.cache,
         call,
+        calls: raw.calls,
         expect: raw.expect,
     };
     check(&case)?;

@@ -69,12 +69,53 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Runs one case against a loaded operator; an empty list means it passed.
 pub fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
-    match &case.call {
-        Call::Reconcile => run_reconcile(op, case),
+    let stubbed = Stubbed::new(case);
+    let mut mismatches = match &case.call {
+        Call::Reconcile => run_reconcile(op, case, &stubbed),
         Call::Validate(input) => webhook::run_admission(op, case, Kind::Validate, input),
         Call::Mutate(input) => webhook::run_admission(op, case, Kind::Mutate, input),
         Call::Convert(input) => webhook::run_conversion(op, case, input),
-        Call::Handler(input) => run_handler(op, case, input),
+        Call::Handler(input) => run_handler(op, case, input, &stubbed),
+    }?;
+    if let Some(got) = stubbed.stubs.mismatch() {
+        mismatches.push(Mismatch::new(
+            "calls",
+            "the calls the case lists, in order",
+            got,
+        ));
+    }
+    Ok(mismatches)
+}
+
+/// The side effects of a case's call: answered by the case's `calls`, on a runtime of their
+/// own when `khai test` runs outside one (stubs never do I/O, but effects carry a runtime).
+struct Stubbed {
+    stubs: Arc<crate::effects::stub::Stubs>,
+    effects: Option<Arc<crate::effects::Effects>>,
+    _runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Stubbed {
+    fn new(case: &Case) -> Self {
+        let stubs = Arc::new(crate::effects::stub::Stubs::new(case.calls.clone()));
+        let (handle, runtime) = match tokio::runtime::Handle::try_current() {
+            Ok(h) => (Some(h), None),
+            Err(_) => match tokio::runtime::Builder::new_current_thread().build() {
+                Ok(rt) => (Some(rt.handle().clone()), Some(rt)),
+                Err(_) => (None, None),
+            },
+        };
+        let effects = handle.map(|h| {
+            Arc::new(crate::effects::Effects {
+                stubs: Some(stubs.clone()),
+                ..crate::effects::Effects::new(h, crate::effects::Budget::default())
+            })
+        });
+        Stubbed {
+            stubs,
+            effects,
+            _runtime: runtime,
+        }
     }
 }
 
@@ -84,6 +125,7 @@ fn run_handler(
     op: &Operator,
     case: &Case,
     input: &case::HandlerInput,
+    stubbed: &Stubbed,
 ) -> Result<Vec<Mismatch>, Error> {
     use crate::handler::{Handled, change, change_record, clock::daemon_result, take_result};
     use crate::script::CallArg;
@@ -101,6 +143,7 @@ fn run_handler(
     );
     ctx.params = Value::Object(op.config.model.params.clone());
     ctx.memo = Some(crate::script::memo::Memo::default());
+    ctx.effects = stubbed.effects.clone();
     let keys = crate::handler::progress::Keys::new(&op.config.model.operator.name);
     let essence = |v: &Value| change::essence(v, &keys.prefix);
     let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
@@ -159,7 +202,7 @@ fn run_handler(
     expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
 }
 
-fn run_reconcile(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
+fn run_reconcile(op: &Operator, case: &Case, stubbed: &Stubbed) -> Result<Vec<Mismatch>, Error> {
     let bad = |field: &str, message: String| Error::Case {
         file: case.file.clone(),
         field: field.into(),
@@ -183,7 +226,7 @@ fn run_reconcile(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
         memo: Some(crate::script::memo::Memo::default()),
         attempt: None,
         indexes: None,
-        effects: None,
+        effects: stubbed.effects.clone(),
     };
     let answer =
         plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
@@ -556,6 +599,53 @@ fn reconcile(obj, ctx) {
         assert_eq!(
             run(SCRIPT, "expect:\n  status: { phase: Ready }\n"),
             [r#"status.phase: expected "Ready", got "Pending""#]
+        );
+    }
+
+    const PROPAGATE: &str = r#"
+fn reconcile(obj, ctx) {
+    let pods = k8s::list("v1/Pod", #{ namespace: obj.metadata.namespace, labels: #{ web: obj.metadata.name } });
+    for p in pods { k8s::label(p, #{ tier: "web" }); }
+    try { k8s::get("v1/Pod", "default", "gone"); } catch (e) { return #{ status: #{ phase: e.reason } }; }
+    #{ status: #{ phase: "Labelled" } }
+}
+"#;
+
+    #[test]
+    fn stubbed_calls_answer_in_order_and_an_error_is_caught_as_a_value() {
+        let calls = concat!(
+            "calls:\n",
+            "  - request: { call: k8s::list, kind: v1/Pod, namespace: default, labels: web=w }\n",
+            "    response: [{ apiVersion: v1, kind: Pod, metadata: { name: p1, namespace: default } }]\n",
+            "  - request: { call: k8s::patch, name: p1, patch: { metadata: { labels: { tier: web } } } }\n",
+            "    response: {}\n",
+            "  - request: { call: k8s::get, name: gone }\n",
+            "    error: { reason: not_found, code: 404, message: gone }\n",
+        );
+        let found = run(
+            PROPAGATE,
+            &format!("{calls}expect:\n  status: {{ phase: not_found }}\n"),
+        );
+        assert!(found.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn an_unexpected_call_fails_the_case_naming_it() {
+        let found = run(PROPAGATE, "expect: {}\n");
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[1].starts_with(r#"calls: expected the calls the case lists, in order, got unexpected call {"call":"k8s::list","kind":"v1/Pod""#),
+            "{found:?}"
+        );
+        let missing = run(
+            "fn reconcile(obj, ctx) { #{} }",
+            "calls:\n  - request: { call: k8s::get }\nexpect: {}\n",
+        );
+        assert_eq!(
+            missing,
+            [
+                r#"calls: expected the calls the case lists, in order, got expected calls not made: {"call":"k8s::get"}"#
+            ]
         );
     }
 

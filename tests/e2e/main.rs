@@ -33,6 +33,7 @@ mod rbac;
 mod reload;
 mod restart;
 mod servers;
+mod side_effects;
 mod unowned;
 mod webhooks;
 mod workflow;

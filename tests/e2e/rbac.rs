@@ -582,3 +582,149 @@ async fn a_missing_permission_gives_one_event_and_condition_per_object_and_no_ho
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai stops cleanly");
 }
+
+/// Starts `examples/kopf/labels` as its ServiceAccount holding `docs`, with a Pod that names the
+/// sample example and the sample itself; returns khai, the kubeconfig (to outlive start-up),
+/// and the Pods' and examples' `Api`s.
+async fn start_labels(
+    client: &kube::Client,
+    ns: &str,
+    docs: &[Value],
+) -> (
+    Khai,
+    tempfile::TempPath,
+    Api<DynamicObject>,
+    Api<DynamicObject>,
+) {
+    let example = crate::support::repo_root().join("examples/kopf/labels");
+    apply(client, ns, docs).await;
+    let kubeconfig = service_account_kubeconfig(client, ns, "khai-kopf-labels").await;
+    let khai = Khai::start_with_kubeconfig(
+        &example,
+        ns,
+        &["--log-level", "info,khai=debug"],
+        &kubeconfig,
+    );
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Pod"));
+    let pods: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let pod: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": "named", "labels": { "kopf.khai.dev/example": "kopf-example-1" } },
+        "spec": { "containers": [{ "name": "c", "image": "busybox" }] },
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    crate::support::wait_for_crd(client, "kopfexamples.labels.kopf.khai.dev").await;
+    let examples = crate::support::custom_api(
+        client,
+        ns,
+        "labels.kopf.khai.dev",
+        "KopfExample",
+        "kopfexamples",
+    );
+    let sample: DynamicObject =
+        serde_saphyr::from_str(&std::fs::read_to_string(example.join("kopfexample.yaml")).unwrap())
+            .unwrap();
+    examples
+        .create(&PostParams::default(), &sample)
+        .await
+        .unwrap();
+    (khai, kubeconfig, pods, examples)
+}
+
+fn generate_labels_rbac(ns: &str) -> Vec<Value> {
+    generate_rbac(
+        &crate::support::repo_root().join("examples/kopf/labels"),
+        ns,
+    )
+}
+
+#[tokio::test]
+async fn label_propagation_runs_with_only_the_generated_rbac_and_no_403() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-labels").await;
+    let docs = generate_labels_rbac(&ns.name);
+    let (khai, _kubeconfig, pods, _) = start_labels(&client, &ns.name, &docs).await;
+    wait_for(
+        &pods,
+        "named",
+        "the example's label on its Pod",
+        |o: Option<&DynamicObject>| {
+            o.and_then(|o| o.metadata.labels.as_ref())
+                .is_some_and(|l| l.get("somelabel").is_some_and(|v| v == "somevalue"))
+        },
+    )
+    .await;
+    let (_, logs) = khai.terminate().await;
+    let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
+    assert!(refused.is_empty(), "khai was refused: {refused:#?}");
+}
+
+/// Without `patch` on Pods in `uses`, the script's `k8s::label` is refused: one `Forbidden`
+/// Warning Event and a `Ready=False` condition naming the call, said once however often the
+/// object is retried, with backoff between retries.
+#[tokio::test]
+async fn a_forbidden_script_call_is_one_event_and_condition_and_backs_off() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-fx-403").await;
+    let mut docs = generate_labels_rbac(&ns.name);
+    let mut removed = 0;
+    for rule in docs
+        .iter_mut()
+        .filter_map(|d| d.get_mut("rules").and_then(Value::as_array_mut))
+        .flatten()
+    {
+        if rule["resources"] == json!(["pods"])
+            && let Some(verbs) = rule["verbs"].as_array_mut()
+        {
+            let before = verbs.len();
+            verbs.retain(|v| v != "patch");
+            removed += before - verbs.len();
+        }
+    }
+    assert_eq!(removed, 1, "the generated RBAC lets khai patch pods");
+    let (khai, _kubeconfig, _, examples) = start_labels(&client, &ns.name, &docs).await;
+    let example = wait_for(
+        &examples,
+        "kopf-example-1",
+        "Ready=False with reason Forbidden",
+        |o: Option<&DynamicObject>| {
+            o.and_then(|o| o.data["status"]["conditions"].as_array().cloned())
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["reason"] == "Forbidden")
+        },
+    )
+    .await;
+    let message = example.data["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("in reconcile: k8s::patch v1/Pod")
+            && message.contains("/named: pods \"named\" is forbidden")
+            && message.ends_with("(forbidden, 403)"),
+        "{message}"
+    );
+    // Three failed reconciles (1 s, then 2 s apart: backoff), still one Event.
+    khai.wait_for_logs(0, "three refused reconciles", 3, |l| {
+        l.contains("reconcile failed") && l.contains("forbidden, 403")
+    })
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let forbidden: Vec<_> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Forbidden"))
+        .collect();
+    assert_eq!(forbidden.len(), 1, "{forbidden:#?}");
+    assert!(
+        forbidden[0].series.is_none(),
+        "said once, not once per retry: {:?}",
+        forbidden[0].series
+    );
+}

@@ -44,6 +44,10 @@ pub struct Controller {
     /// Per-object retry backoff after failures.
     #[serde(default)]
     pub backoff: BackoffSettings,
+    /// What one call of its scripts may do beyond computing: `k8s::…` and `http::…` calls and
+    /// wall-clock time, I/O included.
+    #[serde(default)]
+    pub budget: crate::config::budget::Budget,
     /// Also reconcile on changes to the object's status alone (off: spec, labels, annotations,
     /// finalizers and deletion trigger reconciles, the controller's own status writes do not).
     #[serde(default)]

@@ -9,12 +9,13 @@ mod controller;
 mod crd;
 mod operator;
 
+pub use crate::config::budget::Budget;
 pub use controller::{BackoffSettings, Controller, DeleteChildren, Parents, Watch};
 pub use crd::{
     ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
     Scale, Scope,
 };
-pub use operator::{OperatorSettings, RbacRule};
+pub use operator::{OperatorSettings, RbacRule, USES_VERBS, Uses};
 
 use super::kind::KindRef;
 use serde::{Deserialize, Serialize};

@@ -26,6 +26,12 @@ pub struct OperatorSettings {
     /// the scripts reach that the config cannot show.
     #[serde(default)]
     pub extra_rbac: Vec<RbacRule>,
+    /// `uses = [{ kind = "v1/Pod", verbs = ["get", "list", "patch"] }]`: the kinds scripts
+    /// reach through the `k8s` module and the verbs they call on them. `khai generate rbac`
+    /// grants exactly these, and `khai check` flags a `k8s::<verb>("<kind>", …)` call they do
+    /// not declare.
+    #[serde(default)]
+    pub uses: Vec<Uses>,
     /// `fn name(ctx)` run once when khai starts, before anything is reconciled (to fill
     /// `ctx.memo`, which every object's memo starts from).
     pub startup: Option<crate::config::handlers::Hook>,
@@ -41,6 +47,28 @@ pub struct OperatorSettings {
     #[serde(default = "default_burst", deserialize_with = "at_least_one")]
     pub burst: u32,
 }
+
+/// One entry of `[operator] uses`: a kind scripts call through the `k8s` module, and how.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Uses {
+    /// Written as in `[[controller]] for`: `v1/Pod`, `apps/v1/Deployment`, a CRD's kind.
+    pub kind: crate::config::kind::KindRef,
+    /// The `k8s` verbs: `get`, `list`, `create`, `apply`, `patch`, `patch_status`, `delete`
+    /// (`label`, `annotate`, `patch_metadata` and `adopt` are `patch`).
+    pub verbs: Vec<String>,
+}
+
+/// The verbs `[operator] uses` accepts.
+pub const USES_VERBS: &[&str] = &[
+    "get",
+    "list",
+    "create",
+    "apply",
+    "patch",
+    "patch_status",
+    "delete",
+];
 
 /// One `[[operator.extra_rbac]]` rule, as in a Kubernetes PolicyRule.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -68,6 +96,7 @@ impl Default for OperatorSettings {
             force_apply: true,
             namespaces: Vec::new(),
             extra_rbac: Vec::new(),
+            uses: Vec::new(),
             startup: None,
             cleanup: None,
             qps: default_qps(),
