@@ -67,6 +67,15 @@ pub(crate) async fn prepare(
         ),
         client: client.clone(),
         watched: watched.clone(),
+        http: Arc::new(crate::effects::http::Client::new(
+            &model.operator.http,
+            &op.config.base_dir,
+        )?),
+        secrets: Arc::new(crate::effects::secrets::Secrets::start(
+            &model.operator.secrets,
+            &watched,
+            informers,
+        )),
     };
     let indexes = beside::indexes(op, client, informers, &all_or_each).await?;
     let mut by_kind = beside::by_kind(op, client).await?;
@@ -192,6 +201,9 @@ struct Shared {
     client: kube::Client,
     /// The namespaces khai watches; empty means all.
     watched: Vec<String>,
+    /// What every controller's scripts may reach: `http::…` and `ctx.secret`.
+    http: Arc<crate::effects::http::Client>,
+    secrets: Arc<crate::effects::secrets::Secrets>,
 }
 
 /// The kinds one controller names, resolved.
@@ -317,10 +329,13 @@ impl Env<'_> {
                 kind: kind.clone(),
                 manage_status,
                 params: Value::Object(model.params.clone()),
-                effects: Arc::new(crate::effects::Effects::new(
-                    tokio::runtime::Handle::current(),
-                    crate::effects::Budget::default(),
-                )),
+                effects: Arc::new(
+                    crate::effects::Effects::new(
+                        tokio::runtime::Handle::current(),
+                        crate::effects::Budget::default(),
+                    )
+                    .reaching(shared.http.clone(), shared.secrets.clone()),
+                ),
             },
             caches: Caches {
                 primary: primary.clone(),

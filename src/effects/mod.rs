@@ -18,6 +18,9 @@
 //! I/O itself runs on the daemon's runtime ([`Effects::block_on`]) while the script's blocking
 //! thread waits, so the async workers stay free for other objects.
 
+pub mod http;
+pub mod secrets;
+
 use crate::config::duration::Duration as ConfigDuration;
 use rhai::{EvalAltResult, Position};
 use serde::Deserialize;
@@ -54,6 +57,10 @@ pub struct Effects {
     /// The runtime that does the I/O while a script's blocking thread waits.
     pub handle: tokio::runtime::Handle,
     pub budget: Budget,
+    /// The operator's client for `http::…` (`[operator.http]`); reaches nothing by default.
+    pub http: Arc<http::Client>,
+    /// The Secrets `ctx.secret` may read (`[operator] secrets`); none by default.
+    pub secrets: Arc<secrets::Secrets>,
 }
 
 impl std::fmt::Debug for Effects {
@@ -66,7 +73,20 @@ impl std::fmt::Debug for Effects {
 
 impl Effects {
     pub fn new(handle: tokio::runtime::Handle, budget: Budget) -> Self {
-        Effects { handle, budget }
+        Effects {
+            handle,
+            budget,
+            http: Arc::default(),
+            secrets: Arc::default(),
+        }
+    }
+
+    /// With the operator's HTTP client and readable Secrets.
+    #[must_use]
+    pub fn reaching(mut self, http: Arc<http::Client>, secrets: Arc<secrets::Secrets>) -> Self {
+        self.http = http;
+        self.secrets = secrets;
+        self
     }
 
     /// Runs `fut` on the daemon's runtime and waits for it on this (blocking) thread, for at

@@ -316,7 +316,7 @@ impl Script {
             EvalAltResult::ErrorTooManyOperations(..) => {
                 "script exceeded its operation limit".to_string()
             }
-            EvalAltResult::ErrorRuntime(v, _) => v.to_string(),
+            EvalAltResult::ErrorRuntime(v, _) => thrown_message(v),
             other => strip_position(&other.to_string()),
         };
         ScriptError::Runtime {
@@ -326,6 +326,18 @@ impl Script {
             message,
         }
     }
+}
+
+/// What an uncaught thrown value says: a map with a `message` (an `http::` failure, or a
+/// script's own `throw #{ message: … }`) says its message, anything else itself.
+fn thrown_message(v: &Dynamic) -> String {
+    v.read_lock::<rhai::Map>()
+        .and_then(|m| {
+            m.get("message")
+                .filter(|m| m.is_string())
+                .map(ToString::to_string)
+        })
+        .unwrap_or_else(|| v.to_string())
 }
 
 impl Script {
