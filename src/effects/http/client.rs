@@ -46,6 +46,8 @@ pub struct Client {
     max_response_bytes: u64,
     max_redirects: u32,
     timeout: Duration,
+    /// Names answered without DNS ([`Client::resolve_as`]).
+    hosts: Vec<(String, IpAddr)>,
 }
 
 impl std::fmt::Debug for Client {
@@ -66,6 +68,7 @@ impl Default for Client {
             max_response_bytes: s.max_response_bytes,
             max_redirects: s.max_redirects,
             timeout: s.timeout.get(),
+            hosts: Vec::new(),
         }
     }
 }
@@ -86,7 +89,16 @@ impl Client {
             max_response_bytes: settings.max_response_bytes,
             max_redirects: settings.max_redirects,
             timeout: settings.timeout.get(),
+            hosts: Vec::new(),
         })
+    }
+
+    /// Answers `name` with `ip` instead of asking DNS, as `curl --resolve` does: for tests of
+    /// what a name resolving to a refused address gets (the address is checked all the same).
+    #[must_use]
+    pub fn resolve_as(mut self, name: &str, ip: IpAddr) -> Self {
+        self.hosts.push((name.to_ascii_lowercase(), ip));
+        self
     }
 
     /// Sends `req`, following redirects, within its timeout and `time_left` of the call.
@@ -131,10 +143,7 @@ impl Client {
         let mut method = method;
         let mut body = req.body.clone();
         let mut headers = req.headers.clone();
-        let mut url: http::Uri = req
-            .url
-            .parse()
-            .map_err(|e| HttpError::new(Reason::InvalidUrl, format!("cannot read the URL: {e}")))?;
+        let mut url = Policy::url(&req.url)?;
         let mut hops = 0;
         loop {
             let target = self.policy.target(&url)?;
@@ -157,12 +166,7 @@ impl Client {
                     format!("more than {} redirects", self.max_redirects),
                 ));
             }
-            let next = join(&url, &location).ok_or_else(|| {
-                HttpError::new(
-                    Reason::InvalidUrl,
-                    "a redirect's Location is not a URL".to_string(),
-                )
-            })?;
+            let next = join(&url, &location)?;
             if next.host() != url.host() {
                 // Credentials meant for one host are not handed to another.
                 headers.retain(|(k, _)| {
@@ -235,8 +239,15 @@ impl Client {
     /// Resolves the target once, checks every address, and connects to the first checked one
     /// that answers.
     async fn connect(&self, target: &Target) -> Result<tokio::net::TcpStream, HttpError> {
+        let pinned: Vec<SocketAddr> = self
+            .hosts
+            .iter()
+            .filter(|(n, _)| *n == target.host)
+            .map(|(_, ip)| SocketAddr::new(*ip, target.port))
+            .collect();
         let addrs: Vec<SocketAddr> = match target.host.parse::<IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, target.port)],
+            Err(_) if !pinned.is_empty() => pinned,
             Err(_) => tokio::net::lookup_host((target.host.as_str(), target.port))
                 .await
                 .map_err(|e| {
@@ -407,9 +418,9 @@ fn is_redirect(status: u16) -> bool {
 }
 
 /// `location` read against `base`: absolute, scheme-relative, absolute-path or relative-path.
-fn join(base: &http::Uri, location: &str) -> Option<http::Uri> {
-    let scheme = base.scheme_str()?;
-    let authority = base.authority()?.as_str();
+fn join(base: &http::Uri, location: &str) -> Result<http::Uri, HttpError> {
+    let scheme = base.scheme_str().unwrap_or("http");
+    let authority = base.authority().map_or("", |a| a.as_str());
     let absolute = if location.contains("://") {
         location.to_string()
     } else if let Some(rest) = location.strip_prefix("//") {
@@ -422,7 +433,7 @@ fn join(base: &http::Uri, location: &str) -> Option<http::Uri> {
         let dir = if dir.is_empty() { "/" } else { dir };
         format!("{scheme}://{authority}{dir}{location}")
     };
-    absolute.parse().ok()
+    Policy::url(&absolute)
 }
 
 fn describe(d: Duration) -> String {
@@ -441,6 +452,10 @@ mod tests {
     fn redirect_locations_are_read_against_the_current_url() {
         let base: http::Uri = "http://a.example.com:8080/v1/buckets?x=1".parse().unwrap();
         let j = |l: &str| join(&base, l).unwrap().to_string();
+        assert_eq!(
+            join(&base, "file:///etc/passwd").unwrap_err().reason,
+            Reason::NotAllowed
+        );
         assert_eq!(j("https://b.example.com/x"), "https://b.example.com/x");
         assert_eq!(j("//c.example.com/y"), "http://c.example.com/y");
         assert_eq!(j("/z"), "http://a.example.com:8080/z");

@@ -48,6 +48,26 @@ impl Policy {
         Policy { entries }
     }
 
+    /// Reads a URL as a script or a redirect wrote it; a scheme other than http and https is
+    /// refused before the rest is read (`file:///etc/passwd` is no URL to hyper).
+    pub fn url(text: &str) -> Result<http::Uri, HttpError> {
+        if let Some((scheme, _)) = text.split_once(':') {
+            let is_scheme = !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+            let lower = scheme.to_ascii_lowercase();
+            if is_scheme && lower != "http" && lower != "https" && text.contains("://") {
+                return Err(HttpError::new(
+                    Reason::NotAllowed,
+                    format!("scheme {lower:?} is not allowed: only http and https"),
+                ));
+            }
+        }
+        text.parse()
+            .map_err(|e| HttpError::new(Reason::InvalidUrl, format!("cannot read the URL: {e}")))
+    }
+
     /// Checks a URL before anything is resolved.
     pub fn target(&self, url: &http::Uri) -> Result<Target, HttpError> {
         let https = match url.scheme_str() {
@@ -188,7 +208,7 @@ mod tests {
     }
 
     fn target(p: &Policy, url: &str) -> Result<Target, HttpError> {
-        p.target(&url.parse().unwrap())
+        p.target(&Policy::url(url)?)
     }
 
     fn reason(r: Result<impl std::fmt::Debug, HttpError>) -> Reason {

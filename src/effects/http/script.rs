@@ -7,14 +7,16 @@
 //! `message` fails the call at the script's line. Header and body values never appear in it.
 
 use super::{HttpError, HttpRequest, HttpResponse, perform};
-use rhai::{Dynamic, EvalAltResult, Map, Module, Position};
+use rhai::{Dynamic, EvalAltResult, Map, Module, NativeCallContext, Position};
 
 type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
 
 /// The `http` module, registered once on every engine.
 pub fn module() -> Module {
     let mut m = Module::new();
-    m.set_native_fn("request", |opts: Map| request(opts));
+    m.set_native_fn("request", |c: NativeCallContext, opts: Map| {
+        at(&c, request(opts))
+    });
     for (name, method) in [
         ("get", "GET"),
         ("post", "POST"),
@@ -22,12 +24,24 @@ pub fn module() -> Module {
         ("patch", "PATCH"),
         ("delete", "DELETE"),
     ] {
-        m.set_native_fn(name, move |url: &str| shorthand(method, url, Map::new()));
-        m.set_native_fn(name, move |url: &str, opts: Map| {
-            shorthand(method, url, opts)
+        m.set_native_fn(name, move |c: NativeCallContext, url: &str| {
+            at(&c, shorthand(method, url, Map::new()))
+        });
+        m.set_native_fn(name, move |c: NativeCallContext, url: &str, opts: Map| {
+            at(&c, shorthand(method, url, opts))
         });
     }
     m
+}
+
+/// Places an error at the script's call, so an uncaught one names its line.
+fn at(c: &NativeCallContext, r: RhaiResult<Dynamic>) -> RhaiResult<Dynamic> {
+    r.map_err(|mut e| {
+        if e.position().is_none() {
+            e.set_position(c.call_position());
+        }
+        e
+    })
 }
 
 fn shorthand(method: &str, url: &str, mut opts: Map) -> RhaiResult<Dynamic> {
@@ -205,7 +219,7 @@ mod tests {
         assert_eq!(req.method, "POST");
         assert_eq!(
             req.body.as_deref(),
-            Some(br#"{"name":"x","n":1}"#.as_slice())
+            Some(br#"{"n":1,"name":"x"}"#.as_slice())
         );
         assert_eq!(
             req.headers,
