@@ -319,7 +319,11 @@ fn defaults() -> Vec<(&'static str, String, &'static str)> {
             "[operator.startup]\nscript = \"s.rhai\"\nfunction = \"f\"\n".into(),
             "/operator/startup",
         ),
-        ("operator.http", "[operator.http]\n".into(), "/operator/http"),
+        (
+            "operator.http",
+            "[operator.http]\n".into(),
+            "/operator/http",
+        ),
         ("crd", CRD.into(), "/crd/0"),
         (
             "crd.versions",
