@@ -460,3 +460,67 @@ async fn the_allow_list_the_response_cap_redirects_and_timeouts_hold_in_a_runnin
     assert!(metrics.contains("host=\"<refused>\""), "{metrics}");
     drop(khai);
 }
+
+/// `examples/bucket` runs as a ServiceAccount with only what `khai generate rbac` grants: its
+/// Secret is read (by name, through a watch with a `metadata.name` field selector), no other
+/// Secret is readable, and khai meets no 403.
+#[tokio::test]
+async fn bucket_example_runs_with_only_its_generated_rbac_which_reads_one_secret_by_name() {
+    use crate::rbac::{apply, denied, generate_rbac, service_account_kubeconfig};
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "http-rbac").await;
+    let secrets = custom_api(&client, &ns.name, "", "Secret", "secrets");
+    for (name, token) in [("bucket-credentials", "s3cr3t"), ("other", "not-yours")] {
+        let secret: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name },
+            "stringData": { "token": token },
+        }))
+        .unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    let (addr, _seen) = serve(bucket_service(Arc::default())).await;
+    let dir = bucket_example(addr);
+    let docs = generate_rbac(dir.path(), &ns.name);
+    apply(&client, &ns.name, &docs).await;
+    let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-bucket").await;
+    let khai = Khai::start_with_kubeconfig(dir.path(), &ns.name, &[], &kubeconfig);
+    crate::support::wait_for_crd(&client, "buckets.examples.khai.dev").await;
+    let buckets = custom_api(&client, &ns.name, "examples.khai.dev", "Bucket", "buckets");
+    let bucket: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "examples.khai.dev/v1", "kind": "Bucket",
+        "metadata": { "name": "logs" },
+        "spec": { "region": "eu-west" },
+    }))
+    .unwrap();
+    buckets
+        .create(&PostParams::default(), &bucket)
+        .await
+        .unwrap();
+    wait_for(
+        &buckets,
+        "logs",
+        "the bucket created with the Secret's token",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"] == "Ready"),
+    )
+    .await;
+
+    let as_khai = crate::support::client_of(&kubeconfig).await;
+    let theirs = custom_api(&as_khai, &ns.name, "", "Secret", "secrets");
+    assert!(theirs.get("bucket-credentials").await.is_ok());
+    for refused in [
+        theirs.get("other").await.map(|_| ()),
+        theirs.list(&Default::default()).await.map(|_| ()),
+    ] {
+        match refused {
+            Err(kube::Error::Api(e)) => assert_eq!(e.code, 403, "{e}"),
+            other => panic!("khai's ServiceAccount reads more Secrets than it names: {other:?}"),
+        }
+    }
+    let (_, logs) = khai.terminate().await;
+    let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
+    assert!(refused.is_empty(), "khai was refused: {refused:#?}");
+}
