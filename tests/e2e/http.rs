@@ -425,7 +425,7 @@ async fn the_allow_list_the_response_cap_redirects_and_timeouts_hold_in_a_runnin
         .wait_for_log(
             0,
             "the hanging request's call failing at its timeout",
-            move |l| l.contains(&timeout),
+            move |l| l.contains(timeout),
         )
         .await;
     assert!(
