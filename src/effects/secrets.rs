@@ -81,6 +81,11 @@ impl Secrets {
         Secrets { watches }
     }
 
+    /// The watches it reads, to keep running while a controller uses them.
+    pub fn informers(&self) -> impl Iterator<Item = &Arc<Informer>> {
+        self.watches.iter().map(|(_, _, i)| i)
+    }
+
     /// The value of `key` in Secret `namespace/name` (`namespace` defaults to the object's).
     pub fn read(
         &self,
