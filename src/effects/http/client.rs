@@ -447,6 +447,145 @@ fn describe(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback server that reads a request head and writes `answer` (nothing when `None`,
+    /// holding the connection open), over TLS when `tls` is given.
+    async fn server(
+        answer: Option<&'static [u8]>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let mut io: Box<dyn Io> = match tls {
+                        Some(c) => Box::new(
+                            tokio_rustls::TlsAcceptor::from(c)
+                                .accept(tcp)
+                                .await
+                                .unwrap(),
+                        ),
+                        None => Box::new(tcp),
+                    };
+                    let mut buf = vec![0; 4096];
+                    let mut head = Vec::new();
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let n = io.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        head.extend_from_slice(&buf[..n]);
+                    }
+                    match answer {
+                        Some(a) => io.write_all(a).await.unwrap(),
+                        None => std::future::pending::<()>().await,
+                    }
+                    io.flush().await.unwrap();
+                });
+            }
+        });
+        addr
+    }
+
+    trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+    impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+    fn client(allow: &str, ca_file: Option<PathBuf>, max: u64) -> Client {
+        let settings = HttpSettings {
+            allow: vec![allow.parse().unwrap()],
+            ca_file,
+            max_response_bytes: max,
+            ..HttpSettings::default()
+        };
+        Client::new(&settings, Path::new("/")).unwrap()
+    }
+
+    fn get(url: String) -> HttpRequest {
+        HttpRequest {
+            method: "GET".into(),
+            url,
+            headers: Vec::new(),
+            body: None,
+            timeout: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_cap_fails_whether_or_not_its_length_is_declared() {
+        let chunked: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+            8\r\n12345678\r\n8\r\n12345678\r\n0\r\n\r\n";
+        let declared: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n";
+        for answer in [chunked, declared] {
+            let addr = server(Some(answer), None).await;
+            let c = client(&addr.to_string(), None, 10);
+            let err = c
+                .send(&get(format!("http://{addr}/")), Duration::from_secs(5))
+                .await
+                .unwrap_err();
+            assert_eq!(err.reason, Reason::TooLarge, "{err}");
+        }
+        let addr = server(Some(chunked), None).await;
+        let res = client(&addr.to_string(), None, 16)
+            .send(&get(format!("http://{addr}/")), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(res.body, b"1234567812345678");
+    }
+
+    #[tokio::test]
+    async fn a_request_ends_at_the_time_left_of_its_call_when_that_is_shorter() {
+        let addr = server(None, None).await;
+        let c = client(&addr.to_string(), None, 10);
+        let started = Instant::now();
+        let err = c
+            .send(&get(format!("http://{addr}/")), Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert_eq!(err.to_string(), "timeout: no answer within 200ms");
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn https_trusts_the_ca_file_and_refuses_a_certificate_it_does_not_sign() {
+        let (pair, ca) = crate::webhook::tls::self_signed(&["127.0.0.1".into()]).unwrap();
+        let key =
+            crate::webhook::tls::certified_key(&pair, (Path::new("c"), Path::new("k"))).unwrap();
+        let config =
+            crate::webhook::tls::server_config(crate::webhook::tls::Resolver::new(key)).unwrap();
+        let ok: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let addr = server(Some(ok), Some(Arc::new(config))).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca).unwrap();
+        let with_ca = client(&addr.to_string(), Some(dir.path().join("ca.pem")), 10);
+        let res = with_ca
+            .send(&get(format!("https://{addr}/")), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!((res.status, res.body.as_slice()), (200, b"ok".as_slice()));
+        let err = client(&addr.to_string(), None, 10)
+            .send(&get(format!("https://{addr}/")), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert_eq!(err.reason, Reason::Tls, "{err}");
+    }
+
+    #[test]
+    fn a_ca_file_without_certificates_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), "not pem").unwrap();
+        let settings = HttpSettings {
+            allow: vec!["a.com".parse().unwrap()],
+            ca_file: Some("ca.pem".into()),
+            ..HttpSettings::default()
+        };
+        let err = Client::new(&settings, dir.path()).unwrap_err().to_string();
+        assert!(err.starts_with("[operator.http] ca_file "), "{err}");
+        assert!(err.ends_with("ca.pem: no PEM certificate in it"), "{err}");
+    }
 
     #[test]
     fn redirect_locations_are_read_against_the_current_url() {
