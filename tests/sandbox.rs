@@ -213,7 +213,7 @@ mod http {
             allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
             ..HttpSettings::default()
         };
-        let http = client(Client::new(&settings, std::path::Path::new(".")).unwrap());
+        let http = client(Client::new(&settings, &|p| std::fs::read_to_string(p)).unwrap());
         let effects = Effects::new(rt.handle().clone(), Budget::default())
             .reaching(Arc::new(http), Arc::default());
         ScriptCtx {

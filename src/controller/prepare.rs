@@ -69,7 +69,7 @@ pub(crate) async fn prepare(
         watched: watched.clone(),
         http: Arc::new(crate::effects::http::Client::new(
             &model.operator.http,
-            &op.config.base_dir,
+            &|p| op.config.read(p),
         )?),
         secrets: Arc::new(crate::effects::secrets::Secrets::start(
             &model.operator.secrets,

@@ -74,14 +74,31 @@ impl Default for Client {
 }
 
 impl Client {
-    /// Builds the client of `settings`; `ca_file` is read relative to `base_dir`.
-    pub fn new(settings: &HttpSettings, base_dir: &Path) -> Result<Self, Error> {
+    /// Builds the client of `settings`; `read` reads `ca_file` as the config's other files are
+    /// read (from its directory or its ConfigMap); an absolute `ca_file` is a file on disk.
+    pub fn new(
+        settings: &HttpSettings,
+        read: &dyn Fn(&Path) -> std::io::Result<String>,
+    ) -> Result<Self, Error> {
         let tls = if settings.allow.is_empty() {
             None
         } else {
-            Some(Arc::new(tls_config(
-                settings.ca_file.as_ref().map(|f| base_dir.join(f)),
-            )?))
+            let ca = match &settings.ca_file {
+                Some(path) => {
+                    let pem = if path.is_absolute() {
+                        std::fs::read_to_string(path)
+                    } else {
+                        read(path)
+                    };
+                    let pem = pem.map_err(|source| Error::ReadCa {
+                        path: path.clone(),
+                        source,
+                    })?;
+                    Some((path.clone(), pem))
+                }
+                None => None,
+            };
+            Some(Arc::new(tls_config(ca)?))
         };
         Ok(Client {
             policy: Policy::new(settings.allow.clone()),
@@ -363,18 +380,14 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn tls_config(ca_file: Option<PathBuf>) -> Result<rustls::ClientConfig, Error> {
+fn tls_config(ca_file: Option<(PathBuf, String)>) -> Result<rustls::ClientConfig, Error> {
     let mut roots = rustls::RootCertStore::empty();
     // Unreadable system certificates are skipped, as kube's client does; `ca_file` may be all
     // there is.
     let native = rustls_native_certs::load_native_certs();
     roots.add_parsable_certificates(native.certs);
-    if let Some(path) = ca_file {
-        let pem = std::fs::read(&path).map_err(|source| Error::ReadCa {
-            path: path.clone(),
-            source,
-        })?;
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+    if let Some((path, pem)) = ca_file {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
             .filter_map(Result::ok)
             .collect();
         if certs.is_empty() {
@@ -501,7 +514,7 @@ mod tests {
             max_response_bytes: max,
             ..HttpSettings::default()
         };
-        Client::new(&settings, Path::new("/")).unwrap()
+        Client::new(&settings, &|p| std::fs::read_to_string(p)).unwrap()
     }
 
     fn get(url: String) -> HttpRequest {
@@ -582,9 +595,13 @@ mod tests {
             ca_file: Some("ca.pem".into()),
             ..HttpSettings::default()
         };
-        let err = Client::new(&settings, dir.path()).unwrap_err().to_string();
+        let read = |p: &Path| std::fs::read_to_string(dir.path().join(p));
+        let err = Client::new(&settings, &read).unwrap_err().to_string();
         assert!(err.starts_with("[operator.http] ca_file "), "{err}");
-        assert!(err.ends_with("ca.pem: no PEM certificate in it"), "{err}");
+        assert_eq!(
+            err,
+            "[operator.http] ca_file ca.pem: no PEM certificate in it"
+        );
     }
 
     #[test]
