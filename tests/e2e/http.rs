@@ -524,3 +524,101 @@ async fn bucket_example_runs_with_only_its_generated_rbac_which_reads_one_secret
     let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
     assert!(refused.is_empty(), "khai was refused: {refused:#?}");
 }
+
+const SECRET_PROBE: &str = r#"
+[operator]
+name = "secretprobe"
+secrets = ["probe-token"]
+
+[[crd]]
+group = "e2e.khai.dev"
+kind = "SecretProbe"
+versions = ["v1"]
+status.token = { type = "string" }
+
+[[controller]]
+for = "SecretProbe"
+script = "probe.rhai"
+"#;
+
+/// A reload that restarts the controller keeps the watch of its Secret: a later change to the
+/// Secret reaches the scripts (a reload stops the watches no running controller reads, and the
+/// Secrets are read by `ctx.secret`, not by lookups).
+#[tokio::test]
+async fn a_reload_keeps_the_secrets_watched_and_fresh() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "http-secret-reload").await;
+    let secrets = custom_api(&client, &ns.name, "", "Secret", "secrets");
+    let secret = |token: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": "probe-token" },
+            "stringData": { "token": token },
+        }))
+        .unwrap()
+    };
+    secrets
+        .create(&PostParams::default(), &secret("one"))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operator.toml"), SECRET_PROBE).unwrap();
+    let script = |version: &str| {
+        format!(
+            "// {version}\nfn reconcile(obj, ctx) {{ #{{ status: #{{ token: ctx.secret(\"probe-token\", \"token\") }} }} }}\n"
+        )
+    };
+    std::fs::write(dir.path().join("probe.rhai"), script("v1")).unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    crate::support::wait_for_crd(&client, "secretprobes.e2e.khai.dev").await;
+    let probes = custom_api(
+        &client,
+        &ns.name,
+        "e2e.khai.dev",
+        "SecretProbe",
+        "secretprobes",
+    );
+    let probe = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "e2e.khai.dev/v1", "kind": "SecretProbe",
+            "metadata": { "name": name },
+        }))
+        .unwrap()
+    };
+    probes
+        .create(&PostParams::default(), &probe("a"))
+        .await
+        .unwrap();
+    let token_is = |want: &'static str| {
+        move |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["token"] == want)
+    };
+    wait_for(&probes, "a", "the Secret's first token", token_is("one")).await;
+
+    let skip = khai.log_len();
+    let tmp = dir.path().join("probe.rhai.tmp");
+    std::fs::write(&tmp, script("v2")).unwrap();
+    std::fs::rename(&tmp, dir.path().join("probe.rhai")).unwrap();
+    khai.wait_for_log(skip, "the reload", |l| l.contains("config reloaded"))
+        .await;
+
+    secrets
+        .patch(
+            "probe-token",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "stringData": { "token": "two" } })),
+        )
+        .await
+        .unwrap();
+    probes
+        .create(&PostParams::default(), &probe("b"))
+        .await
+        .unwrap();
+    wait_for(&probes, "b", "the Secret's second token", token_is("two")).await;
+    let stopped: Vec<String> = khai
+        .tail(10_000)
+        .lines()
+        .filter(|l| l.contains("stopped watching") && l.contains("Secret"))
+        .map(str::to_string)
+        .collect();
+    assert!(stopped.is_empty(), "{stopped:?}");
+}
