@@ -112,6 +112,7 @@ fn probes() -> Vec<(&'static str, String)> {
             format!("[[operator.extra_rbac]]\n{p}"),
         ),
         ("operator.startup", format!("[operator.startup]\n{p}")),
+        ("operator.http", format!("[operator.http]\n{p}")),
         ("operator.cleanup", format!("[operator.cleanup]\n{p}")),
         ("crd", format!("[[crd]]\n{p}")),
         (
@@ -322,6 +323,11 @@ fn defaults() -> Vec<(&'static str, String, &'static str)> {
             "operator.startup",
             "[operator.startup]\nscript = \"s.rhai\"\nfunction = \"f\"\n".into(),
             "/operator/startup",
+        ),
+        (
+            "operator.http",
+            "[operator.http]\n".into(),
+            "/operator/http",
         ),
         ("crd", CRD.into(), "/crd/0"),
         (

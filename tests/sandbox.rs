@@ -2,6 +2,11 @@
 //! processes, or escape its limits; and what any input object gives it (unicode keys, nulls,
 //! missing fields, deep nesting): a value or a clear error for that call, never a crash.
 //!
+//! The one way out, the `http` module (issue 14), reaches only what `[operator.http] allow`
+//! lists: an unlisted host, loopback, the metadata address, `file://`, a listed name that
+//! resolves to loopback and a redirect to an unlisted host are all refused, and the servers
+//! behind them see nothing.
+//!
 //! The scripts run on the same engine and call path as `khai run` ([`khai::script::engine`],
 //! [`Script::call`]); no cluster is needed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -149,4 +154,183 @@ fn deeply_nested_input_is_read_and_returned() {
     }
     let s = script("fn run(obj) { obj }");
     assert_eq!(s.call("run", std::slice::from_ref(&v)).unwrap(), v);
+}
+
+mod http {
+    use super::script;
+    use khai::config::http::HttpSettings;
+    use khai::effects::{Budget, Effects, http::Client};
+    use khai::script::ScriptCtx;
+    use serde_json::{Value, json};
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A loopback server that counts requests and answers each with `answer(path)`.
+    fn serve(
+        rt: &tokio::runtime::Runtime,
+        answer: fn(&str) -> (u16, Option<String>),
+    ) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let count = seen.clone();
+        rt.spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req: hyper::Request<_>| {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        let (status, location) = answer(req.uri().path());
+                        let mut res = hyper::Response::builder().status(status);
+                        if let Some(l) = location {
+                            res = res.header("location", l);
+                        }
+                        async move {
+                            res.body(http_body_util::Full::new(hyper::body::Bytes::from("ok")))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    fn ctx(
+        rt: &tokio::runtime::Runtime,
+        allow: &[String],
+        client: fn(Client) -> Client,
+    ) -> ScriptCtx {
+        let settings = HttpSettings {
+            allow: allow.iter().map(|a| a.parse().unwrap()).collect(),
+            ..HttpSettings::default()
+        };
+        let http = client(Client::new(&settings, &|p| std::fs::read_to_string(p)).unwrap());
+        let effects = Effects::new(rt.handle().clone(), Budget::default())
+            .reaching(Arc::new(http), Arc::default());
+        ScriptCtx {
+            effects: Some(Arc::new(effects)),
+            ..ScriptCtx::detached("op", "ctl", Some("default"))
+        }
+    }
+
+    /// What `http::get(url)` gave: the status, or the caught error's reason and message.
+    fn get(ctx: ScriptCtx, url: &str) -> Value {
+        let s = script(
+            r#"fn run(obj, ctx) {
+                let out = ();
+                try { out = #{ status: http::get(obj.url).status }; }
+                catch (e) { out = #{ reason: e.reason, message: e.message }; }
+                out
+            }"#,
+        );
+        s.call_with_ctx("run", &json!({ "url": url }), ctx).unwrap()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_listed_address_is_reached() {
+        let rt = runtime();
+        let (addr, seen) = serve(&rt, |_| (204, None));
+        let out = get(
+            ctx(&rt, &[addr.to_string()], |c| c),
+            &format!("http://{addr}/x"),
+        );
+        assert_eq!(out, json!({ "status": 204 }));
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn unlisted_hosts_loopback_metadata_and_file_urls_are_refused() {
+        let rt = runtime();
+        let (addr, seen) = serve(&rt, |_| (200, None));
+        let c = || ctx(&rt, &["api.example.com".to_string()], |c| c);
+        for url in [
+            "http://unlisted.example.org/".to_string(),
+            format!("http://{addr}/"),
+            format!("http://localhost:{}/", addr.port()),
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "http://[fd00:ec2::254]/".to_string(),
+            "http://metadata.google.internal/".to_string(),
+            "file:///etc/passwd".to_string(),
+        ] {
+            let out = get(c(), &url);
+            assert_eq!(out["reason"], "not_allowed", "{url}: {out}");
+        }
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            0,
+            "the loopback server saw a request"
+        );
+    }
+
+    #[test]
+    fn a_listed_name_that_resolves_to_loopback_is_refused() {
+        let rt = runtime();
+        let (addr, seen) = serve(&rt, |_| (200, None));
+        let listed = format!("api.example.com:{}", addr.port());
+        let c = ctx(&rt, &[listed], |c| {
+            c.resolve_as("api.example.com", "127.0.0.1".parse().unwrap())
+        });
+        let out = get(c, &format!("http://api.example.com:{}/", addr.port()));
+        assert_eq!(out["reason"], "address_refused", "{out}");
+        assert_eq!(
+            out["message"],
+            "http::request GET api.example.com: address_refused: api.example.com resolves to \
+             127.0.0.1, a loopback, link-local or metadata address; list the address itself in \
+             [operator.http] allow to reach it"
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_redirect_to_an_unlisted_host_is_refused() {
+        let rt = runtime();
+        let (other, other_seen) = serve(&rt, |_| (200, None));
+        // The listed server sends every request to the other, unlisted, port or host.
+        static OTHER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        OTHER.set(format!("http://{other}/stolen")).unwrap();
+        let (addr, seen) = serve(&rt, |path| match path {
+            "/away" => (302, Some("http://unlisted.example.org/".into())),
+            _ => (307, OTHER.get().cloned()),
+        });
+        let c = || ctx(&rt, &[addr.to_string()], |c| c);
+        for path in ["/away", "/other"] {
+            let out = get(c(), &format!("http://{addr}{path}"));
+            assert_eq!(out["reason"], "not_allowed", "{path}: {out}");
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            other_seen.load(Ordering::SeqCst),
+            0,
+            "the redirect was followed"
+        );
+    }
+
+    /// Without effects (a webhook function, `when()`, `khai check`), `http` reaches nothing.
+    #[test]
+    fn a_call_without_effects_cannot_send_a_request() {
+        let s = script(r#"fn run(obj, ctx) { http::get("http://api.example.com/") }"#);
+        let err = s
+            .call_with_ctx("run", &json!({}), ScriptCtx::detached("op", "ctl", None))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("http::request is not available here"), "{err}");
+        assert!(err.starts_with("scripts/s.rhai:1:"), "{err}");
+    }
 }

@@ -13,6 +13,7 @@ pub mod duration;
 mod field_path;
 pub mod files;
 pub mod handlers;
+pub mod http;
 pub mod kind;
 pub mod model;
 mod schema_file;

@@ -28,4 +28,6 @@ pub enum Error {
         #[source]
         source: watch::Error,
     },
+    #[error(transparent)]
+    Http(#[from] crate::effects::http::client::Error),
 }

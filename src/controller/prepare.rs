@@ -67,16 +67,29 @@ pub(crate) async fn prepare(
         ),
         client: client.clone(),
         watched: watched.clone(),
-        effects: Arc::new(crate::effects::Effects {
-            k8s: Some(Arc::new(crate::effects::k8s::Api::new(
-                client.clone(),
-                model,
-            ))),
-            ..crate::effects::Effects::new(
-                tokio::runtime::Handle::current(),
-                crate::effects::Budget::default(),
-            )
-        }),
+        effects: Arc::new(
+            crate::effects::Effects {
+                k8s: Some(Arc::new(crate::effects::k8s::Api::new(
+                    client.clone(),
+                    model,
+                ))),
+                ..crate::effects::Effects::new(
+                    tokio::runtime::Handle::current(),
+                    crate::effects::Budget::default(),
+                )
+            }
+            .reaching(
+                Arc::new(crate::effects::http::Client::new(
+                    &model.operator.http,
+                    &|p| op.config.read(p),
+                )?),
+                Arc::new(crate::effects::secrets::Secrets::start(
+                    &model.operator.secrets,
+                    &watched,
+                    informers,
+                )),
+            ),
+        ),
     };
     let indexes = beside::indexes(op, client, informers, &all_or_each).await?;
     let mut by_kind = beside::by_kind(op, client).await?;
@@ -203,7 +216,7 @@ struct Shared {
     client: kube::Client,
     /// The namespaces khai watches; empty means all.
     watched: Vec<String>,
-    /// What scripts may reach (the `k8s` module through `client`); each controller's carry its
+    /// What scripts may reach (the `k8s` module through `client`, `http::…`, `ctx.secret`); each controller's carry its
     /// own budget.
     effects: Arc<crate::effects::Effects>,
 }

@@ -34,7 +34,15 @@ impl Unit for crate::controller::Prepared {
         self.ctx.spec.controller.clone()
     }
     fn caches(&self) -> Vec<Arc<Informer>> {
-        self.ctx.caches.visible.clone()
+        // The Secrets `ctx.secret` reads are not visible to lookups, but are read all the same.
+        let secrets = self.ctx.spec.effects.secrets.informers().cloned();
+        self.ctx
+            .caches
+            .visible
+            .iter()
+            .cloned()
+            .chain(secrets)
+            .collect()
     }
 }
 

@@ -19,7 +19,9 @@
 //! I/O itself runs on the daemon's runtime ([`Effects::block_on`]) while the script's blocking
 //! thread waits, so the async workers stay free for other objects.
 
+pub mod http;
 pub mod k8s;
+pub mod secrets;
 pub mod stub;
 
 use crate::config::duration::Duration as ConfigDuration;
@@ -44,6 +46,10 @@ pub struct Effects {
     pub k8s: Option<Arc<k8s::Api>>,
     /// `khai test`: canned answers instead of any I/O.
     pub stubs: Option<Arc<stub::Stubs>>,
+    /// The operator's client for `http::…` (`[operator.http]`); reaches nothing by default.
+    pub http: Arc<http::Client>,
+    /// The Secrets `ctx.secret` may read (`[operator] secrets`); none by default.
+    pub secrets: Arc<secrets::Secrets>,
 }
 
 impl std::fmt::Debug for Effects {
@@ -61,6 +67,8 @@ impl Effects {
             budget,
             k8s: None,
             stubs: None,
+            http: Arc::default(),
+            secrets: Arc::default(),
         }
     }
 
@@ -70,6 +78,14 @@ impl Effects {
             budget,
             ..self.clone()
         })
+    }
+
+    /// With the operator's HTTP client and readable Secrets.
+    #[must_use]
+    pub fn reaching(mut self, http: Arc<http::Client>, secrets: Arc<secrets::Secrets>) -> Self {
+        self.http = http;
+        self.secrets = secrets;
+        self
     }
 
     /// Runs `fut` on the daemon's runtime and waits for it on this (blocking) thread, for at

@@ -17,6 +17,10 @@
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
 //! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`) |
+//! | `ctx.secret`: `[operator] secrets`, each watched by name | get, list, watch on `secrets` by name |
+//!
+//! A Secret named `namespace/name` is granted by a Role in that namespace alone; an unqualified
+//! name where the operator watches (a Role per watched namespace, or the ClusterRole).
 //!
 //! A namespaced operator (`[operator] namespaces`, or `--watch-namespace`) gets a Role in each
 //! namespace, and a ClusterRole only for what is cluster-scoped.
@@ -146,6 +150,8 @@ pub struct Plan {
     /// Rules of the Role that lets khai read its config's ConfigMap (that one, by name) and
     /// record Events about it; empty unless the config comes from a ConfigMap.
     pub config: Rules,
+    /// Rules of a Role per namespace for the `namespace/name` entries of `[operator] secrets`.
+    pub secrets: BTreeMap<String, Rules>,
 }
 
 /// Derives the RBAC plan for `input`.
@@ -313,6 +319,34 @@ pub fn plan(input: &Input<'_>) -> Plan {
             p.cluster.urls.insert(url.into());
         }
     }
+    // Secrets are watched by name (a `metadata.name` field selector), which RBAC grants by
+    // `resourceNames`, never all Secrets.
+    let secret_verbs = &["get", "list", "watch"];
+    let unqualified: Vec<String> = model
+        .operator
+        .secrets
+        .iter()
+        .filter(|s| s.namespace.is_none())
+        .map(|s| s.name.clone())
+        .collect();
+    if !unqualified.is_empty() {
+        let rules = if scoped {
+            &mut p.namespaced
+        } else {
+            &mut p.cluster
+        };
+        rules.add_named("", "secrets", &unqualified, secret_verbs);
+    }
+    for s in &model.operator.secrets {
+        if let Some(ns) = &s.namespace {
+            p.secrets.entry(ns.clone()).or_default().add_named(
+                "",
+                "secrets",
+                std::slice::from_ref(&s.name),
+                secret_verbs,
+            );
+        }
+    }
     for r in &model.operator.extra_rbac {
         if scoped && !r.cluster {
             p.namespaced.add_extra(r);
@@ -385,6 +419,9 @@ pub fn manifests(model: &Model, namespace: &str, plan: &Plan) -> Vec<Value> {
             Some(namespace),
             &plan.config,
         );
+    }
+    for (ns, rules) in &plan.secrets {
+        role("Role", &format!("{name}-secrets"), Some(ns), rules);
     }
     out
 }
@@ -589,6 +626,41 @@ script = "h.rhai"
             })
             .unwrap();
         assert_eq!(named["resourceNames"], json!(["khai-hello"]));
+    }
+
+    #[test]
+    fn secrets_are_granted_by_name_only_where_they_are_read() {
+        let src = HELLO.replace(
+            "name = \"hello\"",
+            "name = \"hello\"\nsecrets = [\"db-credentials\", \"billing/api-token\"]",
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        let named = |rules: &Rules| {
+            rules
+                .policy_rules()
+                .into_iter()
+                .filter(|r| r["resources"] == json!(["secrets"]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            named(&p.cluster),
+            [json!({ "apiGroups": [""], "resources": ["secrets"],
+                     "verbs": ["get", "list", "watch"], "resourceNames": ["db-credentials"] })]
+        );
+        assert_eq!(
+            named(&p.secrets["billing"]),
+            [json!({ "apiGroups": [""], "resources": ["secrets"],
+                     "verbs": ["get", "list", "watch"], "resourceNames": ["api-token"] })]
+        );
+        let out = manifests(&model, "khai-system", &p);
+        assert!(out.iter().any(|m| m["kind"] == "Role"
+            && m["metadata"]["name"] == "khai-hello-secrets"
+            && m["metadata"]["namespace"] == "billing"));
+        // A namespaced operator reads unqualified Secrets in its namespaces only.
+        let p = input(&model, false, &["a"]);
+        assert!(named(&p.cluster).is_empty());
+        assert_eq!(named(&p.namespaced).len(), 1);
     }
 
     #[test]

@@ -50,6 +50,12 @@ pub fn values(input: &Input<'_>) -> Value {
         "rbac": {
             "clusterRules": input.plan.cluster.policy_rules(),
             "namespacedRules": input.plan.namespaced.policy_rules(),
+            "secretRules": input
+                .plan
+                .secrets
+                .iter()
+                .map(|(ns, r)| (ns.clone(), json!(r.policy_rules())))
+                .collect::<serde_json::Map<_, _>>(),
         },
         "webhook": webhook,
     });

@@ -12,9 +12,9 @@ pub mod server;
 
 pub use record::{
     Worker, applied, config_loaded, config_reloaded, controller_failed, controller_started,
-    hot_loop, leader, queue_add, queue_retry, queue_state, rate_limited, reconcile_finished,
-    reconcile_overlap, reconcile_started, request_sent, script_api_call, script_call,
-    script_limit_abort, status_written, watch_restarted, watch_started,
+    hot_loop, http_request, leader, queue_add, queue_retry, queue_state, rate_limited,
+    reconcile_finished, reconcile_overlap, reconcile_started, request_sent, script_api_call,
+    script_call, script_limit_abort, status_written, watch_restarted, watch_started,
 };
 
 use prometheus::core::Collector;
@@ -60,6 +60,8 @@ struct Metrics {
     rate_limiter_wait: HistogramVec,
     script_api_calls: IntCounterVec,
     script_api_duration: HistogramVec,
+    http_requests: IntCounterVec,
+    http_duration: HistogramVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -318,6 +320,18 @@ impl Metrics {
                 "Time one k8s module call took, rate limiter included, by verb",
                 &["verb"],
                 RATE_LIMITER_BUCKETS,
+            ),
+            http_requests: counter(
+                &r,
+                "khai_script_http_requests_total",
+                "Requests scripts sent with the http module, by the [operator.http] allow entry that let them through (<refused>: none) and status code or failure reason",
+                &["host", "code"],
+            ),
+            http_duration: histogram(
+                &r,
+                "khai_script_http_request_duration_seconds",
+                "Time from a script's HTTP request to its whole answer (redirects included), by allow entry",
+                &["host"],
             ),
             registry: r,
         };

@@ -224,6 +224,16 @@ pub fn rate_limited(verb: &str, waited: Duration) {
         .observe(waited.as_secs_f64());
 }
 
+/// A script's HTTP request through the allow entry `host` ended with `code` (a status, or the
+/// failure's reason) after `took`.
+pub fn http_request(host: &str, code: &str, took: Duration) {
+    METRICS.http_requests.with_label_values(&[host, code]).inc();
+    METRICS
+        .http_duration
+        .with_label_values(&[host])
+        .observe(took.as_secs_f64());
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -363,10 +363,15 @@ impl Script {
 const TIME_LIMIT: &str = "script exceeded its time limit";
 
 /// What a script threw, as its error reads: the `error` line of a map that has one (the value
-/// a failed `k8s::…` call throws), else the value.
+/// a failed `k8s::…` call throws), else its `message` (an `http::` failure, or a script's own
+/// `throw #{ message: … }`), else the value.
 fn thrown(v: &Dynamic) -> String {
     v.read_lock::<rhai::Map>()
-        .and_then(|m| m.get("error").map(ToString::to_string))
+        .and_then(|m| {
+            m.get("error")
+                .or_else(|| m.get("message").filter(|m| m.is_string()))
+                .map(ToString::to_string)
+        })
         .unwrap_or_else(|| v.to_string())
 }
 

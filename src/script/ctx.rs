@@ -115,6 +115,24 @@ fn array(items: Vec<Value>) -> RhaiResult<Array> {
     items.iter().map(to_dyn).collect()
 }
 
+/// `ctx.secret([namespace,] name, key)`: through the call's effects, which hold the Secrets the
+/// config names; `()` when the Secret or key is missing.
+fn secret(c: &ScriptCtx, namespace: Option<&str>, name: &str, key: &str) -> RhaiResult<Dynamic> {
+    let Some(effects) = &c.effects else {
+        return Err(fail_with(
+            "ctx.secret is not available here: only reconcile, finalize, handlers, timers and \
+             daemons may read Secrets"
+                .into(),
+        ));
+    };
+    let namespace = namespace.or(c.namespace.as_deref());
+    match effects.secrets.read(namespace, name, key) {
+        Ok(Some(v)) => Ok(v.into()),
+        Ok(None) => Ok(Dynamic::UNIT),
+        Err(e) => Err(fail_with(e.to_string())),
+    }
+}
+
 /// Marker key of the map thrown by `retry()` and `fail()`.
 pub const CONTROL_KEY: &str = "__khai_control";
 
@@ -179,6 +197,13 @@ pub fn register(engine: &mut Engine) {
         .register_fn(
             "get",
             |c: &mut ScriptCtx, kind: &str, name: &str, ns: &str| get(c, kind, name, Some(ns)),
+        )
+        .register_fn("secret", |c: &mut ScriptCtx, name: &str, key: &str| {
+            secret(c, None, name, key)
+        })
+        .register_fn(
+            "secret",
+            |c: &mut ScriptCtx, ns: &str, name: &str, key: &str| secret(c, Some(ns), name, key),
         )
         .register_fn("list", |c: &mut ScriptCtx, kind: &str| {
             array(c.lookup.list(kind, None).map_err(fail_with)?)

@@ -81,6 +81,7 @@ pub fn engine(limits: &Limits) -> Engine {
     ctx::register(&mut e);
     memo::register(&mut e);
     crate::effects::k8s::register(&mut e);
+    e.register_static_module("http", crate::effects::http::script::module().into());
     nothing_indexes_to_nothing(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {

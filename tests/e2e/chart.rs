@@ -54,6 +54,16 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
+    // Reads a Secret by name (`[operator] secrets`) and reaches a host over HTTP.
+    Case {
+        example: "bucket",
+        operator: "bucket",
+        files: &["operator.toml", "scripts/bucket.rhai"],
+        image: None,
+        replicas: 1,
+        watched: 0,
+        tls_files: false,
+    },
     Case {
         example: "hello",
         operator: "hello",
@@ -643,4 +653,60 @@ fn every_included_helper_is_defined() {
             }
         }
     }
+}
+
+/// A `namespace/name` entry of `[operator] secrets` becomes a Role in that namespace granting
+/// that one Secret by name, the same from the chart as from the generator.
+#[test]
+fn a_secret_of_another_namespace_is_granted_by_a_role_there_by_chart_and_generator() {
+    let tmp = tempfile::tempdir().unwrap();
+    let from = crate::support::repo_root().join("examples/bucket");
+    std::fs::create_dir(tmp.path().join("scripts")).unwrap();
+    std::fs::copy(
+        from.join("scripts/bucket.rhai"),
+        tmp.path().join("scripts/bucket.rhai"),
+    )
+    .unwrap();
+    let config = std::fs::read_to_string(from.join("operator.toml"))
+        .unwrap()
+        .replace(
+            "secrets = [\"bucket-credentials\"]",
+            "secrets = [\"billing/bucket-credentials\"]",
+        );
+    assert!(config.contains("billing/"), "the example changed");
+    std::fs::write(tmp.path().join("operator.toml"), config).unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let role = |objects: Vec<Value>| {
+        objects
+            .into_iter()
+            .find(|o| {
+                o["kind"] == "Role"
+                    && o["metadata"]["name"] == "khai-bucket-secrets"
+                    && o["metadata"]["namespace"] == "billing"
+            })
+            .map(|o| o["rules"].clone())
+    };
+    let generated = role(docs(&crate::support::khai_stdout(&[
+        "generate",
+        "rbac",
+        dir,
+        "--namespace",
+        "ops",
+    ])));
+    let values = tmp.path().join("values.yaml");
+    std::fs::write(
+        &values,
+        crate::support::khai_stdout(&["generate", "values", dir]),
+    )
+    .unwrap();
+    let rendered = role(docs(&helm::template(
+        "khai-bucket",
+        &["-n", "ops", "-f", helm::arg(&values)],
+    )));
+    let want = serde_json::json!([{
+        "apiGroups": [""], "resources": ["secrets"],
+        "verbs": ["get", "list", "watch"], "resourceNames": ["bucket-credentials"],
+    }]);
+    assert_eq!(generated, Some(want.clone()), "khai generate rbac");
+    assert_eq!(rendered, Some(want), "the chart");
 }

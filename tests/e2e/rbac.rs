@@ -32,7 +32,7 @@ fn hello_with_events() -> tempfile::TempDir {
 }
 
 /// `khai generate rbac` for `config`, khai in `ns` watching `ns`.
-fn generate_rbac(config: &Path, ns: &str) -> Vec<Value> {
+pub(crate) fn generate_rbac(config: &Path, ns: &str) -> Vec<Value> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
         .args(["generate", "rbac"])
         .arg(config)
@@ -62,7 +62,7 @@ fn resource_of(doc: &Value) -> ApiResource {
 
 /// Applies the generated objects as the cluster admin. Cluster-scoped names get the test
 /// namespace appended, so tests running side by side do not share a ClusterRoleBinding.
-async fn apply(client: &kube::Client, ns: &str, docs: &[Value]) {
+pub(crate) async fn apply(client: &kube::Client, ns: &str, docs: &[Value]) {
     for doc in docs {
         let mut doc = doc.clone();
         if doc["metadata"]["namespace"].is_null() {
@@ -91,7 +91,7 @@ async fn apply(client: &kube::Client, ns: &str, docs: &[Value]) {
 
 /// A kubeconfig that authenticates as the ServiceAccount `sa` with a TokenRequest token; the
 /// file is removed when the returned path is dropped.
-async fn service_account_kubeconfig(
+pub(crate) async fn service_account_kubeconfig(
     client: &kube::Client,
     ns: &str,
     sa: &str,
@@ -183,7 +183,7 @@ async fn start(
 }
 
 /// A refusal by the API server. Not any "403": uids and timestamps contain those digits.
-fn denied(line: &str) -> bool {
+pub(crate) fn denied(line: &str) -> bool {
     line.contains("code: 403") || line.to_lowercase().contains("forbidden")
 }
 

@@ -1,5 +1,6 @@
 //! `[operator]`: settings of the daemon as a whole (name, leader election, client rate limits,
-//! extra RBAC, start-up and clean-up hooks).
+//! extra RBAC, start-up and clean-up hooks, what scripts may reach over HTTP and which Secrets
+//! they may read).
 
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +47,13 @@ pub struct OperatorSettings {
     /// `khai run --kube-api-burst` overrides it.
     #[serde(default = "default_burst", deserialize_with = "at_least_one")]
     pub burst: u32,
+    /// `[operator.http]`: the hosts scripts may reach with `http::request`, and its limits.
+    #[serde(default)]
+    pub http: crate::config::http::HttpSettings,
+    /// Secrets scripts may read with `ctx.secret`: `"name"` (in the object's namespace) or
+    /// `"namespace/name"`. RBAC grants reading exactly these.
+    #[serde(default)]
+    pub secrets: Vec<crate::config::http::SecretName>,
 }
 
 /// One entry of `[operator] uses`: a kind scripts call through the `k8s` module, and how.
@@ -101,6 +109,8 @@ impl Default for OperatorSettings {
             cleanup: None,
             qps: default_qps(),
             burst: default_burst(),
+            http: Default::default(),
+            secrets: Vec::new(),
         }
     }
 }
