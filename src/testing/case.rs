@@ -55,6 +55,8 @@ pub struct HandlerInput {
     pub old: Option<Value>,
     /// A daemon tick's `state`.
     pub state: Option<Value>,
+    /// For a handler: the attempts before this one (`ctx.retry`; 0, the first, when absent).
+    pub retry: Option<u32>,
 }
 
 impl Call {
@@ -186,6 +188,8 @@ struct CaseFile {
     old: Option<Value>,
     /// For a daemon tick case: its state.
     state: Option<Value>,
+    /// For a handler case: `ctx.retry`, the attempts before this one.
+    retry: Option<u32>,
     #[serde(default)]
     expect: Expect,
 }
@@ -253,7 +257,11 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
         )
     };
     if raw.handler.is_none() {
-        for (key, given) in [("old", raw.old.is_some()), ("state", raw.state.is_some())] {
+        for (key, given) in [
+            ("old", raw.old.is_some()),
+            ("state", raw.state.is_some()),
+            ("retry", raw.retry.is_some()),
+        ] {
             if given {
                 return Err(bad(
                     key,
@@ -269,6 +277,7 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
                     name,
                     old: raw.old,
                     state: raw.state,
+                    retry: raw.retry,
                 }),
                 object,
             ),

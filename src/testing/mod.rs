@@ -103,13 +103,32 @@ fn run_handler(
     ctx.memo = Some(crate::script::memo::Memo::default());
     let keys = crate::handler::progress::Keys::new(&op.config.model.operator.name);
     let essence = |v: &Value| change::essence(v, &keys.prefix);
-    let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
     let name = input.name.as_str();
-    let (script, function, args, daemon) = if let Some(h) = compiled
+    let handler = compiled
         .handlers
         .iter()
-        .find(|h| h.spec.function() == name || h.spec.id() == name)
-    {
+        .find(|h| h.spec.function() == name || h.spec.id() == name);
+    match (handler, input.retry) {
+        // A handler's attempt: `ctx.retry` as the case says, begun now.
+        (Some(_), retry) => {
+            ctx.attempt = Some(crate::script::Attempt {
+                retry: retry.unwrap_or(0),
+                started: jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+                    .to_string(),
+                runtime: 0.0,
+            });
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                "retry",
+                format!("only for handlers; {name:?} is not a [[handler]] function"),
+            ));
+        }
+        (None, None) => {}
+    }
+    let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
+    let (script, function, args, daemon) = if let Some(h) = handler {
         let old = match &input.old {
             Some(o) => essence(&stored(op, o, None).map_err(|m| bad("old", m))?),
             None if h.spec.on == crate::config::handlers::On::Delete => essence(&object),
@@ -594,6 +613,45 @@ fn reconcile(obj, ctx) {
         assert_eq!(
             err,
             "tests/c.yaml: cache[0]: kind \"Secret\" is not watched by controller web (for, owns, watches), so ctx lookups could never see it"
+        );
+    }
+
+    /// An operator with one CRD and the handler entries `toml`, all in `h.rhai`.
+    fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
+        let dir = tempfile::tempdir().unwrap();
+        let head = "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\nspec.replicas = { type = \"integer\" }\n\n";
+        std::fs::write(dir.path().join("operator.toml"), format!("{head}{toml}")).unwrap();
+        std::fs::write(dir.path().join("h.rhai"), script).unwrap();
+        let op = Operator::load(dir.path()).unwrap();
+        (dir, op)
+    }
+
+    #[test]
+    fn a_handler_case_sets_ctx_retry() {
+        let (_dir, op) = handler_operator(
+            "[[handler]]\nfor = \"Web\"\non = \"create\"\nscript = \"h.rhai\"\nfunction = \"made\"\n",
+            "fn made(obj, ctx, change) { if ctx.retry < 2 { throw `retry ${ctx.retry}`; } #{ status: #{ r: ctx.retry, s: ctx.started } } }",
+        );
+        let run = |extra: &str| {
+            let c = case(&format!("handler: made\n{extra}"));
+            let found = run_case(&op, &c).unwrap();
+            found.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert!(run("expect: { error: retry 0 }\n").is_empty());
+        assert!(run("retry: 1\nexpect: { error: retry 1 }\n").is_empty());
+        assert!(run("retry: 2\nexpect: { status: { r: 2 } }\n").is_empty());
+    }
+
+    #[test]
+    fn retry_is_only_for_handler_cases() {
+        let err = case::parse(
+            Path::new("tests/c.yaml"),
+            "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w } }\nretry: 1\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tests/c.yaml: retry: only for handler cases (`handler` with `object`)"
         );
     }
 }

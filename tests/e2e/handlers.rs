@@ -741,3 +741,96 @@ fn gone(obj, ctx, change) { log_info(`gone ${obj.metadata.name} was ${change.old
     let runs = log.iter().filter(|l| l.contains("gone n was")).count();
     assert_eq!(runs, 1, "{}", log.join("\n"));
 }
+
+/// `ctx.retry`, `ctx.started` and `ctx.runtime` follow a handler's attempts on one change: an
+/// update handler that asks twice to be retried sees retry 0, 1, 2, one `started` for all
+/// three, and a runtime that grows by the delays it asked for.
+#[tokio::test]
+async fn a_retried_handler_sees_its_attempt_count_start_and_runtime() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-retry").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "retrycount";
+    // The CRD's status (after one_kind's spec.text).
+    let toml = r#"status.retries = { type = "integer" }
+status.started = { type = "string" }
+status.runtime = { type = "number" }
+
+[[handler]]
+for = "Note"
+on = "create"
+script = "scripts/s.rhai"
+function = "changed"
+
+[[handler]]
+for = "Note"
+on = "update"
+script = "scripts/s.rhai"
+function = "changed"
+"#;
+    let script = r#"
+fn changed(obj, ctx, change) {
+    log_info(`attempt ${change.type} ${obj.spec.text} retry=${ctx.retry} started=${ctx.started} runtime=${ctx.runtime}`);
+    if ctx.retry < 2 { retry("not yet", "1s"); }
+    #{ status: #{ retries: ctx.retry, started: ctx.started, runtime: ctx.runtime } }
+}
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    khai.wait_for_logs(0, "three attempts of the create handler", 3, |l| {
+        l.contains("attempt create x")
+    })
+    .await;
+    let created = wait_for(
+        &api,
+        "n",
+        "the create handler's third attempt",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "retries") == 2),
+    )
+    .await;
+    assert!(
+        status(&created, "runtime").as_f64().unwrap() >= 2.0,
+        "two retries 1 s apart: {:?}",
+        created.data["status"]
+    );
+    let from = khai.log_len();
+    patch(&api, "n", json!({ "spec": { "text": "y" } })).await;
+    let lines = khai
+        .wait_for_logs(from, "three attempts of the update handler", 3, |l| {
+            l.contains("attempt update y")
+        })
+        .await;
+    let field = |l: &str, k: &str| {
+        let at = l.find(&format!("{k}=")).unwrap() + k.len() + 1;
+        l[at..].split_whitespace().next().unwrap().to_string()
+    };
+    let retries: Vec<String> = lines.iter().map(|l| field(l, "retry")).collect();
+    assert_eq!(retries, ["0", "1", "2"], "{lines:#?}");
+    let started: Vec<String> = lines.iter().map(|l| field(l, "started")).collect();
+    assert!(
+        started.iter().all(|s| *s == started[0] && s.len() > 10),
+        "one start for every attempt: {lines:#?}"
+    );
+    let runtime: Vec<f64> = lines
+        .iter()
+        .map(|l| field(l, "runtime").trim_end_matches('"').parse().unwrap())
+        .collect();
+    assert!(
+        runtime[0] < 1.0 && runtime[1] >= 1.0 && runtime[2] >= 2.0,
+        "{lines:#?}"
+    );
+    let updated = wait_for(
+        &api,
+        "n",
+        "the update handler's status",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                status(o, "retries") == 2 && status(o, "started") != status(&created, "started")
+            })
+        },
+    )
+    .await;
+    assert_eq!(status(&updated, "started"), started[0].as_str());
+}
