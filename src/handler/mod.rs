@@ -25,6 +25,7 @@ pub mod filter;
 pub mod index;
 pub mod load;
 pub mod progress;
+pub mod spy;
 
 pub use answer::take_result;
 pub(crate) use answer::warning;
@@ -341,9 +342,9 @@ impl Handlers {
         }
     }
 
-    /// Runs the raw event handlers (Kopf's spies) for one watch event.
-    pub async fn on_event(&self, view: Value, deleted: bool, ctx: ScriptCtx) {
-        let kind = if deleted { "DELETED" } else { "MODIFIED" };
+    /// Runs the raw event handlers (Kopf's spies) for one watch event of type `kind` (`None`:
+    /// an object of the initial list, see [`spy`]); `view` is the whole object.
+    pub async fn on_event(&self, view: Value, kind: Option<&str>, ctx: ScriptCtx) {
         for entry in self.spies() {
             if !filter::metadata_passes(&entry.spec.filters(), &view) {
                 continue;

@@ -134,7 +134,14 @@ fn run_handler(
             None if h.spec.on == crate::config::handlers::On::Delete => essence(&object),
             None => Value::Null,
         };
-        let record = change_record(&h.spec, &old, &essence(&object));
+        let record = match h.spec.on {
+            // A spy gets the whole object, as under `khai run`: ADDED, or MODIFIED given `old`.
+            crate::config::handlers::On::Event => json!({
+                "type": if input.old.is_some() { "MODIFIED" } else { "ADDED" },
+                "object": object,
+            }),
+            _ => change_record(&h.spec, &old, &essence(&object)),
+        };
         let args = vec![obj, c, CallArg::Json(record)];
         (&h.script, h.spec.function(), args, false)
     } else if let Some(t) = compiled.timers.iter().find(|t| t.spec.function == name) {
@@ -653,5 +660,15 @@ fn reconcile(obj, ctx) {
             err.to_string(),
             "tests/c.yaml: retry: only for handler cases (`handler` with `object`)"
         );
+    }
+
+    #[test]
+    fn a_spy_case_gets_the_whole_object() {
+        let (_dir, op) = handler_operator(
+            "[[handler]]\nfor = \"Web\"\non = \"event\"\nscript = \"h.rhai\"\nfunction = \"spied\"\n",
+            "fn spied(obj, ctx, event) { throw `${event.type} ${event.object.metadata.name}`; }",
+        );
+        let c = case("handler: spied\nexpect: { error: ADDED w }\n");
+        assert!(run_case(&op, &c).unwrap().is_empty());
     }
 }

@@ -303,6 +303,8 @@ async fn handlers_run_on_create_update_field_resume_and_delete() {
     }
 }
 
+/// Spies see every raw event with the whole object: ADDED, MODIFIED, DELETED, and `()` (Kopf's
+/// `None`) for an object already there when khai starts watching.
 #[tokio::test]
 async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
     let client = crate::support::client().await;
@@ -313,8 +315,29 @@ async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
     create_example(&api, group).await;
     khai.wait_for_log(0, "the failing spy", |l| l.contains("Oops!"))
         .await;
-    khai.wait_for_log(0, "the normal spy", |l| {
+    khai.wait_for_log(0, "the normal spy on creation", |l| {
+        l.contains("Event received: ADDED kopf-example-1")
+    })
+    .await;
+    api.patch(
+        "kopf-example-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "field": "other" } })),
+    )
+    .await
+    .unwrap();
+    khai.wait_for_log(0, "the normal spy on a change", |l| {
         l.contains("Event received: MODIFIED kopf-example-1")
+    })
+    .await;
+    let (_, log) = khai.terminate().await;
+    assert!(
+        !log.iter().any(|l| l.contains("Event received: None")),
+        "an object created after the start is not listed: {log:#?}"
+    );
+    let khai = Khai::start(&port("08-events"), &ns.name, &[]);
+    khai.wait_for_log(0, "the normal spy on the initial list", |l| {
+        l.contains("Event received: None kopf-example-1")
     })
     .await;
     api.delete("kopf-example-1", &Default::default())
