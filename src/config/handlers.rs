@@ -202,6 +202,11 @@ pub struct Daemon {
     /// How long `stop` may take.
     #[serde(default = "default_grace")]
     pub grace: Duration,
+    /// Wait before the next tick after a failed one; the `interval` when left out.
+    pub backoff: Option<Duration>,
+    /// Failed ticks in a row after which khai gives up on the daemon for the object (until it
+    /// stops matching and matches again, or khai restarts); unlimited when left out.
+    pub retries: Option<u32>,
     /// Labels by value, or present (`true`) / absent (`false`).
     #[serde(default)]
     pub labels: BTreeMap<String, Presence>,

@@ -834,3 +834,81 @@ fn changed(obj, ctx, change) {
     .await;
     assert_eq!(status(&updated, "started"), started[0].as_str());
 }
+
+/// A failing daemon tick backs off like a handler: ticks again after `backoff` (not its long
+/// `interval`) with `ctx.retry` counting the failures in a row, reported as `DaemonRetrying`
+/// Events; with `retries` it gives up (a `DaemonFailed` Event) and is not ticked again.
+#[tokio::test]
+async fn a_failing_daemon_tick_backs_off_and_gives_up_after_its_retries() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "daemon-backoff").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "daemonbackoff";
+    // `doomed` comes first: in the turn where `flaky` succeeds, `doomed`'s next tick would be
+    // due too, had it not given up.
+    let toml = r#"status.ticked = { type = "integer" }
+
+[[daemon]]
+for = "Note"
+script = "scripts/s.rhai"
+tick = "doomed"
+interval = "1h"
+backoff = "1s"
+retries = 1
+
+[[daemon]]
+for = "Note"
+script = "scripts/s.rhai"
+tick = "flaky"
+interval = "1h"
+backoff = "1s"
+"#;
+    let script = r#"
+fn doomed(obj, ctx, state) { log_info(`doomed retry=${ctx.retry}`); throw "never"; }
+fn flaky(obj, ctx, state) {
+    log_info(`flaky retry=${ctx.retry}`);
+    if ctx.retry < 2 { throw "not yet"; }
+    #{ status: #{ ticked: ctx.retry } }
+}
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    wait_for(
+        &api,
+        "n",
+        "flaky's third tick, 1 s apart, not 1 h",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "ticked") == 2),
+    )
+    .await;
+    let (_, log) = khai.terminate().await;
+    let lines = |p: &str| -> Vec<&String> { log.iter().filter(|l| l.contains(p)).collect() };
+    let flaky = lines("flaky retry=");
+    assert_eq!(flaky.len(), 3, "{flaky:#?}");
+    for (i, l) in flaky.iter().enumerate() {
+        assert!(l.contains(&format!("flaky retry={i}")), "{flaky:#?}");
+    }
+    let doomed = lines("doomed retry=");
+    assert_eq!(
+        doomed.len(),
+        2,
+        "one try and one retry, then no more: {doomed:#?}"
+    );
+    assert_eq!(lines("daemon tick failed for good").len(), 1, "{log:#?}");
+    let events: Api<kube::api::DynamicObject> =
+        crate::support::custom_api(&client, &ns.name, "", "Event", "events");
+    let reasons: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|e| e.data["reason"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "DaemonRetrying")
+            && reasons.iter().any(|r| r == "DaemonFailed"),
+        "{reasons:?}"
+    );
+}
