@@ -241,4 +241,10 @@ pub struct Hook {
     pub script: PathBuf,
     /// `fn name(ctx)`.
     pub function: String,
+    /// `startup`: wait before the next attempt after a failure (Kopf's default: 60 s).
+    #[serde(default = "default_handler_backoff")]
+    pub backoff: Duration,
+    /// `startup`: attempts after the first failure before khai gives up on it and carries on;
+    /// unlimited when left out.
+    pub retries: Option<u32>,
 }

@@ -392,8 +392,22 @@ async fn hooks_run_at_start_and_stop_and_a_daemon_serves_each_pod() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "kopf-hooks").await;
     let khai = Khai::start(&port("13-hooks"), &ns.name, &[]);
+    // The startup hook fails twice, 1 s apart; khai is not ready until it succeeds.
+    khai.wait_for_log(0, "the startup hook's first failure", |l| {
+        l.contains("startup hook failed; not ready") && l.contains("Going to succeed")
+    })
+    .await;
+    let addr = khai.metrics_addr().await;
+    let (code, _) = crate::support::metrics::http_get(&addr, "/readyz").await;
+    assert_ne!(code, 200, "ready while the startup hook was failing");
     khai.wait_for_log(0, "the startup hook", |l| l.contains("Initialising..."))
         .await;
+    let failures = khai
+        .tail(10_000)
+        .matches("startup hook failed; not ready")
+        .count();
+    assert_eq!(failures, 2, "{}", khai.tail(40));
+    crate::operations::readyz_until(&addr, 200).await;
     let pod: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "kopf-hooks-demo" },
         "spec": { "containers": [{ "name": "main", "image": "busybox" }] },
@@ -402,7 +416,7 @@ async fn hooks_run_at_start_and_stop_and_a_daemon_serves_each_pod() {
     let pods = pods(&client, &ns.name);
     pods.create(&PostParams::default(), &pod).await.unwrap();
     khai.wait_for_log(0, "the spy", |l| {
-        l.contains("MODIFIED pod") && l.contains("kopf-hooks-demo")
+        l.contains("ADDED pod") && l.contains("kopf-hooks-demo")
     })
     .await;
     khai.wait_for_log(0, "the per-Pod task", |l| {
