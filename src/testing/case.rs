@@ -23,7 +23,8 @@ pub struct Case {
     /// The reconciled object, as a user would `kubectl apply` it; for a webhook case, the
     /// object of its request (`oldObject` for a DELETE), whose kind picks the webhook.
     pub object: Value,
-    /// Other objects visible through `ctx.get`, `ctx.list` and `ctx.owned`.
+    /// Other objects visible through `ctx.get`, `ctx.list` and `ctx.owned`, and (for handler,
+    /// timer and daemon cases) what the config's indexes are built from.
     pub cache: Vec<Value>,
     /// What the case calls.
     pub call: Call,
@@ -405,10 +406,11 @@ fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
                 "only for reconcile cases (`object`); use `webhook` to name a webhook".into(),
             ));
         }
-        if !case.cache.is_empty() {
+        if !case.cache.is_empty() && !matches!(case.call, Call::Handler(_)) {
             return Err(bad(
                 "cache",
-                "only for reconcile cases (`object`): webhook scripts get no ctx".into(),
+                "only for reconcile and handler cases (`object`): webhook scripts get no ctx"
+                    .into(),
             ));
         }
     } else if case.webhook.is_some() {

@@ -101,6 +101,10 @@ fn run_handler(
     );
     ctx.params = Value::Object(op.config.model.params.clone());
     ctx.memo = Some(crate::script::memo::Memo::default());
+    let (lookup, indexes) =
+        handler_lookups(op, case, &input.name, &object).map_err(|(f, m)| bad(&f, m))?;
+    ctx.lookup = Arc::new(lookup);
+    ctx.indexes = Some(Arc::new(indexes));
     let keys = crate::handler::progress::Keys::new(&op.config.model.operator.name);
     let essence = |v: &Value| change::essence(v, &keys.prefix);
     let name = input.name.as_str();
@@ -183,6 +187,93 @@ fn run_handler(
             })
         });
     expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
+}
+
+/// What a handler, timer or daemon case's `ctx` reads: lookups over the case's `cache` (and its
+/// object) of the kinds the entry's kind is watched with under `khai run` (its own, and the
+/// `owns` and `watches` of the controllers for it), and the config's indexes built from the
+/// same objects.
+fn handler_lookups(
+    op: &Operator,
+    case: &Case,
+    name: &str,
+    object: &Value,
+) -> Result<(MemoryLookup, crate::handler::index::Fixed), (String, String)> {
+    let model = &op.config.model;
+    let c = &op.handlers;
+    let for_kind = c
+        .handlers
+        .iter()
+        .find(|h| h.spec.function() == name || h.spec.id() == name)
+        .map(|h| &h.spec.for_kind)
+        .or_else(|| {
+            c.timers
+                .iter()
+                .find(|t| t.spec.function == name)
+                .map(|t| &t.spec.for_kind)
+        })
+        .or_else(|| {
+            c.daemons
+                .iter()
+                .find(|d| d.spec.tick == name || d.spec.stop.as_deref() == Some(name))
+                .map(|d| &d.spec.for_kind)
+        });
+    let Some(for_kind) = for_kind else {
+        let m = format!("no handler, timer or daemon function named {name:?} in the config");
+        return Err(("handler".into(), m));
+    };
+    let own = model.complete_kind(for_kind);
+    let mut visible = vec![own.clone()];
+    for ctl in &model.controllers {
+        if model.complete_kind(&ctl.for_kind).compatible(&own) {
+            let related = ctl.owns.iter().chain(ctl.watches.iter().map(|w| &w.kind));
+            visible.extend(related.map(|k| model.complete_kind(k)));
+        }
+    }
+    let indexed: Vec<KindRef> = c
+        .indexes
+        .iter()
+        .map(|e| model.complete_kind(&e.spec.for_kind))
+        .collect();
+    let meta = &object["metadata"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut lookup = MemoryLookup {
+        visible,
+        objects: vec![object.clone()],
+        owner: Owner {
+            kind: text(&object["kind"]),
+            name: text(&meta["name"]),
+            uid: text(&meta["uid"]),
+            namespace: meta["namespace"].as_str().map(str::to_string),
+        },
+        model: model.clone(),
+    };
+    for (i, o) in case.cache.iter().enumerate() {
+        let at = format!("cache[{i}]");
+        let kind = KindRef::of(o);
+        let written = o["kind"].as_str().unwrap_or_default();
+        if lookup.check_visible(&kind, written).is_err()
+            && !indexed.iter().any(|k| k.compatible(&kind))
+        {
+            let m = format!(
+                "kind {written:?} is neither watched with {} nor indexed, so neither ctx \
+                 lookups nor ctx.index could ever see it",
+                own.kind
+            );
+            return Err((at, m));
+        }
+        let ns = lookup.owner.namespace.as_deref();
+        lookup
+            .objects
+            .push(stored(op, o, ns).map_err(|m| (at.clone(), m))?);
+    }
+    let indexes = crate::handler::index::Fixed::build(&c.indexes, &lookup.objects, |ix, o| {
+        model
+            .complete_kind(&ix.for_kind)
+            .compatible(&KindRef::of(o))
+    })
+    .map_err(|m| ("cache".to_string(), m))?;
+    Ok((lookup, indexes))
 }
 
 fn run_reconcile(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {

@@ -6,7 +6,7 @@
 //! spies, one failing (08); daemons fail, ping and stop (14); startup and cleanup hooks and a
 //! daemon per Pod (13); webhooks called by the API server, a denial's own code, a dry run and
 //! an object selector (17); a create handler's status, once (01); Events on the object (04);
-//! timers that wait for the object to be idle (15).
+//! timers that wait for the object to be idle (15); a timer reading two indexes over Pods (16).
 
 use crate::support::{Khai, TestNamespace, custom_api as api, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -613,4 +613,55 @@ async fn timers_wait_for_the_object_to_be_idle() {
         created.elapsed() >= std::time::Duration::from_secs(10),
         "idle = 10s"
     );
+}
+
+/// 16-indexing: the timer's status lists the running Pods of its namespace, read from the
+/// `is_running` index, and follows a Pod whose phase turns `Running`.
+#[tokio::test]
+async fn a_timer_reads_the_running_pods_from_an_index() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-indexing").await;
+    let khai = Khai::start(&port("16-indexing"), &ns.name, &[]);
+    let pods = pods(&client, &ns.name);
+    let running = async |name: &str| {
+        let phase = json!({ "status": { "phase": "Running" } });
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&phase))
+            .await
+            .unwrap();
+    };
+    for name in ["web-0", "web-1"] {
+        let pod: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "labels": { "app": "web" } },
+            "spec": { "containers": [{ "name": "main", "image": "busybox" }] },
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    running("web-0").await;
+    let group = "indexing.kopf.khai.dev";
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
+    let one = json!([format!("{}::web-0", ns.name)]);
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "the running Pod in the status",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["running-pods"] == one),
+    )
+    .await;
+    khai.wait_for_log(0, "the by_label index logged", |l| {
+        // Values come in the order of the Pods' uids.
+        l.contains(r#"by_label: #{"app=web": ["#) && l.contains("web-0") && l.contains("web-1")
+    })
+    .await;
+    running("web-1").await;
+    let both = json!([format!("{}::web-0", ns.name), format!("{}::web-1", ns.name)]);
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "the index following the second Pod",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["running-pods"] == both),
+    )
+    .await;
 }
