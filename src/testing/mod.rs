@@ -762,4 +762,22 @@ fn reconcile(obj, ctx) {
         let c = case("handler: spied\nexpect: { error: ADDED w }\n");
         assert!(run_case(&op, &c).unwrap().is_empty());
     }
+
+    #[test]
+    fn ctx_list_takes_a_namespace_or_every_one_and_refuses_unknown_options() {
+        let script = r#"
+fn reconcile(obj, ctx) {
+    let names = |l| l.map(|o| `${o.metadata.namespace}/${o.metadata.name}`);
+    #{ status: #{ phase: `${names.call(ctx.list("Deployment"))} ${names.call(ctx.list("Deployment", #{ namespace: "other" }))} ${names.call(ctx.list("Deployment", #{ namespace: "*", selector: "app=x" }))}` } }
+}
+"#;
+        let cache = "cache:\n  - { apiVersion: apps/v1, kind: Deployment, metadata: { name: here, labels: { app: x } } }\n  - { apiVersion: apps/v1, kind: Deployment, metadata: { name: there, namespace: other, labels: { app: x } } }\n";
+        let expect = r#"expect: { status: { phase: '["default/here"] ["other/there"] ["default/here", "other/there"]' } }"#;
+        assert_eq!(
+            run(script, &format!("{cache}{expect}\n")),
+            Vec::<String>::new()
+        );
+        let bad = r#"fn reconcile(obj, ctx) { ctx.list("Deployment", #{ namspace: "*" }); #{} }"#;
+        assert!(run(bad, "expect: { error: 'unknown option \"namspace\"' }\n").is_empty());
+    }
 }
