@@ -912,3 +912,99 @@ fn flaky(obj, ctx, state) {
         "{reasons:?}"
     );
 }
+
+/// The seconds since the Unix epoch of a khai log line (its RFC 3339 timestamp).
+fn logged_at(line: &str) -> f64 {
+    let stamp = line.split_whitespace().next().unwrap();
+    let t: jiff::Timestamp = stamp.parse().unwrap();
+    t.as_millisecond() as f64 / 1000.0
+}
+
+/// Timer options change when a timer runs, as documented: `initial_delay` holds the first run
+/// back; `idle` waits until the object has been left unchanged that long (again after each
+/// change); `sharp` keeps a fixed schedule where a plain timer counts its interval from the end
+/// of each run (so a slow run pushes the next one later).
+#[tokio::test]
+async fn timer_initial_delay_idle_and_sharp_change_when_timers_run() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "timer-options").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "timeropts";
+    let timer = |f: &str, t: &str, extra: &str| {
+        format!(
+            "[[timer]]\nfor = \"Note\"\nscript = \"scripts/s.rhai\"\nfunction = \"{f}\"\nlabels = {{ t = \"{t}\" }}\n{extra}\n"
+        )
+    };
+    let toml = [
+        timer(
+            "delayed",
+            "delay",
+            "interval = \"1h\"\ninitial_delay = \"3s\"",
+        ),
+        timer("idled", "idle", "interval = \"1s\"\nidle = \"3s\""),
+        timer("sharp", "sharp", "interval = \"1s\"\nsharp = true"),
+        timer("plain", "plain", "interval = \"1s\""),
+    ]
+    .join("\n");
+    // `slow` takes a while, the same for both: a plain timer's period grows by it, a sharp one's
+    // does not.
+    let script = r#"
+fn slow() { let n = 0; for i in 0..100000 { n += i; } n }
+fn delayed(obj, ctx) { log_info(`delayed ran`); }
+fn idled(obj, ctx) { log_info(`idled ran seeing ${obj.spec.text}`); }
+fn sharp(obj, ctx) { slow(); log_info(`sharp ran`); }
+fn plain(obj, ctx) { slow(); log_info(`plain ran`); }
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, &toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    for t in ["delay", "idle", "sharp", "plain"] {
+        let mut o = note(t, json!({ "text": "one" }));
+        o.types = Some(kube::core::TypeMeta {
+            api_version: format!("{op}.khai.dev/v1"),
+            kind: "Note".into(),
+        });
+        o.metadata.labels = Some([("t".to_string(), t.to_string())].into());
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+    let created = std::time::Instant::now();
+    khai.wait_for_log(0, "the delayed timer", |l| l.contains("delayed ran"))
+        .await;
+    assert!(
+        created.elapsed() >= std::time::Duration::from_millis(2900),
+        "initial_delay = 3s, but the first run came after {:?}",
+        created.elapsed()
+    );
+    khai.wait_for_log(0, "the idle timer", |l| l.contains("idled ran seeing one"))
+        .await;
+    assert!(created.elapsed() >= std::time::Duration::from_millis(2900));
+    let from = khai.log_len();
+    patch(&api, "idle", json!({ "spec": { "text": "two" } })).await;
+    let changed = std::time::Instant::now();
+    khai.wait_for_log(from, "the idle timer after a change", |l| {
+        l.contains("idled ran seeing two")
+    })
+    .await;
+    assert!(
+        changed.elapsed() >= std::time::Duration::from_millis(2900),
+        "idle = 3s, but it ran {:?} after a change",
+        changed.elapsed()
+    );
+    let period = |what: &'static str| {
+        // Over six periods after the first runs, whose times vary most on a busy machine.
+        let lines = khai.wait_for_logs(0, what, 10, move |l| l.contains(what));
+        async move {
+            let at: Vec<f64> = lines.await.iter().map(|l| logged_at(l)).collect();
+            (at[9] - at[3]) / 6.0
+        }
+    };
+    let (sharp, plain) = (period("sharp ran").await, period("plain ran").await);
+    assert!(
+        (0.85..1.15).contains(&sharp),
+        "a sharp timer of 1 s runs every second, not every {sharp:.3} s (plain: {plain:.3} s)"
+    );
+    assert!(
+        plain > sharp + 0.1,
+        "a plain timer's period adds its run's time: {plain:.3} s against sharp's {sharp:.3} s"
+    );
+}
