@@ -1008,3 +1008,94 @@ fn plain(obj, ctx) { slow(); log_info(`plain ran`); }
         "a plain timer's period adds its run's time: {plain:.3} s against sharp's {sharp:.3} s"
     );
 }
+
+/// Exactly-once bookkeeping across kill -9: (a) a change made while khai is dead (killed after
+/// the create was handled, before the update could run) is handled once by the next khai, with
+/// the `old`, `new` and `diff` of the change; (b) once that update is recorded, a khai killed
+/// with -9 and started again resumes the object and does not run the update again.
+#[tokio::test]
+async fn a_kill_9_neither_loses_a_change_nor_repeats_a_handled_one() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-kill9").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "killnine";
+    let toml = r#"
+[[handler]]
+for = "Note"
+on = "create"
+script = "scripts/s.rhai"
+function = "created"
+
+[[handler]]
+for = "Note"
+on = "update"
+script = "scripts/s.rhai"
+function = "updated"
+
+[[handler]]
+for = "Note"
+on = "resume"
+script = "scripts/s.rhai"
+function = "resumed"
+"#;
+    let script = r#"
+fn created(obj, ctx, change) { log_info(`created ${obj.metadata.name}`); }
+fn updated(obj, ctx, change) {
+    log_info(`updated ${obj.metadata.name}: ${change.old.spec.text} -> ${change.new.spec.text} diff ${change.diff}`);
+}
+fn resumed(obj, ctx, change) { log_info(`resumed ${obj.metadata.name}`); }
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let handled = format!("{op}.khai.dev/last-handled");
+    let recorded = |text: &'static str| {
+        let handled = handled.clone();
+        move |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .any(|(k, v)| *k == handled && v.contains(text))
+            })
+        }
+    };
+    let mut first = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    wait_for(&api, "n", "the create recorded", recorded("\"x\"")).await;
+    first.kill();
+
+    // (a) The change happens while khai is dead.
+    patch(&api, "n", json!({ "spec": { "text": "y" } })).await;
+    let mut second = Khai::start(&config, &ns.name, &[]);
+    wait_for(&api, "n", "the update recorded", recorded("\"y\"")).await;
+    let lines = second
+        .wait_for_logs(0, "the update handler", 1, |l| l.contains("updated n"))
+        .await;
+    assert!(
+        lines[0].contains(r#"updated n: x -> y diff [#{"new": "y", "old": "x", "op": "change", "path": ["spec", "text"]}]"#),
+        "{}",
+        lines[0]
+    );
+    // The resume of the same turn is the barrier: nothing of n is left to run.
+    second
+        .wait_for_log(0, "n resumed", |l| l.contains("resumed n"))
+        .await;
+    let log = second.tail(10_000);
+    assert_eq!(log.matches("updated n").count(), 1, "{log}");
+    assert_eq!(log.matches("created n").count(), 0, "{log}");
+    second.kill();
+
+    // (b) A handled change is not handled again after a kill -9.
+    let third = Khai::start(&config, &ns.name, &[]);
+    third
+        .wait_for_log(0, "n resumed again", |l| l.contains("resumed n"))
+        .await;
+    let (_, log) = third.terminate().await;
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("updated n") || l.contains("created n")),
+        "a handled change ran again after kill -9:\n{}",
+        log.join("\n")
+    );
+}
