@@ -1099,3 +1099,91 @@ fn resumed(obj, ctx, change) { log_info(`resumed ${obj.metadata.name}`); }
         log.join("\n")
     );
 }
+
+/// The bookkeeping's cost, measured: N Notes (`KHAI_HANDLER_COST_N`, 200 by default) with an
+/// update handler that writes nothing itself, each updated once, cost at most one write each
+/// (the `last-handled` annotation), and nothing while idle afterwards
+/// (`KHAI_HANDLER_COST_IDLE_SECS`, 5 by default). By hand at issue 13's size:
+/// `KHAI_HANDLER_COST_N=1000 KHAI_HANDLER_COST_IDLE_SECS=20 cargo test --test e2e
+/// handlers::an_update_handler_costs -- --nocapture`.
+#[tokio::test]
+async fn an_update_handler_costs_at_most_one_write_per_change_and_none_idle() {
+    let env = |k: &str, default: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let n = env("KHAI_HANDLER_COST_N", 200) as usize;
+    let idle = std::time::Duration::from_secs(env("KHAI_HANDLER_COST_IDLE_SECS", 5));
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-cost").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "handlercost";
+    let toml = "[[handler]]\nfor = \"Note\"\non = \"update\"\nscript = \"scripts/s.rhai\"\nfunction = \"updated\"\n";
+    let script = "fn updated(obj, ctx, change) { }\n";
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    let handled = format!("{op}.khai.dev/last-handled");
+    // Every Note recorded as handled with `text` in its essence.
+    let all_recorded = async |text: &str, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let list = api.list(&Default::default()).await.unwrap();
+            let done = list
+                .items
+                .iter()
+                .filter(|o| {
+                    o.metadata
+                        .annotations
+                        .iter()
+                        .flatten()
+                        .any(|(k, v)| *k == handled && v.contains(text))
+                })
+                .count();
+            if done == n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {done} of {n}\n{}",
+                khai.tail(20)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    for i in 0..n {
+        let mut o = note(&format!("n{i}"), json!({ "text": "one" }));
+        o.types = Some(kube::core::TypeMeta {
+            api_version: format!("{op}.khai.dev/v1"),
+            kind: "Note".into(),
+        });
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+    all_recorded("\"one\"", "every Note first seen").await;
+    let mark = audit::mark();
+    let started = std::time::Instant::now();
+    for i in 0..n {
+        patch(&api, &format!("n{i}"), json!({ "spec": { "text": "two" } })).await;
+    }
+    all_recorded("\"two\"", "every update handled").await;
+    let took = started.elapsed();
+    let writes = audit::khai_writes(mark, &ns.name);
+    let total = audit::total(&writes);
+    println!(
+        "handler bookkeeping: {n} updates handled in {took:?} with {total} writes: {writes:?}"
+    );
+    assert!(
+        total <= n as u64,
+        "at most one write per handled change ({n}): {writes:?}"
+    );
+    let mark = audit::mark();
+    tokio::time::sleep(idle).await;
+    let writes = audit::khai_writes(mark, &ns.name);
+    println!(
+        "handler bookkeeping: {idle:?} idle with {} writes",
+        audit::total(&writes)
+    );
+    assert!(writes.is_empty(), "idle wrote {writes:?}");
+}
