@@ -1187,3 +1187,79 @@ async fn an_update_handler_costs_at_most_one_write_per_change_and_none_idle() {
     );
     assert!(writes.is_empty(), "idle wrote {writes:?}");
 }
+
+/// `ctx.list(kind, #{ namespace })` on the informer caches of a khai watching two namespaces: a
+/// Note's handler sees the Notes of its own namespace by default, of the other by name, and of
+/// both with `"*"`.
+#[tokio::test]
+async fn ctx_list_reads_another_watched_namespace_or_all_of_them() {
+    let client = crate::support::client().await;
+    let a = TestNamespace::new(&client, "list-a").await;
+    let b = TestNamespace::new(&client, "list-b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "listall";
+    let toml = "status.seen = { type = \"string\" }\n\n[[handler]]\nfor = \"Note\"\non = \"update\"\nscript = \"scripts/s.rhai\"\nfunction = \"look\"\n";
+    let script = format!(
+        r#"
+fn names(l) {{
+    let s = "";
+    for o in l {{ s += ` ${{o.metadata.namespace}}/${{o.metadata.name}}`; }}
+    s.trim();
+    s
+}}
+fn look(obj, ctx, change) {{
+    let own = names(ctx.list("Note"));
+    let other = names(ctx.list("Note", #{{ namespace: "{b}" }}));
+    let all = names(ctx.list("Note", #{{ namespace: "*" }}));
+    let seen = `own=[${{own}}] other=[${{other}}] all=[${{all}}]`;
+    log_info(`seen ${{seen}}`);
+    #{{ status: #{{ seen: seen }} }}
+}}
+"#,
+        b = b.name
+    );
+    let (config, api_a) = one_kind(dir.path(), &client, &a.name, op, toml, &script).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&format!("{op}.khai.dev"), "v1", "Note"),
+        "notes",
+    );
+    let api_b: Api<DynamicObject> = Api::namespaced_with(client.clone(), &b.name, &ar);
+    let khai = Khai::start(&config, &a.name, &["--namespace", &b.name]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api_b, op, "in-b", false).await;
+    create_note(&api_a, op, "in-a", false).await;
+    wait_for(
+        &api_a,
+        "in-a",
+        "the create recorded",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .any(|(k, _)| k.ends_with("last-handled"))
+            })
+        },
+    )
+    .await;
+    patch(&api_a, "in-a", json!({ "spec": { "text": "y" } })).await;
+    let want = format!(
+        "own=[{a}/in-a] other=[{b}/in-b] all=[{first} {second}]",
+        a = a.name,
+        b = b.name,
+        first = std::cmp::min(format!("{}/in-a", a.name), format!("{}/in-b", b.name)),
+        second = std::cmp::max(format!("{}/in-a", a.name), format!("{}/in-b", b.name)),
+    );
+    let line = khai
+        .wait_for_log(0, "the handler's lookups", |l| l.contains("seen own="))
+        .await;
+    assert!(line.ends_with(&want), "{line}\nwanted {want}");
+    wait_for(
+        &api_a,
+        "in-a",
+        "the handler's lookups in both namespaces",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "seen") == want.as_str()),
+    )
+    .await;
+}
