@@ -94,8 +94,9 @@ fn eval_is_held_to_the_same_limits() {
         "run",
         &[],
     );
+    // Which limit comes first depends on how busy the machine is.
     assert!(
-        err.contains("operation limit"),
+        err.contains("operation limit") || err.contains("time limit"),
         "an endless loop inside eval stops at a limit: {err}"
     );
     let err = error_of("fn run() { eval(\"open(`/etc/passwd`)\") }", "run", &[]);

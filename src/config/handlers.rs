@@ -208,6 +208,11 @@ pub struct Daemon {
     /// How long `stop` may take.
     #[serde(default = "default_grace")]
     pub grace: Duration,
+    /// Wait before the next tick after a failed one; the `interval` when left out.
+    pub backoff: Option<Duration>,
+    /// Failed ticks in a row after which khai gives up on the daemon for the object (until it
+    /// stops matching and matches again, or khai restarts); unlimited when left out.
+    pub retries: Option<u32>,
     /// Labels by value, or present (`true`) / absent (`false`).
     #[serde(default)]
     pub labels: BTreeMap<String, Presence>,
@@ -242,4 +247,10 @@ pub struct Hook {
     pub script: PathBuf,
     /// `fn name(ctx)`.
     pub function: String,
+    /// `startup`: wait before the next attempt after a failure (Kopf's default: 60 s).
+    #[serde(default = "default_handler_backoff")]
+    pub backoff: Duration,
+    /// `startup`: attempts after the first failure before khai gives up on it and carries on;
+    /// unlimited when left out.
+    pub retries: Option<u32>,
 }

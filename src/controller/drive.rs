@@ -68,7 +68,20 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
         .handlers
         .as_ref()
         .is_some_and(|h| h.spies().next().is_some() || h.optional_deletes().next().is_some())
-        .then(|| p.primary.subscribe());
+        .then(|| {
+            // Subscribing seeds the subscription with the cache, which holds the first list.
+            let listed = p
+                .primary
+                .store()
+                .state()
+                .iter()
+                .filter_map(|o| o.metadata.uid.clone())
+                .collect::<Vec<_>>();
+            (
+                p.primary.subscribe(),
+                crate::handler::spy::EventTypes::new(listed),
+            )
+        });
     let trigger = queue::primary(p.primary.subscribe(), p.reconcile_on_status, forget)
         .inspect(requested(&pending));
     let mut c =
@@ -148,20 +161,23 @@ const STOPS: usize = 1024;
 /// `stop` of the daemons of objects that are gone. Never ends.
 async fn beside(
     ctx: &Ctx,
-    spies: Option<crate::watch::Subscription>,
+    mut spies: Option<(crate::watch::Subscription, crate::handler::spy::EventTypes)>,
     mut stopping: tokio::sync::mpsc::Receiver<crate::handler::clock::Stopping>,
 ) {
-    let next_change = async |s: &Option<crate::watch::Subscription>| match s {
-        Some(s) => s.next().await,
+    let next_change = async |s: &Option<(crate::watch::Subscription, _)>| match s {
+        Some((s, _)) => s.next().await,
         None => futures::future::pending().await,
     };
     loop {
         tokio::select! {
             change = next_change(&spies) => {
                 let Some(h) = &ctx.beside.handlers else { continue };
+                let Some((_, types)) = &mut spies else { continue };
+                let uid = change.object.metadata.uid.clone().unwrap_or_default();
+                let kind = types.next(&uid, change.deleted);
                 let Ok(view) = crate::script::object_view(&change.object) else { continue };
                 let script_ctx = ctx.script_ctx(&change.object);
-                h.on_event(view.clone(), change.deleted, script_ctx.clone()).await;
+                h.on_event(view.clone(), kind, script_ctx.clone()).await;
                 if change.deleted {
                     h.on_gone(&change.object, view, script_ctx).await;
                     // Calls about a gone object may have brought its memo back.

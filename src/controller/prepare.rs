@@ -340,10 +340,31 @@ impl Env<'_> {
                     .map(|ns| (informers.informer(k, *ns), w.clone()))
             })
             .collect();
-        let visible = std::iter::once(primary.clone())
+        let mut visible: Vec<_> = std::iter::once(primary.clone())
             .chain(owned.iter().cloned())
             .chain(related.iter().map(|(i, _)| i.clone()))
             .collect();
+        // A controller of one namespace among several watched ones: its scripts may also read
+        // the other namespaces (`ctx.list(kind, #{ namespace })`), through the informers the
+        // controllers of those namespaces share with it.
+        if let Place::Namespace(Some(own)) = place {
+            for other in shared.watched.iter().filter(|ns| ns.as_str() != own) {
+                let ns = Some(other.as_str());
+                visible.push(informers.filtered(kind, ns, &filter));
+                let related = kinds
+                    .owned
+                    .iter()
+                    .chain(kinds.watched.iter().map(|(k, _)| k));
+                visible.extend(related.map(|k| informers.informer(k, ns)));
+            }
+        }
+        let mut unique: Vec<Arc<Informer>> = Vec::with_capacity(visible.len());
+        for i in visible {
+            if !unique.iter().any(|u| Arc::ptr_eq(u, &i)) {
+                unique.push(i);
+            }
+        }
+        let visible = unique;
         let ctx = Arc::new(Ctx {
             spec: Spec {
                 controller: name.clone(),

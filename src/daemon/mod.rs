@@ -83,7 +83,11 @@ pub async fn run(
     let prepared = controller::prepare(&op, &client, &opts.namespaces, &informers).await?;
     let operator = op.config.model.operator.name.clone();
     if let Some(hook) = &op.handlers.startup {
-        crate::handler::run_hook(hook, &operator, "startup").await;
+        // Not ready (`report_synced` is not started) until the hook has succeeded.
+        crate::handler::run_startup(hook, &operator, &shutdown).await;
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
     }
     let cleanup = op.handlers.cleanup.clone();
     // Owned: aborted when the run ends, should the caches never all sync.

@@ -32,6 +32,7 @@ pub fn change_record(spec: &Handler, old: &Value, new: &Value) -> Value {
         On::Field => record("field", old, new, spec.field.as_deref()),
         On::Delete => record("delete", old, &Value::Null, None),
         On::Resume => json!({ "type": "resume", "old": old, "new": new, "diff": [] }),
+        // Spies are called with the whole object, not a change (see `Handlers::on_event`).
         On::Event => json!({ "type": "MODIFIED", "object": new }),
     }
 }

@@ -7,7 +7,9 @@
 //! unchanged for `idle`. A daemon (Kopf's `@kopf.daemon`) is a per-object loop with state:
 //! `fn tick(obj, ctx, state)` is called every `interval` and returns the next state, and
 //! `fn stop(obj, ctx, state)` is called when the object goes, stops matching the daemon's
-//! filters, or khai stops. Both may return `status` and `events`.
+//! filters, or khai stops. Both may return `status` and `events`. A failed tick is retried
+//! after the daemon's `backoff` with `ctx.retry` counting the failures in a row; `retries` in a
+//! row, or `fail()`, end the daemon for the object.
 //!
 //! What the clock keeps (when each entry is due next, each daemon's state) is in memory, one
 //! record per live object, forgotten when the object goes: a restart starts every timer and
@@ -15,7 +17,7 @@
 
 use super::{Handled, Turn, change, filter, progress, selects, take_result, warning};
 use crate::config::handlers::{Daemon, Timer};
-use crate::script::{CallArg, Script, ScriptCtx};
+use crate::script::{Attempt, CallArg, Script, ScriptCtx, ScriptError};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde_json::Value;
@@ -64,6 +66,12 @@ struct Running {
     state: Value,
     /// The object as the daemon last saw it (what `stop` is called with).
     obj: Arc<DynamicObject>,
+    /// When it started (`ctx.started` of its ticks).
+    started: jiff::Timestamp,
+    /// Failed ticks in a row (`ctx.retry` of the next tick).
+    failures: u32,
+    /// Given up on (out of retries, or `fail()`): not ticked again while it matches.
+    ended: bool,
 }
 
 /// A daemon to stop: its entry, the object it ran for and its last state.
@@ -198,6 +206,9 @@ impl Clock {
                         next: now + delay,
                         state: Value::Null,
                         obj: Arc::new(turn.obj.clone()),
+                        started: jiff::Timestamp::now(),
+                        failures: 0,
+                        ended: false,
                     });
                     if delay.is_zero() {
                         due.push(Due::Tick(j));
@@ -205,7 +216,7 @@ impl Clock {
                 }
                 (Some(r), true) => {
                     r.obj = Arc::new(turn.obj.clone());
-                    if r.next <= now {
+                    if r.next <= now && !r.ended {
                         due.push(Due::Tick(j));
                     }
                 }
@@ -228,7 +239,7 @@ impl Clock {
             }
             next = Some(next.map_or(at, |n| n.min(at)));
         }
-        for r in t.daemons.iter().flatten() {
+        for r in t.daemons.iter().flatten().filter(|r| !r.ended) {
             next = Some(next.map_or(r.next, |n| n.min(r.next)));
         }
         next.map(|n| n.saturating_duration_since(Instant::now()))
@@ -264,33 +275,67 @@ impl Clock {
 
     async fn tick(&self, j: usize, uid: &str, turn: &Turn<'_>, handled: &mut Handled) {
         let entry = &self.daemons[j];
-        let state = crate::sync::lock(&self.objects)
-            .get(uid)
-            .and_then(|t| t.daemons[j].as_ref().map(|r| r.state.clone()))
-            .unwrap_or(Value::Null);
+        let Some((state, attempt)) = crate::sync::lock(&self.objects).get(uid).and_then(|t| {
+            let r = t.daemons[j].as_ref()?;
+            let runtime = jiff::Timestamp::now().duration_since(r.started);
+            let attempt = Attempt {
+                retry: r.failures,
+                started: r.started.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+                runtime: runtime.as_secs_f64(),
+            };
+            Some((r.state.clone(), attempt))
+        }) else {
+            return;
+        };
+        let mut ctx = turn.ctx.clone();
+        ctx.attempt = Some(attempt);
         let args = vec![
             CallArg::Json(turn.view.clone()),
-            CallArg::Ctx(super::budgeted(&turn.ctx, entry.spec.budget)),
+            CallArg::Ctx(super::budgeted(&ctx, entry.spec.budget)),
             CallArg::Json(state),
         ];
         let result = entry
             .script
             .call_args_async(&entry.spec.tick, args)
             .await
-            .map_err(|e| e.to_string())
-            .and_then(|out| daemon_result(out, handled));
+            .map_err(TickFailure::from)
+            .and_then(|out| daemon_result(out, handled).map_err(TickFailure::Again));
         let mut objects = crate::sync::lock(&self.objects);
         let Some(r) = objects.get_mut(uid).and_then(|t| t.daemons[j].as_mut()) else {
             return;
         };
-        r.next = Instant::now() + entry.spec.interval.get();
-        match result {
-            Ok(Some(state)) => r.state = state,
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(daemon = %entry.spec.tick, error = %e, "daemon tick failed; it ticks again at its next interval");
-                let message = format!("{}: {e}", entry.spec.tick);
-                handled.events.push(warning("DaemonFailed", &message));
+        let now = Instant::now();
+        r.next = now + entry.spec.interval.get();
+        let failure = match result {
+            Ok(state) => {
+                if let Some(state) = state {
+                    r.state = state;
+                }
+                r.failures = 0;
+                return;
+            }
+            Err(f) => f,
+        };
+        r.failures += 1;
+        let spec = &entry.spec;
+        let out_of_retries = spec.retries.is_some_and(|n| r.failures > n);
+        let (message, delay) = match failure {
+            TickFailure::Final(m) => (m, None),
+            f if out_of_retries => (format!("{} (gave up: out of retries)", f.message()), None),
+            TickFailure::After(m, d) => (m, Some(d)),
+            TickFailure::Again(m) => (m, Some(spec.backoff.unwrap_or(spec.interval).get())),
+        };
+        let text = format!("{}: {message}", spec.tick);
+        match delay {
+            Some(d) => {
+                r.next = now + d;
+                tracing::warn!(daemon = %spec.tick, failures = r.failures, retry_in = ?d, error = %message, "daemon tick failed; backing off");
+                handled.events.push(warning("DaemonRetrying", &text));
+            }
+            None => {
+                r.ended = true;
+                tracing::warn!(daemon = %spec.tick, failures = r.failures, error = %message, "daemon tick failed for good; the daemon ends for this object");
+                handled.events.push(warning("DaemonFailed", &text));
             }
         }
     }
@@ -340,6 +385,32 @@ impl Clock {
             Err(_) => {
                 tracing::warn!(daemon = %entry.spec.tick, object = %s.obj.name_any(), grace = ?entry.spec.grace.get(), "daemon stop did not finish within its grace period")
             }
+        }
+    }
+}
+
+/// Why a tick failed, as for handlers: tried again after the backoff, after the delay the
+/// script gave `retry()`, or (`fail()`) not again.
+enum TickFailure {
+    Again(String),
+    After(String, Duration),
+    Final(String),
+}
+
+impl From<ScriptError> for TickFailure {
+    fn from(e: ScriptError) -> Self {
+        match e {
+            ScriptError::Fail { message, .. } => TickFailure::Final(message),
+            ScriptError::Retry { message, delay, .. } => TickFailure::After(message, delay.get()),
+            e => TickFailure::Again(e.to_string()),
+        }
+    }
+}
+
+impl TickFailure {
+    fn message(&self) -> &str {
+        match self {
+            TickFailure::Again(m) | TickFailure::After(m, _) | TickFailure::Final(m) => m,
         }
     }
 }

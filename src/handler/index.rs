@@ -226,6 +226,64 @@ fn keys(out: Value, obj: &Value) -> Result<Vec<(String, Value)>, String> {
     }
 }
 
+/// Indexes over a fixed set of objects, built at once: what `khai test` gives a case's
+/// `ctx.index`, through the same functions and the same key rules as [`IndexSet`].
+pub struct Fixed {
+    tables: HashMap<String, Table>,
+}
+
+impl Fixed {
+    /// Each index of `entries` over the objects `of_kind` says are of its kind. A failing index
+    /// function is an error (`name: message`), not an object left out: a case should say so.
+    pub fn build(
+        entries: &[IndexEntry],
+        objects: &[Value],
+        of_kind: impl Fn(&Index, &Value) -> bool,
+    ) -> Result<Self, String> {
+        let mut tables = HashMap::new();
+        for e in entries {
+            let mut table = Table::default();
+            for (i, obj) in objects.iter().enumerate() {
+                if !of_kind(&e.spec, obj) {
+                    continue;
+                }
+                let name = &e.spec.name;
+                let out = e
+                    .script
+                    .call_args(&e.spec.function, &[CallArg::Json(obj.clone())])
+                    .map_err(|err| format!("index {name}: {err}"))?;
+                let entries = keys(out, obj)
+                    .map_err(|m| format!("index {name}: {} returned {m}", e.spec.function))?;
+                let uid = obj["metadata"]["uid"]
+                    .as_str()
+                    .map_or_else(|| i.to_string(), str::to_string);
+                table.set(&uid, entries);
+            }
+            tables.insert(e.spec.name.clone(), table);
+        }
+        Ok(Self { tables })
+    }
+}
+
+impl crate::script::Indexes for Fixed {
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String> {
+        Ok(self
+            .tables
+            .get(index)
+            .ok_or_else(|| unknown(index))?
+            .get(key))
+    }
+
+    fn all(&self, index: &str) -> Result<Map<String, Value>, String> {
+        let table = self.tables.get(index).ok_or_else(|| unknown(index))?;
+        Ok(table
+            .by_key
+            .keys()
+            .map(|k| (k.clone(), Value::Array(table.get(k))))
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

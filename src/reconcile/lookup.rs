@@ -105,11 +105,31 @@ impl Lookup for CacheLookup {
         inf.store().get(&key).map(|o| view(kind, &o)).transpose()
     }
 
-    fn list(&self, kind: &str, selector: Option<&str>) -> Result<Vec<Value>, String> {
+    fn list(
+        &self,
+        kind: &str,
+        selector: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Value>, String> {
         let found = self.informers(kind)?;
         let selector = selector.map(parse_selector).transpose()?;
-        // A namespaced object lists its own namespace; a cluster-scoped one every watched one.
-        let ns = self.namespace.clone().filter(|_| found[0].kind.namespaced);
+        let namespaced = found[0].kind.namespaced;
+        // By default a namespaced object lists its own namespace; a cluster-scoped one every
+        // watched one.
+        let ns = match namespace {
+            Some(crate::script::ALL_NAMESPACES) => None,
+            Some(ns) if namespaced => {
+                if !found
+                    .iter()
+                    .any(|i| i.namespace.is_none() || i.namespace.as_deref() == Some(ns))
+                {
+                    return Err(format!("namespace {ns:?} is not watched by khai"));
+                }
+                Some(ns.to_string())
+            }
+            _ => self.namespace.clone(),
+        }
+        .filter(|_| namespaced);
         let states: Vec<_> = found.iter().map(|i| i.store().state()).collect();
         sorted_views(
             kind,
@@ -272,7 +292,7 @@ mod tests {
         };
         let expected = "cannot read ConfigMap ns/broken from khai's cache: \
                         can only flatten structs and maps (got a string)";
-        assert_eq!(lookup.list("ConfigMap", None).unwrap_err(), expected);
+        assert_eq!(lookup.list("ConfigMap", None, None).unwrap_err(), expected);
         assert_eq!(lookup.owned("ConfigMap").unwrap_err(), expected);
         assert_eq!(
             lookup.get("ConfigMap", "broken", None).unwrap_err(),
@@ -295,5 +315,46 @@ mod tests {
         assert!(!sel("app=db", &l));
         assert!(parse_selector("a in (b").is_err());
         assert!(parse_selector("a b").is_err());
+    }
+
+    fn configmap_in(ns: &str, name: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": name, "namespace": ns, "uid": format!("u-{ns}-{name}") },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn list_reads_its_own_namespace_by_default_another_by_name_or_every_watched_one() {
+        let informer = |ns: &str, names: &[&str]| {
+            let objects = names.iter().map(|n| configmap_in(ns, n)).collect();
+            crate::watch::Informer::with_objects(configmaps(), Some(ns), objects)
+        };
+        let lookup = CacheLookup {
+            uid: "p1".into(),
+            namespace: Some("a".into()),
+            informers: vec![informer("a", &["one"]), informer("b", &["two", "three"])],
+        };
+        let names = |ns: Option<&str>| -> Vec<String> {
+            let found = lookup.list("ConfigMap", None, ns).unwrap();
+            found
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}/{}",
+                        o["metadata"]["namespace"].as_str().unwrap(),
+                        o["metadata"]["name"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(names(None), ["a/one"]);
+        assert_eq!(names(Some("b")), ["b/three", "b/two"]);
+        assert_eq!(names(Some("*")), ["a/one", "b/three", "b/two"]);
+        assert_eq!(
+            lookup.list("ConfigMap", None, Some("c")).unwrap_err(),
+            "namespace \"c\" is not watched by khai"
+        );
     }
 }

@@ -17,11 +17,22 @@ pub trait Lookup: Send + Sync {
     /// One object by name; `namespace` defaults to the reconciled object's.
     fn get(&self, kind: &str, name: &str, namespace: Option<&str>)
     -> Result<Option<Value>, String>;
-    /// Objects of a kind in the reconciled object's namespace, optionally by label selector.
-    fn list(&self, kind: &str, selector: Option<&str>) -> Result<Vec<Value>, String>;
+    /// Objects of a kind, optionally by label selector, in `namespace`: `None` for the
+    /// reconciled object's (every watched one for a cluster-scoped object), [`ALL_NAMESPACES`]
+    /// for every watched namespace, or one namespace by name (an error if khai does not watch
+    /// it). A cluster-scoped kind ignores it.
+    fn list(
+        &self,
+        kind: &str,
+        selector: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Value>, String>;
     /// Objects of a kind that the reconciled object controls (its observed children).
     fn owned(&self, kind: &str) -> Result<Vec<Value>, String>;
 }
+
+/// `ctx.list(kind, #{ namespace: "*" })`: every namespace khai watches.
+pub const ALL_NAMESPACES: &str = "*";
 
 /// A lookup that knows no objects: every `get` is empty, every list too.
 #[derive(Debug, Default, Clone)]
@@ -31,7 +42,7 @@ impl Lookup for NoLookup {
     fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, String> {
         Ok(None)
     }
-    fn list(&self, _: &str, _: Option<&str>) -> Result<Vec<Value>, String> {
+    fn list(&self, _: &str, _: Option<&str>, _: Option<&str>) -> Result<Vec<Value>, String> {
         Ok(Vec::new())
     }
     fn owned(&self, _: &str) -> Result<Vec<Value>, String> {
@@ -155,6 +166,27 @@ fn retry(message: &str, delay: &str) -> RhaiResult<()> {
     Err(control("retry", message, Some(d)))
 }
 
+/// The options of `ctx.list(kind, #{ selector, namespace })`: each a string, nothing else.
+fn list_options(options: &Map) -> Result<(Option<String>, Option<String>), String> {
+    let mut out = (None, None);
+    for (key, value) in options {
+        let text = value
+            .clone()
+            .into_string()
+            .map_err(|t| format!("ctx.list: option {key} must be a string, got {t}"))?;
+        match key.as_str() {
+            "selector" => out.0 = Some(text),
+            "namespace" => out.1 = Some(text),
+            other => {
+                return Err(format!(
+                    "ctx.list: unknown option {other:?}; the options are selector and namespace (\"*\" for all)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Registers the `ctx` type, logging functions and `retry`/`fail` on an engine.
 pub fn register(engine: &mut Engine) {
     engine
@@ -206,10 +238,21 @@ pub fn register(engine: &mut Engine) {
             |c: &mut ScriptCtx, ns: &str, name: &str, key: &str| secret(c, Some(ns), name, key),
         )
         .register_fn("list", |c: &mut ScriptCtx, kind: &str| {
-            array(c.lookup.list(kind, None).map_err(fail_with)?)
+            array(c.lookup.list(kind, None, None).map_err(fail_with)?)
         })
         .register_fn("list", |c: &mut ScriptCtx, kind: &str, selector: &str| {
-            array(c.lookup.list(kind, Some(selector)).map_err(fail_with)?)
+            array(
+                c.lookup
+                    .list(kind, Some(selector), None)
+                    .map_err(fail_with)?,
+            )
+        })
+        .register_fn("list", |c: &mut ScriptCtx, kind: &str, options: Map| {
+            let (selector, namespace) = list_options(&options).map_err(fail_with)?;
+            let found = c
+                .lookup
+                .list(kind, selector.as_deref(), namespace.as_deref());
+            array(found.map_err(fail_with)?)
         })
         .register_fn("owned", |c: &mut ScriptCtx, kind: &str| {
             array(c.lookup.owned(kind).map_err(fail_with)?)

@@ -16,7 +16,7 @@ pub mod memo;
 mod memory;
 
 pub use compiled::{CallArg, Script};
-pub use ctx::{Attempt, Indexes, Lookup, ScriptCtx};
+pub use ctx::{ALL_NAMESPACES, Attempt, Indexes, Lookup, ScriptCtx};
 pub use engine::{LARGEST_OBJECT, Limits, engine};
 pub use error::{Problem, ScriptError, param_list};
 

@@ -23,7 +23,8 @@ pub struct Case {
     /// The reconciled object, as a user would `kubectl apply` it; for a webhook case, the
     /// object of its request (`oldObject` for a DELETE), whose kind picks the webhook.
     pub object: Value,
-    /// Other objects visible through `ctx.get`, `ctx.list` and `ctx.owned`.
+    /// Other objects visible through `ctx.get`, `ctx.list` and `ctx.owned`, and (for handler,
+    /// timer and daemon cases) what the config's indexes are built from.
     pub cache: Vec<Value>,
     /// What the case calls.
     pub call: Call,
@@ -58,6 +59,8 @@ pub struct HandlerInput {
     pub old: Option<Value>,
     /// A daemon tick's `state`.
     pub state: Option<Value>,
+    /// For a handler: the attempts before this one (`ctx.retry`; 0, the first, when absent).
+    pub retry: Option<u32>,
 }
 
 impl Call {
@@ -189,6 +192,8 @@ struct CaseFile {
     old: Option<Value>,
     /// For a daemon tick case: its state.
     state: Option<Value>,
+    /// For a handler case: `ctx.retry`, the attempts before this one.
+    retry: Option<u32>,
     #[serde(default)]
     calls: Vec<crate::effects::stub::Expected>,
     #[serde(default)]
@@ -258,7 +263,11 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
         )
     };
     if raw.handler.is_none() {
-        for (key, given) in [("old", raw.old.is_some()), ("state", raw.state.is_some())] {
+        for (key, given) in [
+            ("old", raw.old.is_some()),
+            ("state", raw.state.is_some()),
+            ("retry", raw.retry.is_some()),
+        ] {
             if given {
                 return Err(bad(
                     key,
@@ -274,6 +283,7 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
                     name,
                     old: raw.old,
                     state: raw.state,
+                    retry: raw.retry,
                 }),
                 object,
             ),
@@ -402,10 +412,11 @@ fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
                 "only for reconcile cases (`object`); use `webhook` to name a webhook".into(),
             ));
         }
-        if !case.cache.is_empty() {
+        if !case.cache.is_empty() && !matches!(case.call, Call::Handler(_)) {
             return Err(bad(
                 "cache",
-                "only for reconcile cases (`object`): webhook scripts get no ctx".into(),
+                "only for reconcile and handler cases (`object`): webhook scripts get no ctx"
+                    .into(),
             ));
         }
     } else if case.webhook.is_some() {

@@ -111,10 +111,19 @@ impl Lookup for MemoryLookup {
             .cloned())
     }
 
-    fn list(&self, kind: &str, selector: Option<&str>) -> Result<Vec<Value>, String> {
-        let ns = self.owner.namespace.as_deref();
+    fn list(
+        &self,
+        kind: &str,
+        selector: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Value>, String> {
+        let all = namespace == Some(crate::script::ALL_NAMESPACES);
+        let ns = namespace.or(self.owner.namespace.as_deref());
         let mut out = Vec::new();
-        for o in self.of_kind(kind)?.filter(|o| self.in_namespace(o, ns)) {
+        for o in self
+            .of_kind(kind)?
+            .filter(|o| all || self.in_namespace(o, ns))
+        {
             if selector.map_or(Ok(true), |s| selector_matches(s, &labels(o)))? {
                 out.push(o.clone());
             }
@@ -190,7 +199,7 @@ mod tests {
             obj("v1", "Pod", "c", json!({ "labels": { "app": "db" } })),
         ]);
         let names: Vec<Value> = l
-            .list("Pod", Some("app=web"))
+            .list("Pod", Some("app=web"), None)
             .unwrap()
             .into_iter()
             .map(|p| p["metadata"]["name"].clone())

@@ -144,21 +144,51 @@ fn run_handler(
     ctx.params = Value::Object(op.config.model.params.clone());
     ctx.memo = Some(crate::script::memo::Memo::default());
     ctx.effects = stubbed.effects.clone();
+    let (lookup, indexes) =
+        handler_lookups(op, case, &input.name, &object).map_err(|(f, m)| bad(&f, m))?;
+    ctx.lookup = Arc::new(lookup);
+    ctx.indexes = Some(Arc::new(indexes));
     let keys = crate::handler::progress::Keys::new(&op.config.model.operator.name);
     let essence = |v: &Value| change::essence(v, &keys.prefix);
-    let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
     let name = input.name.as_str();
-    let (script, function, args, daemon) = if let Some(h) = compiled
+    let handler = compiled
         .handlers
         .iter()
-        .find(|h| h.spec.function() == name || h.spec.id() == name)
-    {
+        .find(|h| h.spec.function() == name || h.spec.id() == name);
+    match (handler, input.retry) {
+        // A handler's attempt: `ctx.retry` as the case says, begun now.
+        (Some(_), retry) => {
+            ctx.attempt = Some(crate::script::Attempt {
+                retry: retry.unwrap_or(0),
+                started: jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%M:%S%.3fZ")
+                    .to_string(),
+                runtime: 0.0,
+            });
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                "retry",
+                format!("only for handlers; {name:?} is not a [[handler]] function"),
+            ));
+        }
+        (None, None) => {}
+    }
+    let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
+    let (script, function, args, daemon) = if let Some(h) = handler {
         let old = match &input.old {
             Some(o) => essence(&stored(op, o, None).map_err(|m| bad("old", m))?),
             None if h.spec.on == crate::config::handlers::On::Delete => essence(&object),
             None => Value::Null,
         };
-        let record = change_record(&h.spec, &old, &essence(&object));
+        let record = match h.spec.on {
+            // A spy gets the whole object, as under `khai run`: ADDED, or MODIFIED given `old`.
+            crate::config::handlers::On::Event => json!({
+                "type": if input.old.is_some() { "MODIFIED" } else { "ADDED" },
+                "object": object,
+            }),
+            _ => change_record(&h.spec, &old, &essence(&object)),
+        };
         let args = vec![obj, c, CallArg::Json(record)];
         (&h.script, h.spec.function(), args, false)
     } else if let Some(t) = compiled.timers.iter().find(|t| t.spec.function == name) {
@@ -200,6 +230,93 @@ fn run_handler(
             })
         });
     expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
+}
+
+/// What a handler, timer or daemon case's `ctx` reads: lookups over the case's `cache` (and its
+/// object) of the kinds the entry's kind is watched with under `khai run` (its own, and the
+/// `owns` and `watches` of the controllers for it), and the config's indexes built from the
+/// same objects.
+fn handler_lookups(
+    op: &Operator,
+    case: &Case,
+    name: &str,
+    object: &Value,
+) -> Result<(MemoryLookup, crate::handler::index::Fixed), (String, String)> {
+    let model = &op.config.model;
+    let c = &op.handlers;
+    let for_kind = c
+        .handlers
+        .iter()
+        .find(|h| h.spec.function() == name || h.spec.id() == name)
+        .map(|h| &h.spec.for_kind)
+        .or_else(|| {
+            c.timers
+                .iter()
+                .find(|t| t.spec.function == name)
+                .map(|t| &t.spec.for_kind)
+        })
+        .or_else(|| {
+            c.daemons
+                .iter()
+                .find(|d| d.spec.tick == name || d.spec.stop.as_deref() == Some(name))
+                .map(|d| &d.spec.for_kind)
+        });
+    let Some(for_kind) = for_kind else {
+        let m = format!("no handler, timer or daemon function named {name:?} in the config");
+        return Err(("handler".into(), m));
+    };
+    let own = model.complete_kind(for_kind);
+    let mut visible = vec![own.clone()];
+    for ctl in &model.controllers {
+        if model.complete_kind(&ctl.for_kind).compatible(&own) {
+            let related = ctl.owns.iter().chain(ctl.watches.iter().map(|w| &w.kind));
+            visible.extend(related.map(|k| model.complete_kind(k)));
+        }
+    }
+    let indexed: Vec<KindRef> = c
+        .indexes
+        .iter()
+        .map(|e| model.complete_kind(&e.spec.for_kind))
+        .collect();
+    let meta = &object["metadata"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let mut lookup = MemoryLookup {
+        visible,
+        objects: vec![object.clone()],
+        owner: Owner {
+            kind: text(&object["kind"]),
+            name: text(&meta["name"]),
+            uid: text(&meta["uid"]),
+            namespace: meta["namespace"].as_str().map(str::to_string),
+        },
+        model: model.clone(),
+    };
+    for (i, o) in case.cache.iter().enumerate() {
+        let at = format!("cache[{i}]");
+        let kind = KindRef::of(o);
+        let written = o["kind"].as_str().unwrap_or_default();
+        if lookup.check_visible(&kind, written).is_err()
+            && !indexed.iter().any(|k| k.compatible(&kind))
+        {
+            let m = format!(
+                "kind {written:?} is neither watched with {} nor indexed, so neither ctx \
+                 lookups nor ctx.index could ever see it",
+                own.kind
+            );
+            return Err((at, m));
+        }
+        let ns = lookup.owner.namespace.as_deref();
+        lookup
+            .objects
+            .push(stored(op, o, ns).map_err(|m| (at.clone(), m))?);
+    }
+    let indexes = crate::handler::index::Fixed::build(&c.indexes, &lookup.objects, |ix, o| {
+        model
+            .complete_kind(&ix.for_kind)
+            .compatible(&KindRef::of(o))
+    })
+    .map_err(|m| ("cache".to_string(), m))?;
+    Ok((lookup, indexes))
 }
 
 fn run_reconcile(op: &Operator, case: &Case, stubbed: &Stubbed) -> Result<Vec<Mismatch>, Error> {
@@ -686,5 +803,72 @@ fn reconcile(obj, ctx) {
             err,
             "tests/c.yaml: cache[0]: kind \"Secret\" is not watched by controller web (for, owns, watches), so ctx lookups could never see it"
         );
+    }
+
+    /// An operator with one CRD and the handler entries `toml`, all in `h.rhai`.
+    fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
+        let dir = tempfile::tempdir().unwrap();
+        let head = "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\nspec.replicas = { type = \"integer\" }\n\n";
+        std::fs::write(dir.path().join("operator.toml"), format!("{head}{toml}")).unwrap();
+        std::fs::write(dir.path().join("h.rhai"), script).unwrap();
+        let op = Operator::load(dir.path()).unwrap();
+        (dir, op)
+    }
+
+    #[test]
+    fn a_handler_case_sets_ctx_retry() {
+        let (_dir, op) = handler_operator(
+            "[[handler]]\nfor = \"Web\"\non = \"create\"\nscript = \"h.rhai\"\nfunction = \"made\"\n",
+            "fn made(obj, ctx, change) { if ctx.retry < 2 { throw `retry ${ctx.retry}`; } #{ status: #{ r: ctx.retry, s: ctx.started } } }",
+        );
+        let run = |extra: &str| {
+            let c = case(&format!("handler: made\n{extra}"));
+            let found = run_case(&op, &c).unwrap();
+            found.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert!(run("expect: { error: retry 0 }\n").is_empty());
+        assert!(run("retry: 1\nexpect: { error: retry 1 }\n").is_empty());
+        assert!(run("retry: 2\nexpect: { status: { r: 2 } }\n").is_empty());
+    }
+
+    #[test]
+    fn retry_is_only_for_handler_cases() {
+        let err = case::parse(
+            Path::new("tests/c.yaml"),
+            "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w } }\nretry: 1\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tests/c.yaml: retry: only for handler cases (`handler` with `object`)"
+        );
+    }
+
+    #[test]
+    fn a_spy_case_gets_the_whole_object() {
+        let (_dir, op) = handler_operator(
+            "[[handler]]\nfor = \"Web\"\non = \"event\"\nscript = \"h.rhai\"\nfunction = \"spied\"\n",
+            "fn spied(obj, ctx, event) { throw `${event.type} ${event.object.metadata.name}`; }",
+        );
+        let c = case("handler: spied\nexpect: { error: ADDED w }\n");
+        assert!(run_case(&op, &c).unwrap().is_empty());
+    }
+
+    #[test]
+    fn ctx_list_takes_a_namespace_or_every_one_and_refuses_unknown_options() {
+        let script = r#"
+fn reconcile(obj, ctx) {
+    let names = |l| l.map(|o| `${o.metadata.namespace}/${o.metadata.name}`);
+    #{ status: #{ phase: `${names.call(ctx.list("Deployment"))} ${names.call(ctx.list("Deployment", #{ namespace: "other" }))} ${names.call(ctx.list("Deployment", #{ namespace: "*", selector: "app=x" }))}` } }
+}
+"#;
+        let cache = "cache:\n  - { apiVersion: apps/v1, kind: Deployment, metadata: { name: here, labels: { app: x } } }\n  - { apiVersion: apps/v1, kind: Deployment, metadata: { name: there, namespace: other, labels: { app: x } } }\n";
+        let expect = r#"expect: { status: { phase: '["default/here"] ["other/there"] ["default/here", "other/there"]' } }"#;
+        assert_eq!(
+            run(script, &format!("{cache}{expect}\n")),
+            Vec::<String>::new()
+        );
+        let bad = r#"fn reconcile(obj, ctx) { ctx.list("Deployment", #{ namspace: "*" }); #{} }"#;
+        assert!(run(bad, "expect: { error: 'unknown option \"namspace\"' }\n").is_empty());
     }
 }

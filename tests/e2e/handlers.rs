@@ -741,3 +741,526 @@ fn gone(obj, ctx, change) { log_info(`gone ${obj.metadata.name} was ${change.old
     let runs = log.iter().filter(|l| l.contains("gone n was")).count();
     assert_eq!(runs, 1, "{}", log.join("\n"));
 }
+
+/// `ctx.retry`, `ctx.started` and `ctx.runtime` follow a handler's attempts on one change: an
+/// update handler that asks twice to be retried sees retry 0, 1, 2, one `started` for all
+/// three, and a runtime that grows by the delays it asked for.
+#[tokio::test]
+async fn a_retried_handler_sees_its_attempt_count_start_and_runtime() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-retry").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "retrycount";
+    // The CRD's status (after one_kind's spec.text).
+    let toml = r#"status.retries = { type = "integer" }
+status.started = { type = "string" }
+status.runtime = { type = "number" }
+
+[[handler]]
+for = "Note"
+on = "create"
+script = "scripts/s.rhai"
+function = "changed"
+
+[[handler]]
+for = "Note"
+on = "update"
+script = "scripts/s.rhai"
+function = "changed"
+"#;
+    let script = r#"
+fn changed(obj, ctx, change) {
+    log_info(`attempt ${change.type} ${obj.spec.text} retry=${ctx.retry} started=${ctx.started} runtime=${ctx.runtime}`);
+    if ctx.retry < 2 { retry("not yet", "1s"); }
+    #{ status: #{ retries: ctx.retry, started: ctx.started, runtime: ctx.runtime } }
+}
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    khai.wait_for_logs(0, "three attempts of the create handler", 3, |l| {
+        l.contains("attempt create x")
+    })
+    .await;
+    let created = wait_for(
+        &api,
+        "n",
+        "the create handler's third attempt",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "retries") == 2),
+    )
+    .await;
+    assert!(
+        status(&created, "runtime").as_f64().unwrap() >= 2.0,
+        "two retries 1 s apart: {:?}",
+        created.data["status"]
+    );
+    let from = khai.log_len();
+    patch(&api, "n", json!({ "spec": { "text": "y" } })).await;
+    let lines = khai
+        .wait_for_logs(from, "three attempts of the update handler", 3, |l| {
+            l.contains("attempt update y")
+        })
+        .await;
+    let field = |l: &str, k: &str| {
+        let at = l.find(&format!("{k}=")).unwrap() + k.len() + 1;
+        l[at..].split_whitespace().next().unwrap().to_string()
+    };
+    let retries: Vec<String> = lines.iter().map(|l| field(l, "retry")).collect();
+    assert_eq!(retries, ["0", "1", "2"], "{lines:#?}");
+    let started: Vec<String> = lines.iter().map(|l| field(l, "started")).collect();
+    assert!(
+        started.iter().all(|s| *s == started[0] && s.len() > 10),
+        "one start for every attempt: {lines:#?}"
+    );
+    let runtime: Vec<f64> = lines
+        .iter()
+        .map(|l| field(l, "runtime").trim_end_matches('"').parse().unwrap())
+        .collect();
+    assert!(
+        runtime[0] < 1.0 && runtime[1] >= 1.0 && runtime[2] >= 2.0,
+        "{lines:#?}"
+    );
+    let updated = wait_for(
+        &api,
+        "n",
+        "the update handler's status",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                status(o, "retries") == 2 && status(o, "started") != status(&created, "started")
+            })
+        },
+    )
+    .await;
+    assert_eq!(status(&updated, "started"), started[0].as_str());
+}
+
+/// A failing daemon tick backs off like a handler: ticks again after `backoff` (not its long
+/// `interval`) with `ctx.retry` counting the failures in a row, reported as `DaemonRetrying`
+/// Events; with `retries` it gives up (a `DaemonFailed` Event) and is not ticked again.
+#[tokio::test]
+async fn a_failing_daemon_tick_backs_off_and_gives_up_after_its_retries() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "daemon-backoff").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "daemonbackoff";
+    // `doomed` comes first: in the turn where `flaky` succeeds, `doomed`'s next tick would be
+    // due too, had it not given up.
+    let toml = r#"status.ticked = { type = "integer" }
+
+[[daemon]]
+for = "Note"
+script = "scripts/s.rhai"
+tick = "doomed"
+interval = "1h"
+backoff = "1s"
+retries = 1
+
+[[daemon]]
+for = "Note"
+script = "scripts/s.rhai"
+tick = "flaky"
+interval = "1h"
+backoff = "1s"
+"#;
+    let script = r#"
+fn doomed(obj, ctx, state) { log_info(`doomed retry=${ctx.retry}`); throw "never"; }
+fn flaky(obj, ctx, state) {
+    log_info(`flaky retry=${ctx.retry}`);
+    if ctx.retry < 2 { throw "not yet"; }
+    #{ status: #{ ticked: ctx.retry } }
+}
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    wait_for(
+        &api,
+        "n",
+        "flaky's third tick, 1 s apart, not 1 h",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "ticked") == 2),
+    )
+    .await;
+    let (_, log) = khai.terminate().await;
+    let lines = |p: &str| -> Vec<&String> { log.iter().filter(|l| l.contains(p)).collect() };
+    let flaky = lines("flaky retry=");
+    assert_eq!(flaky.len(), 3, "{flaky:#?}");
+    for (i, l) in flaky.iter().enumerate() {
+        assert!(l.contains(&format!("flaky retry={i}")), "{flaky:#?}");
+    }
+    let doomed = lines("doomed retry=");
+    assert_eq!(
+        doomed.len(),
+        2,
+        "one try and one retry, then no more: {doomed:#?}"
+    );
+    assert_eq!(lines("daemon tick failed for good").len(), 1, "{log:#?}");
+    let events: Api<kube::api::DynamicObject> =
+        crate::support::custom_api(&client, &ns.name, "", "Event", "events");
+    let reasons: Vec<String> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|e| e.data["reason"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "DaemonRetrying")
+            && reasons.iter().any(|r| r == "DaemonFailed"),
+        "{reasons:?}"
+    );
+}
+
+/// The seconds since the Unix epoch of a khai log line (its RFC 3339 timestamp).
+fn logged_at(line: &str) -> f64 {
+    let stamp = line.split_whitespace().next().unwrap();
+    let t: jiff::Timestamp = stamp.parse().unwrap();
+    t.as_millisecond() as f64 / 1000.0
+}
+
+/// Timer options change when a timer runs, as documented: `initial_delay` holds the first run
+/// back; `idle` waits until the object has been left unchanged that long (again after each
+/// change); `sharp` keeps a fixed schedule where a plain timer counts its interval from the end
+/// of each run (so a slow run pushes the next one later).
+#[tokio::test]
+async fn timer_initial_delay_idle_and_sharp_change_when_timers_run() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "timer-options").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "timeropts";
+    let timer = |f: &str, t: &str, extra: &str| {
+        format!(
+            "[[timer]]\nfor = \"Note\"\nscript = \"scripts/s.rhai\"\nfunction = \"{f}\"\nlabels = {{ t = \"{t}\" }}\n{extra}\n"
+        )
+    };
+    let toml = [
+        timer(
+            "delayed",
+            "delay",
+            "interval = \"1h\"\ninitial_delay = \"3s\"",
+        ),
+        timer("idled", "idle", "interval = \"1s\"\nidle = \"3s\""),
+        timer("sharp", "sharp", "interval = \"1s\"\nsharp = true"),
+        timer("plain", "plain", "interval = \"1s\""),
+    ]
+    .join("\n");
+    // `slow` takes a while, the same for both: a plain timer's period grows by it, a sharp one's
+    // does not.
+    let script = r#"
+fn slow() { let n = 0; for i in 0..100000 { n += i; } n }
+fn delayed(obj, ctx) { log_info(`delayed ran`); }
+fn idled(obj, ctx) { log_info(`idled ran seeing ${obj.spec.text}`); }
+fn sharp(obj, ctx) { slow(); log_info(`sharp ran`); }
+fn plain(obj, ctx) { slow(); log_info(`plain ran`); }
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, &toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    // Taken before the writes: khai sees each one after it is made.
+    let created = std::time::Instant::now();
+    for t in ["delay", "idle", "sharp", "plain"] {
+        let mut o = note(t, json!({ "text": "one" }));
+        o.types = Some(kube::core::TypeMeta {
+            api_version: format!("{op}.khai.dev/v1"),
+            kind: "Note".into(),
+        });
+        o.metadata.labels = Some([("t".to_string(), t.to_string())].into());
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+    khai.wait_for_log(0, "the delayed timer", |l| l.contains("delayed ran"))
+        .await;
+    assert!(
+        created.elapsed() >= std::time::Duration::from_secs(3),
+        "initial_delay = 3s, but the first run came after {:?}",
+        created.elapsed()
+    );
+    khai.wait_for_log(0, "the idle timer", |l| l.contains("idled ran seeing one"))
+        .await;
+    assert!(created.elapsed() >= std::time::Duration::from_secs(3));
+    let from = khai.log_len();
+    let changed = std::time::Instant::now();
+    patch(&api, "idle", json!({ "spec": { "text": "two" } })).await;
+    khai.wait_for_log(from, "the idle timer after a change", |l| {
+        l.contains("idled ran seeing two")
+    })
+    .await;
+    assert!(
+        changed.elapsed() >= std::time::Duration::from_secs(3),
+        "idle = 3s, but it ran {:?} after a change",
+        changed.elapsed()
+    );
+    let period = |what: &'static str| {
+        // Over six periods after the first runs, whose times vary most on a busy machine.
+        let lines = khai.wait_for_logs(0, what, 10, move |l| l.contains(what));
+        async move {
+            let at: Vec<f64> = lines.await.iter().map(|l| logged_at(l)).collect();
+            (at[9] - at[3]) / 6.0
+        }
+    };
+    let (sharp, plain) = (period("sharp ran").await, period("plain ran").await);
+    assert!(
+        (0.85..1.15).contains(&sharp),
+        "a sharp timer of 1 s runs every second, not every {sharp:.3} s (plain: {plain:.3} s)"
+    );
+    assert!(
+        plain > sharp + 0.1,
+        "a plain timer's period adds its run's time: {plain:.3} s against sharp's {sharp:.3} s"
+    );
+}
+
+/// Exactly-once bookkeeping across kill -9: (a) a change made while khai is dead (killed after
+/// the create was handled, before the update could run) is handled once by the next khai, with
+/// the `old`, `new` and `diff` of the change; (b) once that update is recorded, a khai killed
+/// with -9 and started again resumes the object and does not run the update again.
+#[tokio::test]
+async fn a_kill_9_neither_loses_a_change_nor_repeats_a_handled_one() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-kill9").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "killnine";
+    let toml = r#"
+[[handler]]
+for = "Note"
+on = "create"
+script = "scripts/s.rhai"
+function = "created"
+
+[[handler]]
+for = "Note"
+on = "update"
+script = "scripts/s.rhai"
+function = "updated"
+
+[[handler]]
+for = "Note"
+on = "resume"
+script = "scripts/s.rhai"
+function = "resumed"
+"#;
+    let script = r#"
+fn created(obj, ctx, change) { log_info(`created ${obj.metadata.name}`); }
+fn updated(obj, ctx, change) {
+    log_info(`updated ${obj.metadata.name}: ${change.old.spec.text} -> ${change.new.spec.text} diff ${change.diff}`);
+}
+fn resumed(obj, ctx, change) { log_info(`resumed ${obj.metadata.name}`); }
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let handled = format!("{op}.khai.dev/last-handled");
+    let recorded = |text: &'static str| {
+        let handled = handled.clone();
+        move |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .any(|(k, v)| *k == handled && v.contains(text))
+            })
+        }
+    };
+    let mut first = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api, op, "n", false).await;
+    wait_for(&api, "n", "the create recorded", recorded("\"x\"")).await;
+    first.kill();
+
+    // (a) The change happens while khai is dead.
+    patch(&api, "n", json!({ "spec": { "text": "y" } })).await;
+    let mut second = Khai::start(&config, &ns.name, &[]);
+    wait_for(&api, "n", "the update recorded", recorded("\"y\"")).await;
+    let lines = second
+        .wait_for_logs(0, "the update handler", 1, |l| l.contains("updated n"))
+        .await;
+    assert!(
+        lines[0].contains(r#"updated n: x -> y diff [#{"new": "y", "old": "x", "op": "change", "path": ["spec", "text"]}]"#),
+        "{}",
+        lines[0]
+    );
+    // The resume of the same turn is the barrier: nothing of n is left to run.
+    second
+        .wait_for_log(0, "n resumed", |l| l.contains("resumed n"))
+        .await;
+    let log = second.tail(10_000);
+    assert_eq!(log.matches("updated n").count(), 1, "{log}");
+    assert_eq!(log.matches("created n").count(), 0, "{log}");
+    second.kill();
+
+    // (b) A handled change is not handled again after a kill -9.
+    let third = Khai::start(&config, &ns.name, &[]);
+    third
+        .wait_for_log(0, "n resumed again", |l| l.contains("resumed n"))
+        .await;
+    let (_, log) = third.terminate().await;
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("updated n") || l.contains("created n")),
+        "a handled change ran again after kill -9:\n{}",
+        log.join("\n")
+    );
+}
+
+/// The bookkeeping's cost, measured: N Notes (`KHAI_HANDLER_COST_N`, 200 by default) with an
+/// update handler that writes nothing itself, each updated once, cost at most one write each
+/// (the `last-handled` annotation), and nothing while idle afterwards
+/// (`KHAI_HANDLER_COST_IDLE_SECS`, 5 by default). By hand at issue 13's size:
+/// `KHAI_HANDLER_COST_N=1000 KHAI_HANDLER_COST_IDLE_SECS=20 cargo test --test e2e
+/// handlers::an_update_handler_costs -- --nocapture`.
+#[tokio::test]
+async fn an_update_handler_costs_at_most_one_write_per_change_and_none_idle() {
+    let env = |k: &str, default: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let n = env("KHAI_HANDLER_COST_N", 200) as usize;
+    let idle = std::time::Duration::from_secs(env("KHAI_HANDLER_COST_IDLE_SECS", 5));
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "handler-cost").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "handlercost";
+    let toml = "[[handler]]\nfor = \"Note\"\non = \"update\"\nscript = \"scripts/s.rhai\"\nfunction = \"updated\"\n";
+    let script = "fn updated(obj, ctx, change) { }\n";
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, op, toml, script).await;
+    let khai = Khai::start(&config, &ns.name, &[]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    let handled = format!("{op}.khai.dev/last-handled");
+    // Every Note recorded as handled with `text` in its essence.
+    let all_recorded = async |text: &str, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let list = api.list(&Default::default()).await.unwrap();
+            let done = list
+                .items
+                .iter()
+                .filter(|o| {
+                    o.metadata
+                        .annotations
+                        .iter()
+                        .flatten()
+                        .any(|(k, v)| *k == handled && v.contains(text))
+                })
+                .count();
+            if done == n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {done} of {n}\n{}",
+                khai.tail(20)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    for i in 0..n {
+        let mut o = note(&format!("n{i}"), json!({ "text": "one" }));
+        o.types = Some(kube::core::TypeMeta {
+            api_version: format!("{op}.khai.dev/v1"),
+            kind: "Note".into(),
+        });
+        api.create(&PostParams::default(), &o).await.unwrap();
+    }
+    all_recorded("\"one\"", "every Note first seen").await;
+    let mark = audit::mark();
+    let started = std::time::Instant::now();
+    for i in 0..n {
+        patch(&api, &format!("n{i}"), json!({ "spec": { "text": "two" } })).await;
+    }
+    all_recorded("\"two\"", "every update handled").await;
+    let took = started.elapsed();
+    let writes = audit::khai_writes(mark, &ns.name);
+    let total = audit::total(&writes);
+    println!(
+        "handler bookkeeping: {n} updates handled in {took:?} with {total} writes: {writes:?}"
+    );
+    assert!(
+        total <= n as u64,
+        "at most one write per handled change ({n}): {writes:?}"
+    );
+    let mark = audit::mark();
+    tokio::time::sleep(idle).await;
+    let writes = audit::khai_writes(mark, &ns.name);
+    println!(
+        "handler bookkeeping: {idle:?} idle with {} writes",
+        audit::total(&writes)
+    );
+    assert!(writes.is_empty(), "idle wrote {writes:?}");
+}
+
+/// `ctx.list(kind, #{ namespace })` on the informer caches of a khai watching two namespaces: a
+/// Note's handler sees the Notes of its own namespace by default, of the other by name, and of
+/// both with `"*"`.
+#[tokio::test]
+async fn ctx_list_reads_another_watched_namespace_or_all_of_them() {
+    let client = crate::support::client().await;
+    let a = TestNamespace::new(&client, "list-a").await;
+    let b = TestNamespace::new(&client, "list-b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let op = "listall";
+    let toml = "status.seen = { type = \"string\" }\n\n[[handler]]\nfor = \"Note\"\non = \"update\"\nscript = \"scripts/s.rhai\"\nfunction = \"look\"\n";
+    let script = format!(
+        r#"
+fn names(l) {{
+    let s = "";
+    for o in l {{ s += ` ${{o.metadata.namespace}}/${{o.metadata.name}}`; }}
+    s.trim();
+    s
+}}
+fn look(obj, ctx, change) {{
+    let own = names(ctx.list("Note"));
+    let other = names(ctx.list("Note", #{{ namespace: "{b}" }}));
+    let all = names(ctx.list("Note", #{{ namespace: "*" }}));
+    let seen = `own=[${{own}}] other=[${{other}}] all=[${{all}}]`;
+    log_info(`seen ${{seen}}`);
+    #{{ status: #{{ seen: seen }} }}
+}}
+"#,
+        b = b.name
+    );
+    let (config, api_a) = one_kind(dir.path(), &client, &a.name, op, toml, &script).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(&format!("{op}.khai.dev"), "v1", "Note"),
+        "notes",
+    );
+    let api_b: Api<DynamicObject> = Api::namespaced_with(client.clone(), &b.name, &ar);
+    let khai = Khai::start(&config, &a.name, &["--namespace", &b.name]);
+    crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
+    create_note(&api_b, op, "in-b", false).await;
+    create_note(&api_a, op, "in-a", false).await;
+    wait_for(
+        &api_a,
+        "in-a",
+        "the create recorded",
+        |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.metadata
+                    .annotations
+                    .iter()
+                    .flatten()
+                    .any(|(k, _)| k.ends_with("last-handled"))
+            })
+        },
+    )
+    .await;
+    patch(&api_a, "in-a", json!({ "spec": { "text": "y" } })).await;
+    let want = format!(
+        "own=[{a}/in-a] other=[{b}/in-b] all=[{first} {second}]",
+        a = a.name,
+        b = b.name,
+        first = std::cmp::min(format!("{}/in-a", a.name), format!("{}/in-b", b.name)),
+        second = std::cmp::max(format!("{}/in-a", a.name), format!("{}/in-b", b.name)),
+    );
+    let line = khai
+        .wait_for_log(0, "the handler's lookups", |l| l.contains("seen own="))
+        .await;
+    assert!(line.ends_with(&want), "{line}\nwanted {want}");
+    wait_for(
+        &api_a,
+        "in-a",
+        "the handler's lookups in both namespaces",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| status(o, "seen") == want.as_str()),
+    )
+    .await;
+}

@@ -6,7 +6,7 @@
 //! spies, one failing (08); daemons fail, ping and stop (14); startup and cleanup hooks and a
 //! daemon per Pod (13); webhooks called by the API server, a denial's own code, a dry run and
 //! an object selector (17); a create handler's status, once (01); Events on the object (04);
-//! timers that wait for the object to be idle (15).
+//! timers that wait for the object to be idle (15); a timer reading two indexes over Pods (16).
 
 use crate::support::{Khai, TestNamespace, custom_api as api, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -303,6 +303,8 @@ async fn handlers_run_on_create_update_field_resume_and_delete() {
     }
 }
 
+/// Spies see every raw event with the whole object: ADDED, MODIFIED, DELETED, and `()` (Kopf's
+/// `None`) for an object already there when khai starts watching.
 #[tokio::test]
 async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
     let client = crate::support::client().await;
@@ -313,8 +315,29 @@ async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
     create_example(&api, group).await;
     khai.wait_for_log(0, "the failing spy", |l| l.contains("Oops!"))
         .await;
-    khai.wait_for_log(0, "the normal spy", |l| {
+    khai.wait_for_log(0, "the normal spy on creation", |l| {
+        l.contains("Event received: ADDED kopf-example-1")
+    })
+    .await;
+    api.patch(
+        "kopf-example-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "field": "other" } })),
+    )
+    .await
+    .unwrap();
+    khai.wait_for_log(0, "the normal spy on a change", |l| {
         l.contains("Event received: MODIFIED kopf-example-1")
+    })
+    .await;
+    let (_, log) = khai.terminate().await;
+    assert!(
+        !log.iter().any(|l| l.contains("Event received: None")),
+        "an object created after the start is not listed: {log:#?}"
+    );
+    let khai = Khai::start(&port("08-events"), &ns.name, &[]);
+    khai.wait_for_log(0, "the normal spy on the initial list", |l| {
+        l.contains("Event received: None kopf-example-1")
     })
     .await;
     api.delete("kopf-example-1", &Default::default())
@@ -369,8 +392,22 @@ async fn hooks_run_at_start_and_stop_and_a_daemon_serves_each_pod() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "kopf-hooks").await;
     let khai = Khai::start(&port("13-hooks"), &ns.name, &[]);
+    // The startup hook fails twice, 1 s apart; khai is not ready until it succeeds.
+    khai.wait_for_log(0, "the startup hook's first failure", |l| {
+        l.contains("startup hook failed; not ready") && l.contains("Going to succeed")
+    })
+    .await;
+    let addr = khai.metrics_addr().await;
+    let (code, _) = crate::support::metrics::http_get(&addr, "/readyz").await;
+    assert_ne!(code, 200, "ready while the startup hook was failing");
     khai.wait_for_log(0, "the startup hook", |l| l.contains("Initialising..."))
         .await;
+    let failures = khai
+        .tail(10_000)
+        .matches("startup hook failed; not ready")
+        .count();
+    assert_eq!(failures, 2, "{}", khai.tail(40));
+    crate::operations::readyz_until(&addr, 200).await;
     let pod: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "kopf-hooks-demo" },
         "spec": { "containers": [{ "name": "main", "image": "busybox" }] },
@@ -379,7 +416,7 @@ async fn hooks_run_at_start_and_stop_and_a_daemon_serves_each_pod() {
     let pods = pods(&client, &ns.name);
     pods.create(&PostParams::default(), &pod).await.unwrap();
     khai.wait_for_log(0, "the spy", |l| {
-        l.contains("MODIFIED pod") && l.contains("kopf-hooks-demo")
+        l.contains("ADDED pod") && l.contains("kopf-hooks-demo")
     })
     .await;
     khai.wait_for_log(0, "the per-Pod task", |l| {
@@ -576,4 +613,55 @@ async fn timers_wait_for_the_object_to_be_idle() {
         created.elapsed() >= std::time::Duration::from_secs(10),
         "idle = 10s"
     );
+}
+
+/// 16-indexing: the timer's status lists the running Pods of its namespace, read from the
+/// `is_running` index, and follows a Pod whose phase turns `Running`.
+#[tokio::test]
+async fn a_timer_reads_the_running_pods_from_an_index() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "kopf-indexing").await;
+    let khai = Khai::start(&port("16-indexing"), &ns.name, &[]);
+    let pods = pods(&client, &ns.name);
+    let running = async |name: &str| {
+        let phase = json!({ "status": { "phase": "Running" } });
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&phase))
+            .await
+            .unwrap();
+    };
+    for name in ["web-0", "web-1"] {
+        let pod: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "labels": { "app": "web" } },
+            "spec": { "containers": [{ "name": "main", "image": "busybox" }] },
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    running("web-0").await;
+    let group = "indexing.kopf.khai.dev";
+    let api = kopf_examples(&client, &ns.name, group).await;
+    create_example(&api, group).await;
+    let one = json!([format!("{}::web-0", ns.name)]);
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "the running Pod in the status",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["running-pods"] == one),
+    )
+    .await;
+    khai.wait_for_log(0, "the by_label index logged", |l| {
+        // Values come in the order of the Pods' uids.
+        l.contains(r#"by_label: #{"app=web": ["#) && l.contains("web-0") && l.contains("web-1")
+    })
+    .await;
+    running("web-1").await;
+    let both = json!([format!("{}::web-0", ns.name), format!("{}::web-1", ns.name)]);
+    wait_for(
+        &api,
+        "kopf-example-1",
+        "the index following the second Pod",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["running-pods"] == both),
+    )
+    .await;
 }

@@ -80,7 +80,7 @@ fn leading(body: &str) -> f64 {
 }
 
 /// Waits until `/readyz` of `addr` answers `code`.
-async fn readyz_until(addr: &str, code: u16) {
+pub(crate) async fn readyz_until(addr: &str, code: u16) {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let (status, body) = http_get(addr, "/readyz").await;
