@@ -355,8 +355,7 @@ impl Applier {
         let api = watch::api(&self.client, kind, ns.as_deref());
         let mut params = PatchParams::apply(&self.field_manager);
         params.force = self.model.operator.force_apply;
-        let written = api
-            .patch(name, &params, &Patch::Apply(&child))
+        api.patch(name, &params, &Patch::Apply(&child))
             .await
             .map_err(|source| Error::ApplyChild {
                 kind: kind_name.clone(),
@@ -365,10 +364,6 @@ impl Applier {
             })?;
         if let Some(inf) = cache {
             inf.remember_write(ns.as_deref(), name, Slot::Object, &seen_rv, &hash);
-            // The watch event of this write holds nothing the parent's reconcile did not make.
-            let rv = written.resource_version().unwrap_or_default();
-            let parent_uid = parent.uid().unwrap_or_default();
-            inf.echoes().expect(ns.as_deref(), name, &rv, &parent_uid);
         }
         tracing::debug!(child.kind = %kind_name, child.name = %name, "applied child");
         Ok(true)

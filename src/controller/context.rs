@@ -118,11 +118,6 @@ impl Ctx {
         crate::sync::lock(&self.released).remove(&key);
         crate::sync::lock(&self.finalized).remove(&key);
         crate::handler::memos().forget(&key);
-        if let Some(uid) = obj.uid() {
-            for inf in &self.caches.owned {
-                inf.echoes().forget_parent(&uid);
-            }
-        }
         if let Some(h) = &self.beside.handlers {
             h.forget(&key);
         }

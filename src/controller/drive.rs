@@ -76,8 +76,7 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
             .with_config(ControllerConfig::default().concurrency(p.concurrency));
     for inf in &ctx.caches.owned {
         c = c.reconcile_on(
-            queue::owners(inf.subscribe(), inf.echoes().clone(), parent.clone())
-                .inspect(requested(&pending)),
+            queue::owners(inf.subscribe(), parent.clone()).inspect(requested(&pending)),
         );
     }
     for (inf, w) in &p.related {

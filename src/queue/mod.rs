@@ -8,7 +8,7 @@
 use crate::script::Script;
 use crate::sync::lock;
 use crate::watch::predicate::Changes;
-use crate::watch::{Echoes, Kind, Subscription};
+use crate::watch::{Kind, Subscription};
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -43,18 +43,10 @@ pub fn primary(
     })
 }
 
-/// Children mapped to the parent of kind `parent` that controls them, minus the echoes of
-/// khai's own writes: a child seen at exactly the resourceVersion khai's apply returned is the
-/// state the parent's reconcile made, and needs no reconcile ([`Echoes`]).
-pub fn owners(sub: Subscription, echoes: Echoes, parent: Kind) -> impl Stream<Item = Ref> + Send {
-    sub.into_stream().filter_map(move |c| {
-        let r = if echoes.is_echo(&c.object, c.deleted) {
-            None
-        } else {
-            controller_of(&c.object, &parent)
-        };
-        futures::future::ready(r)
-    })
+/// Children mapped to the parent of kind `parent` that controls them.
+pub fn owners(sub: Subscription, parent: Kind) -> impl Stream<Item = Ref> + Send {
+    sub.into_stream()
+        .filter_map(move |c| futures::future::ready(controller_of(&c.object, &parent)))
 }
 
 /// Maps a child to the parent of kind `parent` that controls it, if any. A namespaced parent

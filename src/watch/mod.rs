@@ -6,13 +6,11 @@
 //! (`v1/ConfigMap`), `Kind.group` (`Deployment.apps`), or a bare built-in kind resolved through
 //! API discovery (`ConfigMap`).
 
-pub mod echoes;
 pub mod informer;
 pub mod ownership;
 pub mod predicate;
 pub mod subscription;
 
-pub use echoes::Echoes;
 pub use informer::{Filter, Informer, Informers, Slot};
 pub use subscription::{Changed, Subscription};
 

@@ -64,8 +64,6 @@ pub struct Informer {
     subscribers: Subscribers,
     controlled: Arc<RwLock<Controlled>>,
     written: Memo,
-    /// The watch events of khai's own writes still to come ([`super::echoes`]).
-    echoes: super::echoes::Echoes,
     /// `true` once the first full list is in the store.
     synced: tokio::sync::watch::Receiver<bool>,
 }
@@ -150,12 +148,6 @@ impl Informer {
             .map(|(_, name)| name.clone())
     }
 
-    /// The watch events of khai's own writes to this kind still to come: a trigger stream skips
-    /// them ([`super::echoes`]).
-    pub fn echoes(&self) -> &super::echoes::Echoes {
-        &self.echoes
-    }
-
     /// How many writes are remembered, for tests of the memo's bounds.
     pub fn remembered_writes(&self) -> usize {
         lock(&self.written).len()
@@ -200,7 +192,6 @@ impl Informer {
             subscribers: Arc::default(),
             controlled: Arc::new(RwLock::new(controlled)),
             written: Arc::default(),
-            echoes: Default::default(),
             synced: tokio::sync::watch::channel(true).1,
         })
     }
@@ -290,7 +281,6 @@ impl Informers {
             subscribers: Arc::default(),
             controlled: Arc::default(),
             written: Arc::default(),
-            echoes: Default::default(),
             synced: synced_rx,
         });
         let api = super::api(&self.client, kind, namespace.as_deref());
@@ -400,7 +390,6 @@ mod tests {
             subscribers: Arc::default(),
             controlled: Arc::default(),
             written: Arc::default(),
-            echoes: Default::default(),
             synced: tokio::sync::watch::channel(false).1,
         }
     }
