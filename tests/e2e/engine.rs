@@ -807,3 +807,110 @@ fn reconcile(obj, ctx) {
         "khai_hot_loops_total has no controller label:\n{body}"
     );
 }
+
+/// The reconciles of widget `name` khai has logged so far, and their reasons.
+fn reconciles_of(khai: &Khai, name: &str) -> Vec<String> {
+    khai.tail(usize::MAX)
+        .lines()
+        .filter(|l| l.contains("reconciled") && l.contains(&format!("name={name} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue 16: the watch event of the child khai had just applied comes back to its parent and
+/// costs a second reconcile that has nothing to do (3 reconciles here on main, not 2). The
+/// target: a create of a simple parent (one child and a status) is one reconcile; the label
+/// change after it is the second, and the last. Not met yet: skipping the event at exactly the
+/// resourceVersion khai's apply returned is not safe on its own. A script that reads its owned
+/// children (a Service's server-assigned clusterIP into status; the hot-loop test) depends on
+/// that event, and under load the watch event often arrives before the apply's response.
+#[tokio::test]
+#[ignore = "issue 16: khai's own child write still triggers one no-op reconcile"]
+async fn khais_own_child_write_does_not_trigger_its_parent_again() {
+    let group = "echo.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "echo").await;
+    let op = operator(group, WIDGET);
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    let start = crate::support::audit::mark();
+    create_widget(&api, group, "w", json!({ "count": 1 })).await;
+    wait_for(&api, "w", "the Widget to be Ready", ready).await;
+    // khai logs the reconcile after its status write.
+    khai.wait_for_log(0, "the first reconcile", |l| {
+        l.contains("reconciled") && l.contains("name=w ")
+    })
+    .await;
+    // The label change is queued behind anything the create set off: its reconcile is the
+    // last one before the count is read.
+    let line = poke(&api, "w", &khai).await;
+    assert!(line.contains("applied=0 unchanged=1"), "{line}");
+    let addr = khai.metrics_addr().await;
+    let body = crate::support::metrics::metrics_until(&addr, "two reconciles", |b| {
+        crate::support::metrics::sum(b, "controller_runtime_reconcile_total") >= 2.0
+    })
+    .await;
+    let runs = reconciles_of(&khai, "w");
+    assert_eq!(
+        crate::support::metrics::sum(&body, "controller_runtime_reconcile_total"),
+        2.0,
+        "the create cost more than one reconcile: {runs:#?}"
+    );
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    assert!(
+        runs.iter()
+            .all(|l| l.contains("object.reason=object updated")),
+        "khai's own child write triggered its parent: {runs:#?}"
+    );
+    let writes = crate::support::audit::writes(start, |e| {
+        e["objectRef"]["namespace"] == ns.name.as_str()
+            && (e["objectRef"]["name"] == "w-0" || e["objectRef"]["name"] == "w")
+            && e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("khai/"))
+    });
+    assert_eq!(
+        crate::support::audit::total(&writes),
+        2,
+        "one child apply and one status write: {writes:?}"
+    );
+}
+
+/// A child someone else edits right after khai wrote it carries another resourceVersion: it
+/// still triggers the parent, and the edit is reverted.
+#[tokio::test]
+async fn a_child_edited_right_after_khais_write_is_reverted() {
+    let group = "drift.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "drift").await;
+    let op = operator(group, WIDGET);
+    let _khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    create_widget(&api, group, "w", json!({ "count": 1 })).await;
+    let cms = configmaps(&client, &ns.name);
+    let first = crate::support::wait_exists(&cms, "w-0", "child ConfigMap").await;
+    let edited = cms
+        .patch(
+            "w-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "data": { "message": "tampered" } })),
+        )
+        .await
+        .unwrap();
+    assert_ne!(
+        first.metadata.resource_version,
+        edited.metadata.resource_version
+    );
+    let rv = edited.metadata.resource_version.clone();
+    wait_for(
+        &cms,
+        "w-0",
+        "the edit to be reverted",
+        move |o: Option<&DynamicObject>| {
+            o.is_some_and(|o| {
+                o.data["data"]["message"] == "ok" && o.metadata.resource_version != rv
+            })
+        },
+    )
+    .await;
+}
