@@ -348,13 +348,38 @@ pub fn plan(input: &Input<'_>) -> Plan {
         }
     }
     for r in &model.operator.extra_rbac {
-        if scoped && !r.cluster {
-            p.namespaced.add_extra(r);
-        } else {
+        if !scoped || r.cluster {
             p.cluster.add_extra(r);
+            continue;
+        }
+        // A Role grants nothing on a cluster-scoped resource: those go to the ClusterRole.
+        for g in &r.api_groups {
+            for res in &r.resources {
+                let rules = if cluster_scoped(model, g, res) {
+                    &mut p.cluster
+                } else {
+                    &mut p.namespaced
+                };
+                let verbs: Vec<&str> = r.verbs.iter().map(String::as_str).collect();
+                rules.add_named(g, res, &r.resource_names, &verbs);
+            }
         }
     }
     p
+}
+
+/// Whether `resource` (`clusterroles`, `nodes/status`) of `group` is cluster-scoped: a
+/// well-known built-in or a CRD of the config with `scope = "Cluster"`. Anything else is taken
+/// for namespaced, as kinds are.
+fn cluster_scoped(model: &Model, group: &str, resource: &str) -> bool {
+    let resource = resource.split('/').next().unwrap_or(resource);
+    crate::config::kind::BUILTIN.iter().any(|b| {
+        !b.namespaced && b.group == group && crate::config::kind::plural_of(b.kind) == resource
+    }) || model.crds.iter().any(|c| {
+        c.scope == crate::config::model::Scope::Cluster
+            && c.group == group
+            && c.plural() == resource
+    })
 }
 
 fn labels(model: &Model) -> Value {
@@ -551,6 +576,28 @@ script = "h.rhai"
                 "{option}"
             );
         }
+    }
+
+    /// A Role grants nothing on a cluster-scoped resource: `extra_rbac` on one (`bind` on
+    /// `clusterroles`, as examples/access needs) goes to the ClusterRole of a namespaced
+    /// operator, and so does a rule marked `cluster = true`; the rest stays in the Roles.
+    #[test]
+    fn namespaced_operator_grants_extra_rules_on_cluster_scoped_resources_cluster_wide() {
+        let src = format!(
+            "{HELLO}\n[[operator.extra_rbac]]\napi_groups = [\"rbac.authorization.k8s.io\"]\n\
+             resources = [\"clusterroles\", \"roles\"]\nverbs = [\"bind\", \"escalate\"]\n\
+             [[operator.extra_rbac]]\napi_groups = [\"\"]\nresources = [\"configmaps\"]\n\
+             verbs = [\"deletecollection\"]\ncluster = true\n"
+        )
+        .replace("name = \"hello\"", "name = \"hello\"\nnamespaces = [\"a\"]");
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        let rbac = "rbac.authorization.k8s.io";
+        assert_eq!(rule(&p.cluster, rbac, "clusterroles"), ["bind", "escalate"]);
+        assert!(rule(&p.namespaced, rbac, "clusterroles").is_empty());
+        assert_eq!(rule(&p.namespaced, rbac, "roles"), ["bind", "escalate"]);
+        assert!(rule(&p.cluster, rbac, "roles").is_empty());
+        assert_eq!(rule(&p.cluster, "", "configmaps"), ["deletecollection"]);
     }
 
     #[test]
