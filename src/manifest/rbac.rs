@@ -11,6 +11,7 @@
 //! | `.status` of a CRD kind with status | patch on `<plural>/status` |
 //! | owner references with `blockOwnerDeletion` | update on `<plural>/finalizers` |
 //! | the finalizer JSON patch, when the script defines `finalize` or khai deletes children itself (`unowned_children`, `delete_children = "ordered"`) | patch on the primary |
+//! | `[[handler]]` progress (annotations), `[[handler]]`/`[[timer]]`/`[[daemon]]` watches and status | patch on the kind (handlers); get, list, watch; patch on `<plural>/status` |
 //! | Events (`events.k8s.io`) | create, patch |
 //! | leader election on a Lease in khai's own namespace | get, create, update |
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name |
@@ -218,6 +219,25 @@ pub fn plan(input: &Input<'_>) -> Plan {
         for k in kinds {
             needs_discovery |= !is_crd(k);
         }
+    }
+    // Handlers record their progress in annotations of the object (a merge patch); handlers,
+    // timers and daemons all watch their kind and may write its status.
+    let beside = model
+        .handlers
+        .iter()
+        .map(|h| (&h.for_kind, true))
+        .chain(model.timers.iter().map(|t| (&t.for_kind, false)))
+        .chain(model.daemons.iter().map(|d| (&d.for_kind, false)));
+    for (kind, records) in beside {
+        let r = resolve(model, kind);
+        grant(&r, &r.plural, &["get", "list", "watch"]);
+        if records {
+            grant(&r, &r.plural, &["patch"]);
+        }
+        if r.status {
+            grant(&r, &format!("{}/status", r.plural), &["patch"]);
+        }
+        needs_discovery |= !is_crd(kind);
     }
     // What scripts call through the `k8s` module (`[operator] uses`).
     for u in &model.operator.uses {
@@ -576,6 +596,28 @@ script = "h.rhai"
                 "{option}"
             );
         }
+    }
+
+    /// Handlers record their progress with a patch of the object; timers watch their kind.
+    #[test]
+    fn handlers_grant_patch_on_their_kind_and_timers_watch_theirs() {
+        let src = format!(
+            "{HELLO}\n[[handler]]\nfor = \"Hello\"\non = \"create\"\nscript = \"h.rhai\"\n\
+             function = \"on_create\"\n\n[[timer]]\nfor = \"apps/v1/StatefulSet\"\nscript = \"h.rhai\"\n\
+             function = \"tick\"\ninterval = \"1m\"\n"
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        let g = "examples.khai.dev";
+        assert_eq!(
+            rule(&p.cluster, g, "hellos"),
+            ["get", "list", "patch", "watch"]
+        );
+        assert_eq!(rule(&p.cluster, g, "hellos/status"), ["patch"]);
+        assert_eq!(
+            rule(&p.cluster, "apps", "statefulsets"),
+            ["get", "list", "watch"]
+        );
     }
 
     /// A Role grants nothing on a cluster-scoped resource: `extra_rbac` on one (`bind` on
