@@ -123,18 +123,8 @@ async fn every_k8s_verb_works_and_each_error_arrives_as_a_value() {
     let ns = TestNamespace::new(&client, "fx-verbs").await;
     let op = operator(group, EVERY_VERB, "", "");
     let _khai = Khai::start(op.path(), &ns.name, &[]);
-    // One Widget for each: Events of one object with one reason form one series, whatever
-    // their messages.
     let api = widgets(&client, group, &ns.name);
-    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
-    for by in ["handler", "timer"] {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{group}/v1"), "kind": "Widget",
-            "metadata": { "name": by, "labels": { "by": by } },
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj).await.unwrap();
-    }
+    create_widget(&api, group, "w", "ok").await;
     let w = wait_for(
         &api,
         "w",
@@ -171,18 +161,8 @@ async fn an_uncaught_api_error_fails_the_reconcile_with_verb_kind_object_and_mes
     let script = "fn reconcile(obj, ctx) {\n    k8s::patch(\"v1/ConfigMap\", obj.metadata.namespace, \"absent\", #{ data: #{ x: \"1\" } });\n    #{}\n}\n";
     let op = operator(group, script, "", "");
     let khai = Khai::start(op.path(), &ns.name, &[]);
-    // One Widget for each: Events of one object with one reason form one series, whatever
-    // their messages.
     let api = widgets(&client, group, &ns.name);
-    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
-    for by in ["handler", "timer"] {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{group}/v1"), "kind": "Widget",
-            "metadata": { "name": by, "labels": { "by": by } },
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj).await.unwrap();
-    }
+    create_widget(&api, group, "w", "ok").await;
     let want = format!(
         "in reconcile: k8s::patch v1/ConfigMap {}/absent: configmaps \"absent\" not found (not_found, 404)",
         ns.name
@@ -308,18 +288,8 @@ fn reconcile(obj, ctx) {
     let op = operator(group, script, "", "");
     let mark = audit::mark();
     let _khai = Khai::start(op.path(), &ns.name, &[]);
-    // One Widget for each: Events of one object with one reason form one series, whatever
-    // their messages.
     let api = widgets(&client, group, &ns.name);
-    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
-    for by in ["handler", "timer"] {
-        let obj: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{group}/v1"), "kind": "Widget",
-            "metadata": { "name": by, "labels": { "by": by } },
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &obj).await.unwrap();
-    }
+    create_widget(&api, group, "w", "ok").await;
     wait_for(
         &api,
         "w",
