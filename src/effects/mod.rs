@@ -21,6 +21,7 @@
 
 pub mod http;
 pub mod k8s;
+pub mod literals;
 pub mod secrets;
 pub mod stub;
 

@@ -655,3 +655,44 @@ labels = { by = "timer" }
         .collect();
     assert!(repeated.is_empty(), "{summary:#?}");
 }
+
+/// `khai check` names a literal URL `[operator.http] allow` refuses and a literal Secret name
+/// `[operator] secrets` does not list, each at its line, and fails; allowed, it passes.
+#[test]
+fn khai_check_flags_a_url_the_allow_list_refuses_and_a_secret_not_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "fn reconcile(obj, ctx) {\n    let t = ctx.secret(\"dns-token\", \"token\");\n    \
+                  http::post(\"https://dns.example.net/records\", #{ body: t });\n    #{}\n}\n";
+    std::fs::write(dir.path().join("dns.rhai"), script).unwrap();
+    let check = |operator: &str| {
+        let toml = format!(
+            "[operator]\nname = \"dns\"\n{operator}\n\n[[controller]]\nfor = \"v1/ConfigMap\"\nscript = \"dns.rhai\"\n"
+        );
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+            .args(["check"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = check("[operator.http]\nallow = [\"api.example.com\"]");
+    assert_eq!(out.status.code(), Some(1));
+    let file = dir.path().join("dns.rhai");
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "error: {f}:2:17: ctx.secret(\"dns-token\", …): [operator] secrets does not name it \
+             (add \"dns-token\"), so scripts cannot read it\n\
+             error: {f}:3:11: http::post(\"https://dns.example.net/records\", …): \
+             dns.example.net:443 is not in [operator.http] allow\n",
+            f = file.display()
+        )
+    );
+    let allowed =
+        check("secrets = [\"dns-token\"]\n\n[operator.http]\nallow = [\"dns.example.net\"]");
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+}
