@@ -1,6 +1,7 @@
 //! `khai check`: validate a config and compile its scripts, offline; flag the scripts'
 //! `k8s::<verb>("<kind>", …)` calls that `[operator] uses` does not declare (the generated
-//! RBAC would not grant them).
+//! RBAC would not grant them), `http::…("<url>", …)` calls `[operator.http] allow` refuses and
+//! `ctx.secret("<name>", …)` reads of Secrets `[operator] secrets` does not name.
 
 use crate::operator::Operator;
 use std::path::PathBuf;
@@ -38,7 +39,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// `file:line:col: message` for each `k8s` call of a script that `[operator] uses` does not
-/// declare, each script once, in file order.
+/// declare, then each literal URL or Secret the config does not allow, each script once, in
+/// file order.
 fn undeclared_calls(op: &Operator) -> Vec<String> {
     use crate::effects::k8s::declared;
     let h = &op.handlers;
@@ -63,6 +65,15 @@ fn undeclared_calls(op: &Operator) -> Vec<String> {
                     call.column
                 ));
             }
+        }
+        for f in crate::effects::literals::refused(&op.config.model, script.ast()) {
+            out.push(format!(
+                "{}:{}:{}: {}",
+                file.display(),
+                f.line,
+                f.column,
+                f.message
+            ));
         }
     }
     out

@@ -35,6 +35,10 @@ pub(crate) struct Ctx {
     /// Objects on their way out whose `finalize` has returned true while khai still deletes
     /// their children (by uid), so it is not called again at each step.
     pub finalized: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Per object (by uid), the refused script calls of handlers, timers and daemons already
+    /// reported with a `Forbidden` Event: said once, not at every retry.
+    pub forbidden:
+        std::sync::Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>,
 }
 
 /// The handlers, timers and daemons of the controller's kind, and the config's indexes.
@@ -117,6 +121,7 @@ impl Ctx {
         self.spin.forget(&key);
         crate::sync::lock(&self.released).remove(&key);
         crate::sync::lock(&self.finalized).remove(&key);
+        crate::sync::lock(&self.forbidden).remove(&key);
         crate::handler::memos().forget(&key);
         if let Some(h) = &self.beside.handlers {
             h.forget(&key);

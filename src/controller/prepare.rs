@@ -398,6 +398,7 @@ impl Env<'_> {
             pending: queue::Pending::new(&name),
             released: Default::default(),
             finalized: Default::default(),
+            forbidden: Default::default(),
             beside: Beside {
                 handlers: self.beside.as_ref().and_then(|(h, _)| h.clone()),
                 clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),

@@ -2,7 +2,9 @@
 //! its plan carried out, or (for an object on its way out) `finalize` until it lets go.
 
 use super::context::Ctx;
-use super::report::{ReconcileError, object_span, publish, report_failure, result_label};
+use super::report::{
+    FORBIDDEN, ReconcileError, object_span, publish, report_failure, result_label,
+};
 use super::spin::{Recorded, Verdict};
 use crate::apply::Progress;
 use crate::handler::{Handled, Turn};
@@ -272,9 +274,36 @@ async fn carry_out(obj: &DynamicObject, ctx: &Ctx, handled: Handled) -> Result<(
         } else {
             EventType::Normal
         };
+        if e.warning && crate::effects::k8s::error::is_forbidden(&e.message) {
+            // A call khai's RBAC does not allow fails the same way at every retry until someone
+            // changes the RBAC or the config: one `Forbidden` Event per object and message, as
+            // for `reconcile` (`report`), not a series.
+            if first_refusal(ctx, obj, &e.message) {
+                publish(ctx, obj, kind, FORBIDDEN, &e.message).await;
+            }
+            continue;
+        }
         publish(ctx, obj, kind, &e.reason, &e.message).await;
     }
     Ok(())
+}
+
+/// Whether the refusal `message` about `obj` is new, and so to be reported; remembered until
+/// the object is forgotten.
+fn first_refusal(ctx: &Ctx, obj: &DynamicObject, message: &str) -> bool {
+    /// Distinct refusals remembered per object, so a script naming ever new objects cannot grow
+    /// this without bound (past it, each is reported again).
+    const MAX: usize = 64;
+    let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    let mut said = crate::sync::lock(&ctx.forbidden);
+    let seen = said.entry(key).or_default();
+    if seen.contains(message) {
+        return false;
+    }
+    if seen.len() >= MAX {
+        seen.clear();
+    }
+    seen.insert(message.to_string())
 }
 
 /// The field manager of the status handlers, timers and daemons return: apart from khai's
@@ -493,6 +522,7 @@ mod tests {
             beside: Beside::default(),
             released: Default::default(),
             finalized: Default::default(),
+            forbidden: Default::default(),
         }
     }
 

@@ -132,7 +132,7 @@ pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &Reconci
 }
 
 /// The Event and condition reason of a script's API call the API server refused (403).
-const FORBIDDEN: &str = "Forbidden";
+pub(crate) const FORBIDDEN: &str = "Forbidden";
 
 /// Whether `obj`'s `Ready` condition already reports `reason` with `message`.
 fn already_said(obj: &DynamicObject, reason: &str, message: &str) -> bool {

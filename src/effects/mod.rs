@@ -21,6 +21,7 @@
 
 pub mod http;
 pub mod k8s;
+pub mod literals;
 pub mod secrets;
 pub mod stub;
 
@@ -109,6 +110,21 @@ pub fn request(
     request: serde_json::Value,
     live: impl FnOnce(&Effects, Duration) -> Result<serde_json::Value, serde_json::Value>,
 ) -> Result<rhai::Dynamic, Box<EvalAltResult>> {
+    match answer(what, request, live)? {
+        Ok(v) => to_dynamic(what, &v),
+        Err(e) => Err(thrown(to_dynamic(what, &e)?)),
+    }
+}
+
+/// [`request`] without the conversion: the answer as JSON, `Ok` the value returned, `Err` the
+/// value thrown, whether stubbed or live, for a module that shapes answers itself (`http`).
+/// The outer error refuses the call itself (no effects here, budget used up, an unexpected
+/// call in `khai test`).
+pub fn answer(
+    what: &str,
+    request: serde_json::Value,
+    live: impl FnOnce(&Effects, Duration) -> Result<serde_json::Value, serde_json::Value>,
+) -> Result<Result<serde_json::Value, serde_json::Value>, Box<EvalAltResult>> {
     let answer = io(what, |effects, left| {
         Ok(match &effects.stubs {
             Some(stubs) => stubs.answer(&request),
@@ -118,25 +134,29 @@ pub fn request(
             },
         })
     })?;
-    let dynamic = |v: &serde_json::Value| {
-        rhai::serde::to_dynamic(v).map_err(|e| {
-            Box::new(EvalAltResult::ErrorRuntime(
-                format!("{what}: {e}").into(),
-                Position::NONE,
-            ))
-        })
-    };
     match answer {
-        stub::Answer::Response(v) => dynamic(&v),
-        stub::Answer::Error(e) => Err(Box::new(EvalAltResult::ErrorRuntime(
-            dynamic(&e)?,
-            Position::NONE,
-        ))),
+        stub::Answer::Response(v) => Ok(Ok(v)),
+        stub::Answer::Error(e) => Ok(Err(e)),
         stub::Answer::Unexpected(m) => Err(Box::new(EvalAltResult::ErrorRuntime(
             m.into(),
             Position::NONE,
         ))),
     }
+}
+
+/// `v` as a script value; `what` names the call if it cannot be one.
+pub fn to_dynamic(what: &str, v: &serde_json::Value) -> Result<rhai::Dynamic, Box<EvalAltResult>> {
+    rhai::serde::to_dynamic(v).map_err(|e| {
+        Box::new(EvalAltResult::ErrorRuntime(
+            format!("{what}: {e}").into(),
+            Position::NONE,
+        ))
+    })
+}
+
+/// `value` thrown, for the script to catch.
+pub fn thrown(value: rhai::Dynamic) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(value, Position::NONE))
 }
 
 /// The side effects of the call running on this thread: what it may reach and what it has

@@ -81,6 +81,26 @@ impl Secrets {
         Secrets { watches }
     }
 
+    /// The Secrets `names` lists, read from `objects` instead of watches: for `khai test`, whose
+    /// cases list the Secrets there are. A listed Secret that `objects` lacks reads as missing;
+    /// one `names` does not list is refused as at run time.
+    pub fn from_objects(names: &[SecretName], objects: Vec<kube::api::DynamicObject>) -> Self {
+        let informer = Informer::with_objects(secret_kind(), None, objects);
+        Secrets {
+            watches: names
+                .iter()
+                .map(|n| (n.clone(), None, informer.clone()))
+                .collect(),
+        }
+    }
+
+    /// Whether `[operator] secrets` lets scripts read Secret `namespace/name`.
+    pub fn lists(names: &[SecretName], namespace: &str, name: &str) -> bool {
+        names
+            .iter()
+            .any(|n| n.name == name && n.namespace.as_deref().is_none_or(|q| q == namespace))
+    }
+
     /// The watches it reads, to keep running while a controller uses them.
     pub fn informers(&self) -> impl Iterator<Item = &Arc<Informer>> {
         self.watches.iter().map(|(_, _, i)| i)

@@ -11,6 +11,7 @@
 //! | `.status` of a CRD kind with status | patch on `<plural>/status` |
 //! | owner references with `blockOwnerDeletion` | update on `<plural>/finalizers` |
 //! | the finalizer JSON patch, when the script defines `finalize` or khai deletes children itself (`unowned_children`, `delete_children = "ordered"`) | patch on the primary |
+//! | `[[handler]]` progress (annotations), `[[handler]]`/`[[timer]]`/`[[daemon]]` watches and status | patch on the kind (handlers); get, list, watch; patch on `<plural>/status` |
 //! | Events (`events.k8s.io`) | create, patch |
 //! | leader election on a Lease in khai's own namespace | get, create, update |
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name |
@@ -219,6 +220,25 @@ pub fn plan(input: &Input<'_>) -> Plan {
             needs_discovery |= !is_crd(k);
         }
     }
+    // Handlers record their progress in annotations of the object (a merge patch); handlers,
+    // timers and daemons all watch their kind and may write its status.
+    let beside = model
+        .handlers
+        .iter()
+        .map(|h| (&h.for_kind, true))
+        .chain(model.timers.iter().map(|t| (&t.for_kind, false)))
+        .chain(model.daemons.iter().map(|d| (&d.for_kind, false)));
+    for (kind, records) in beside {
+        let r = resolve(model, kind);
+        grant(&r, &r.plural, &["get", "list", "watch"]);
+        if records {
+            grant(&r, &r.plural, &["patch"]);
+        }
+        if r.status {
+            grant(&r, &format!("{}/status", r.plural), &["patch"]);
+        }
+        needs_discovery |= !is_crd(kind);
+    }
     // What scripts call through the `k8s` module (`[operator] uses`).
     for u in &model.operator.uses {
         let r = resolve(model, &u.kind);
@@ -348,13 +368,38 @@ pub fn plan(input: &Input<'_>) -> Plan {
         }
     }
     for r in &model.operator.extra_rbac {
-        if scoped && !r.cluster {
-            p.namespaced.add_extra(r);
-        } else {
+        if !scoped || r.cluster {
             p.cluster.add_extra(r);
+            continue;
+        }
+        // A Role grants nothing on a cluster-scoped resource: those go to the ClusterRole.
+        for g in &r.api_groups {
+            for res in &r.resources {
+                let rules = if cluster_scoped(model, g, res) {
+                    &mut p.cluster
+                } else {
+                    &mut p.namespaced
+                };
+                let verbs: Vec<&str> = r.verbs.iter().map(String::as_str).collect();
+                rules.add_named(g, res, &r.resource_names, &verbs);
+            }
         }
     }
     p
+}
+
+/// Whether `resource` (`clusterroles`, `nodes/status`) of `group` is cluster-scoped: a
+/// well-known built-in or a CRD of the config with `scope = "Cluster"`. Anything else is taken
+/// for namespaced, as kinds are.
+fn cluster_scoped(model: &Model, group: &str, resource: &str) -> bool {
+    let resource = resource.split('/').next().unwrap_or(resource);
+    crate::config::kind::BUILTIN.iter().any(|b| {
+        !b.namespaced && b.group == group && crate::config::kind::plural_of(b.kind) == resource
+    }) || model.crds.iter().any(|c| {
+        c.scope == crate::config::model::Scope::Cluster
+            && c.group == group
+            && c.plural() == resource
+    })
 }
 
 fn labels(model: &Model) -> Value {
@@ -551,6 +596,50 @@ script = "h.rhai"
                 "{option}"
             );
         }
+    }
+
+    /// Handlers record their progress with a patch of the object; timers watch their kind.
+    #[test]
+    fn handlers_grant_patch_on_their_kind_and_timers_watch_theirs() {
+        let src = format!(
+            "{HELLO}\n[[handler]]\nfor = \"Hello\"\non = \"create\"\nscript = \"h.rhai\"\n\
+             function = \"on_create\"\n\n[[timer]]\nfor = \"apps/v1/StatefulSet\"\nscript = \"h.rhai\"\n\
+             function = \"tick\"\ninterval = \"1m\"\n"
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        let g = "examples.khai.dev";
+        assert_eq!(
+            rule(&p.cluster, g, "hellos"),
+            ["get", "list", "patch", "watch"]
+        );
+        assert_eq!(rule(&p.cluster, g, "hellos/status"), ["patch"]);
+        assert_eq!(
+            rule(&p.cluster, "apps", "statefulsets"),
+            ["get", "list", "watch"]
+        );
+    }
+
+    /// A Role grants nothing on a cluster-scoped resource: `extra_rbac` on one (`bind` on
+    /// `clusterroles`, as examples/access needs) goes to the ClusterRole of a namespaced
+    /// operator, and so does a rule marked `cluster = true`; the rest stays in the Roles.
+    #[test]
+    fn namespaced_operator_grants_extra_rules_on_cluster_scoped_resources_cluster_wide() {
+        let src = format!(
+            "{HELLO}\n[[operator.extra_rbac]]\napi_groups = [\"rbac.authorization.k8s.io\"]\n\
+             resources = [\"clusterroles\", \"roles\"]\nverbs = [\"bind\", \"escalate\"]\n\
+             [[operator.extra_rbac]]\napi_groups = [\"\"]\nresources = [\"configmaps\"]\n\
+             verbs = [\"deletecollection\"]\ncluster = true\n"
+        )
+        .replace("name = \"hello\"", "name = \"hello\"\nnamespaces = [\"a\"]");
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &[]);
+        let rbac = "rbac.authorization.k8s.io";
+        assert_eq!(rule(&p.cluster, rbac, "clusterroles"), ["bind", "escalate"]);
+        assert!(rule(&p.namespaced, rbac, "clusterroles").is_empty());
+        assert_eq!(rule(&p.namespaced, rbac, "roles"), ["bind", "escalate"]);
+        assert!(rule(&p.cluster, rbac, "roles").is_empty());
+        assert_eq!(rule(&p.cluster, "", "configmaps"), ["deletecollection"]);
     }
 
     #[test]

@@ -26,10 +26,13 @@ pub struct Case {
     /// Other objects visible through `ctx.get`, `ctx.list` and `ctx.owned`, and (for handler,
     /// timer and daemon cases) what the config's indexes are built from.
     pub cache: Vec<Value>,
+    /// The Secrets there are, for `ctx.secret` (which reads only those `[operator] secrets`
+    /// lists, as at run time).
+    pub secrets: Vec<Value>,
     /// What the case calls.
     pub call: Call,
-    /// The side effects (`k8s::…`) the call must make, in order, with their answers; none
-    /// when left out. Nothing leaves the process.
+    /// The side effects (`k8s::…`, `http::…`) the call must make, in order, with their
+    /// answers; none when left out. Nothing leaves the process.
     pub calls: Vec<crate::effects::stub::Expected>,
     pub expect: Expect,
 }
@@ -127,6 +130,9 @@ pub struct Expect {
     pub events: Option<Vec<Value>>,
     /// A substring of the error the reconcile or conversion must fail with.
     pub error: Option<String>,
+    /// A reconcile case whose object is being deleted (`metadata.deletionTimestamp`) calls
+    /// `finalize`, as khai does: whether it answered `true` (done, the finalizer may go).
+    pub finalized: Option<bool>,
     /// Admission: whether the request is allowed; defaults to true unless `message`, `reason`
     /// or `code` (which describe a denial) are given.
     pub allowed: Option<bool>,
@@ -154,6 +160,7 @@ impl Expect {
             ("requeue_after", self.requeue_after.is_some()),
             ("events", self.events.is_some()),
             ("error", self.error.is_some()),
+            ("finalized", self.finalized.is_some()),
             ("allowed", self.allowed.is_some()),
             ("message", self.message.is_some()),
             ("reason", self.reason.is_some()),
@@ -183,6 +190,8 @@ struct CaseFile {
     object: Option<Value>,
     #[serde(default)]
     cache: Vec<Value>,
+    #[serde(default)]
+    secrets: Vec<Value>,
     validate: Option<AdmissionInput>,
     mutate: Option<AdmissionInput>,
     convert: Option<ConvertInput>,
@@ -310,6 +319,7 @@ pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
         webhook: raw.webhook,
         object,
         cache: raw.cache,
+        secrets: raw.secrets,
         call,
         calls: raw.calls,
         expect: raw.expect,
@@ -380,6 +390,14 @@ fn check(case: &Case) -> Result<(), Error> {
         require_identity(o, &format!("cache[{i}]"))
             .map_err(|f| bad(f, "must be a non-empty string"))?;
     }
+    for (i, o) in case.secrets.iter().enumerate() {
+        if o["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+            return Err(bad(
+                format!("secrets[{i}].metadata.name"),
+                "must be a non-empty string",
+            ));
+        }
+    }
     check_keys_fit_the_call(case)?;
     let e = &case.expect;
     let others = e.children.is_some()
@@ -419,6 +437,12 @@ fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
                     .into(),
             ));
         }
+        if !case.secrets.is_empty() && !matches!(case.call, Call::Handler(_)) {
+            return Err(bad(
+                "secrets",
+                "only for reconcile and handler cases: webhook scripts get no ctx".into(),
+            ));
+        }
     } else if case.webhook.is_some() {
         return Err(bad(
             "webhook",
@@ -426,7 +450,14 @@ fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
         ));
     }
     let allowed: &[&str] = match case.call {
-        Call::Reconcile => &["children", "status", "requeue_after", "events", "error"],
+        Call::Reconcile => &[
+            "children",
+            "status",
+            "requeue_after",
+            "events",
+            "error",
+            "finalized",
+        ],
         Call::Validate(_) => &["allowed", "message", "reason", "code", "warnings"],
         Call::Mutate(_) => &[
             "allowed", "message", "reason", "code", "warnings", "object", "patch",
@@ -492,7 +523,7 @@ mod tests {
         let text = err.to_string();
         assert_eq!(
             text,
-            "tests/t.yaml:3:3: unknown field `stauts`, expected one of children, status, requeue_after, events, error, allowed, message, reason, code, warnings, object, patch"
+            "tests/t.yaml:3:3: unknown field `stauts`, expected one of children, status, requeue_after, events, error, finalized, allowed, message, reason, code, warnings, object, patch"
         );
     }
 

@@ -69,7 +69,7 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// Runs one case against a loaded operator; an empty list means it passed.
 pub fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
-    let stubbed = Stubbed::new(case);
+    let stubbed = Stubbed::new(op, case)?;
     let mut mismatches = match &case.call {
         Call::Reconcile => run_reconcile(op, case, &stubbed),
         Call::Validate(input) => webhook::run_admission(op, case, Kind::Validate, input),
@@ -96,11 +96,33 @@ struct Stubbed {
 }
 
 impl Stubbed {
-    fn new(case: &Case) -> Self {
+    fn new(op: &Operator, case: &Case) -> Result<Self, Error> {
         let stubs = Arc::new(crate::effects::stub::Stubs::new(case.calls.clone()));
+        let names = &op.config.model.operator.secrets;
+        let namespace = case.object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(DEFAULT_NAMESPACE);
+        let secrets = case
+            .secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                case_secret(names, s, namespace).map_err(|message| Error::Case {
+                    file: case.file.clone(),
+                    field: format!("secrets[{i}]"),
+                    message,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let secrets = Arc::new(crate::effects::secrets::Secrets::from_objects(
+            names, secrets,
+        ));
         let (handle, runtime) = match tokio::runtime::Handle::try_current() {
             Ok(h) => (Some(h), None),
-            Err(_) => match tokio::runtime::Builder::new_current_thread().build() {
+            Err(_) => match tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+            {
                 Ok(rt) => (Some(rt.handle().clone()), Some(rt)),
                 Err(_) => (None, None),
             },
@@ -108,15 +130,51 @@ impl Stubbed {
         let effects = handle.map(|h| {
             Arc::new(crate::effects::Effects {
                 stubs: Some(stubs.clone()),
+                secrets: secrets.clone(),
                 ..crate::effects::Effects::new(h, crate::effects::Budget::default())
             })
         });
-        Stubbed {
+        Ok(Stubbed {
             stubs,
             effects,
             _runtime: runtime,
+        })
+    }
+}
+
+/// A Secret a case lists, as the API server stores it: in the object's namespace unless it
+/// names one, `stringData` encoded into `data`. One the config does not let scripts read is an
+/// error, since `ctx.secret` could never read it.
+fn case_secret(
+    names: &[crate::config::http::SecretName],
+    secret: &Value,
+    namespace: &str,
+) -> Result<kube::api::DynamicObject, String> {
+    use base64::Engine as _;
+    let mut s = secret.clone();
+    s["apiVersion"] = json!("v1");
+    s["kind"] = json!("Secret");
+    let ns = s["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or(namespace)
+        .to_string();
+    s["metadata"]["namespace"] = json!(ns);
+    let name = s["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !crate::effects::secrets::Secrets::lists(names, &ns, &name) {
+        return Err(format!(
+            "Secret {ns}/{name} is not in [operator] secrets, so ctx.secret could never read it"
+        ));
+    }
+    if let Some(Value::Object(plain)) = s.as_object_mut().and_then(|m| m.remove("stringData")) {
+        for (k, v) in plain {
+            let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            s["data"][k.as_str()] = json!(base64::engine::general_purpose::STANDARD.encode(text));
         }
     }
+    serde_json::from_value(s).map_err(|e| e.to_string())
 }
 
 /// Calls the handler, timer or daemon function a case names with its object (and the change
@@ -345,6 +403,29 @@ fn run_reconcile(op: &Operator, case: &Case, stubbed: &Stubbed) -> Result<Vec<Mi
         indexes: None,
         effects: stubbed.effects.clone(),
     };
+    // The function khai calls on an object being deleted (`controller::prepare`).
+    let finalize = "finalize";
+    if object["metadata"].get("deletionTimestamp").is_some()
+        && script.has_function(finalize, crate::operator::RECONCILE_ARITY)
+    {
+        // Being deleted: khai calls `finalize`, not `reconcile`.
+        let answer = script
+            .call_with_ctx(finalize, &object, ctx)
+            .map_err(reconcile::Error::Script);
+        let done = answer.as_ref().ok().map(|v| *v == Value::Bool(true));
+        let mut out = expectations(&case.expect, answer.map(|_| Plan::default()))
+            .map_err(|(f, m)| bad(&f, m))?;
+        if let (Some(want), Some(got)) = (case.expect.finalized, done)
+            && want != got
+        {
+            out.push(Mismatch::new(
+                "finalized",
+                want.to_string(),
+                got.to_string(),
+            ));
+        }
+        return Ok(out);
+    }
     let answer =
         plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
     expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
@@ -744,6 +825,109 @@ fn reconcile(obj, ctx) {
             &format!("{calls}expect:\n  status: {{ phase: not_found }}\n"),
         );
         assert!(found.is_empty(), "{found:?}");
+    }
+
+    const HTTP: &str = r#"
+fn reconcile(obj, ctx) {
+    let token = ctx.secret("creds", "token");
+    let r = http::post("https://api.example.com/things", #{
+        headers: #{ authorization: `Bearer ${token}` }, json: #{ name: obj.metadata.name } });
+    let pods = k8s::list("v1/Pod", #{ namespace: "default" });
+    let reason = "";
+    try { http::get("https://api.example.com/health"); } catch (e) { reason = e.message; }
+    #{ status: #{ phase: `${r.status} ${r.json.id} ${r.body.len()} ${pods.len()} ${reason}` } }
+}
+fn finalize(obj, ctx) { http::delete(`https://api.example.com/things/${obj.status.phase}`).status == 204 }
+"#;
+
+    /// An operator whose script reads `ctx.secret("creds", …)` (`[operator] secrets`).
+    fn secret_operator(script: &str) -> (tempfile::TempDir, Operator) {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = concat!(
+            "[operator]\nname = \"t\"\nsecrets = [\"creds\"]\n\n",
+            "[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\n",
+            "status.phase = { type = \"string\" }\n\n",
+            "[[controller]]\nfor = \"Web\"\nscript = \"web.rhai\"\n",
+        );
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        std::fs::write(dir.path().join("web.rhai"), script).unwrap();
+        let op = Operator::load(dir.path()).unwrap();
+        (dir, op)
+    }
+
+    fn run_with_secrets(script: &str, src: &str) -> Result<Vec<String>, Error> {
+        let (_dir, op) = secret_operator(script);
+        let found = run_case(&op, &case(src))?;
+        Ok(found.iter().map(ToString::to_string).collect())
+    }
+
+    #[test]
+    fn http_requests_are_answered_by_the_case_in_order_with_k8s_calls_and_secrets_it_lists() {
+        let src = concat!(
+            "secrets:\n  - { metadata: { name: creds }, stringData: { token: tok } }\n",
+            "calls:\n",
+            "  - request: { call: http::request, method: POST, url: \"https://api.example.com/things\",\n",
+            "               headers: { authorization: Bearer tok }, json: { name: w } }\n",
+            "    response: { status: 201, json: { id: t-1 } }\n",
+            "  - request: { call: k8s::list, kind: v1/Pod }\n",
+            "    response: []\n",
+            "  - request: { method: GET, url: \"https://api.example.com/health\" }\n",
+            "    error: { reason: timeout }\n",
+        );
+        let want = "expect:\n  status: { phase: \"201 t-1 12 0 http::request GET api.example.com: timeout\" }\n";
+        let found = run_with_secrets(HTTP, &format!("{src}{want}")).unwrap();
+        assert!(found.is_empty(), "{found:?}");
+
+        // A request the case does not list fails it, named; so does a wrong header.
+        let wrong = src.replace("Bearer tok", "Bearer other");
+        let found = run_with_secrets(HTTP, &format!("{wrong}{want}")).unwrap();
+        assert!(
+            found[1].contains(r#"unexpected call {"call":"http::request","method":"POST","url":"https://api.example.com/things","headers":{"authorization":"Bearer tok""#),
+            "{found:?}"
+        );
+
+        // No Secret in the case: ctx.secret reads `()` (text ""), as a missing Secret does.
+        let no_secret = src.replace(
+            "secrets:\n  - { metadata: { name: creds }, stringData: { token: tok } }\n",
+            "",
+        );
+        let found = run_with_secrets(HTTP, &format!("{no_secret}{want}")).unwrap();
+        assert!(
+            found[0].contains(r#""authorization":"Bearer ""#),
+            "{found:?}"
+        );
+
+        // A Secret the config does not list is refused where the case gives it.
+        let err = run_with_secrets(
+            HTTP,
+            "secrets:\n  - { metadata: { name: other } }\nexpect: {}\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "tests/c.yaml: secrets[0]: Secret default/other is not in [operator] secrets, so \
+             ctx.secret could never read it"
+        );
+    }
+
+    #[test]
+    fn an_object_being_deleted_calls_finalize_and_its_answer_is_checked() {
+        let obj = "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w, deletionTimestamp: \"2026-01-01T00:00:00Z\" }, status: { phase: t-1 } }\n";
+        let calls = "calls:\n  - request: { method: DELETE, url: \"https://api.example.com/things/t-1\" }\n    response: { status: 204 }\n";
+        let (_dir, op) = secret_operator(HTTP);
+        let run = |src: &str| -> Vec<String> {
+            let case = case::parse(Path::new("tests/c.yaml"), src).unwrap();
+            run_case(&op, &case)
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert!(run(&format!("{obj}{calls}expect:\n  finalized: true\n")).is_empty());
+        assert_eq!(
+            run(&format!("{obj}{calls}expect:\n  finalized: false\n")),
+            ["finalized: expected false, got true"]
+        );
     }
 
     #[test]

@@ -728,3 +728,90 @@ async fn a_forbidden_script_call_is_one_event_and_condition_and_backs_off() {
         forbidden[0].series
     );
 }
+
+/// `examples/access` under the RBAC generated for a namespaced khai: its `extra_rbac` (`bind`
+/// and `escalate` on `clusterroles`, cluster-scoped) must be in the ClusterRole, where it grants
+/// something, not in the namespace's Role, where it grants nothing. khai creates the
+/// ClusterRole and ClusterRoleBinding of a ReadAccess, deletes them when it goes, and is never
+/// refused.
+#[tokio::test]
+async fn access_example_runs_namespaced_with_its_extra_rules_in_the_cluster_role() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-access").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "rbac.access.khai.dev";
+    let config = crate::support::example_copy("access", dir.path(), "rbac-access", group);
+    let docs = generate_rbac(&config, &ns.name);
+    let in_role = |kind: &str| {
+        docs.iter()
+            .filter(|d| d["kind"] == kind)
+            .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+            .any(|r| {
+                let verbs = r["verbs"].as_array().cloned().unwrap_or_default();
+                r["resources"] == json!(["clusterroles"])
+                    && verbs.contains(&json!("bind"))
+                    && verbs.contains(&json!("escalate"))
+            })
+    };
+    assert!(
+        in_role("ClusterRole"),
+        "bind/escalate on clusterroles is cluster-wide: {docs:#?}"
+    );
+    assert!(
+        !in_role("Role"),
+        "a Role grants nothing on clusterroles: {docs:#?}"
+    );
+
+    apply(&client, &ns.name, &docs).await;
+    let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-rbac-access").await;
+    let khai = Khai::start_with_kubeconfig(&config, &ns.name, &[], &kubeconfig);
+    crate::support::wait_for_crd(&client, &format!("readaccesses.{group}")).await;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(group, "v1", "ReadAccess"),
+        "readaccesses",
+    );
+    let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
+    let parent: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "ReadAccess",
+        "metadata": { "name": "auditors" },
+        "spec": { "users": ["alice"], "resources": ["configmaps"] },
+    }))
+    .unwrap();
+    parents
+        .create(&PostParams::default(), &parent)
+        .await
+        .unwrap();
+    let child = format!("read-{}-auditors", ns.name);
+    let rbac = |kind: &str, plural: &str| -> Api<DynamicObject> {
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind),
+            plural,
+        );
+        Api::all_with(client.clone(), &ar)
+    };
+    let (roles, bindings) = (
+        rbac("ClusterRole", "clusterroles"),
+        rbac("ClusterRoleBinding", "clusterrolebindings"),
+    );
+    crate::support::wait_exists(&roles, &child, "the ClusterRole").await;
+    crate::support::wait_exists(&bindings, &child, "the ClusterRoleBinding").await;
+    wait_for(
+        &parents,
+        "auditors",
+        "status.role",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["role"] == child.as_str()),
+    )
+    .await;
+
+    parents
+        .delete("auditors", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    crate::support::wait_until_gone(&parents, "auditors", "the ReadAccess let go").await;
+    assert!(roles.get_opt(&child).await.unwrap().is_none());
+    assert!(bindings.get_opt(&child).await.unwrap().is_none());
+
+    let (_, logs) = khai.terminate().await;
+    let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
+    assert!(refused.is_empty(), "khai was refused: {refused:#?}");
+}

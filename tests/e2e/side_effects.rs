@@ -542,3 +542,157 @@ fn khai_check_flags_a_k8s_call_uses_does_not_declare() {
         )
     );
 }
+
+const REFUSED: &str = r#"
+fn reconcile(obj, ctx) { #{ status: #{ phase: "ok" } } }
+fn on_create(obj, ctx, change) { k8s::get("v1/Secret", obj.metadata.namespace, "from-handler"); }
+fn tick(obj, ctx) { k8s::get("v1/Secret", obj.metadata.namespace, "from-timer"); }
+"#;
+
+/// A 403 from a script call in a handler or a timer is said once per object and call, as for
+/// `reconcile`: one `Forbidden` Warning Event, no series, and no `HandlerRetrying` or
+/// `TimerFailed` Event at each retry. khai runs as its ServiceAccount with the generated RBAC,
+/// less `get` on Secrets.
+#[tokio::test]
+async fn a_forbidden_call_in_a_handler_or_timer_is_one_event_not_one_per_retry() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "fx-403").await;
+    let group = "refused.fx.khai.dev";
+    let extra = r#"
+[[handler]]
+for = "Widget"
+on = "create"
+script = "widget.rhai"
+function = "on_create"
+backoff = "1s"
+labels = { by = "handler" }
+
+[[timer]]
+for = "Widget"
+script = "widget.rhai"
+function = "tick"
+interval = "1s"
+labels = { by = "timer" }
+"#;
+    let dir = operator(
+        group,
+        REFUSED,
+        r#"uses = [{ kind = "v1/Secret", verbs = ["get"] }]"#,
+        extra,
+    );
+    let mut docs = crate::rbac::generate_rbac(dir.path(), &ns.name);
+    let before = docs.len();
+    for d in &mut docs {
+        if let Some(rules) = d.get_mut("rules").and_then(serde_json::Value::as_array_mut) {
+            rules.retain(|r| r["resources"] != json!(["secrets"]));
+        }
+    }
+    assert_eq!(docs.len(), before);
+    crate::rbac::apply(&client, &ns.name, &docs).await;
+    let kubeconfig =
+        crate::rbac::service_account_kubeconfig(&client, &ns.name, "khai-fx-refused").await;
+    let khai = Khai::start_with_kubeconfig(
+        dir.path(),
+        &ns.name,
+        &["--log-level", "info,khai=debug"],
+        &kubeconfig,
+    );
+    // One Widget for each: Events of one object with one reason form one series, whatever
+    // their messages.
+    let api = widgets(&client, group, &ns.name);
+    crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
+    for by in ["handler", "timer"] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Widget",
+            "metadata": { "name": by, "labels": { "by": by } },
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &obj).await.unwrap();
+    }
+
+    // Three refused attempts of each (the handler's backoff and the timer's interval: 1 s).
+    khai.wait_for_logs(0, "three refused handler attempts", 3, |l| {
+        l.contains("handler failed") && l.contains("forbidden, 403")
+    })
+    .await;
+    khai.wait_for_logs(0, "three refused timer runs", 3, |l| {
+        l.contains("timer failed") && l.contains("forbidden, 403")
+    })
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let all = events.list(&Default::default()).await.unwrap().items;
+    let forbidden: Vec<_> = all
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Forbidden"))
+        .collect();
+    let note = |e: &k8s_openapi::api::events::v1::Event| e.note.clone().unwrap_or_default();
+    let summary: Vec<_> = all
+        .iter()
+        .map(|e| {
+            (
+                e.reason.clone(),
+                e.series.as_ref().map(|s| s.count),
+                note(e).chars().take(120).collect::<String>(),
+            )
+        })
+        .collect();
+    assert_eq!(forbidden.len(), 2, "one per refused call: {summary:#?}");
+    for name in ["from-handler", "from-timer"] {
+        let said: Vec<_> = forbidden
+            .iter()
+            .filter(|e| note(e).contains(&format!("secrets \"{name}\" is forbidden")))
+            .collect();
+        assert_eq!(said.len(), 1, "{summary:#?}");
+        assert!(
+            said[0].series.is_none(),
+            "said once, not per retry: {summary:#?}"
+        );
+    }
+    let repeated: Vec<_> = all
+        .iter()
+        .filter(|e| matches!(e.reason.as_deref(), Some("HandlerRetrying" | "TimerFailed")))
+        .collect();
+    assert!(repeated.is_empty(), "{summary:#?}");
+}
+
+/// `khai check` names a literal URL `[operator.http] allow` refuses and a literal Secret name
+/// `[operator] secrets` does not list, each at its line, and fails; allowed, it passes.
+#[test]
+fn khai_check_flags_a_url_the_allow_list_refuses_and_a_secret_not_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "fn reconcile(obj, ctx) {\n    let t = ctx.secret(\"dns-token\", \"token\");\n    \
+                  http::post(\"https://dns.example.net/records\", #{ body: t });\n    #{}\n}\n";
+    std::fs::write(dir.path().join("dns.rhai"), script).unwrap();
+    let check = |operator: &str| {
+        let toml = format!(
+            "[operator]\nname = \"dns\"\n{operator}\n\n[[controller]]\nfor = \"v1/ConfigMap\"\nscript = \"dns.rhai\"\n"
+        );
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+            .args(["check"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = check("[operator.http]\nallow = [\"api.example.com\"]");
+    assert_eq!(out.status.code(), Some(1));
+    let file = dir.path().join("dns.rhai");
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        format!(
+            "error: {f}:2:17: ctx.secret(\"dns-token\", …): [operator] secrets does not name it \
+             (add \"dns-token\"), so scripts cannot read it\n\
+             error: {f}:3:11: http::post(\"https://dns.example.net/records\", …): \
+             dns.example.net:443 is not in [operator.http] allow\n",
+            f = file.display()
+        )
+    );
+    let allowed =
+        check("secrets = [\"dns-token\"]\n\n[operator.http]\nallow = [\"dns.example.net\"]");
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+}

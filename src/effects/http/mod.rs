@@ -103,22 +103,50 @@ impl HttpError {
     }
 }
 
-/// Sends `req` for the call running on this thread, through its budget (see
-/// [`crate::effects::io`]): the one place a script's request leaves the process. The outer
-/// error is a refusal of the call itself (no effects here, budget used up); the inner result is
-/// the request's outcome.
+impl HttpRequest {
+    /// The request as JSON, what `khai test` stubs match on: `call` (`http::request`, for the
+    /// shorthands too), `method`, `url`, `headers` (lowercase names), `body` as text, and
+    /// `json`, the body parsed, when it is JSON.
+    pub fn describe(&self) -> serde_json::Value {
+        let mut headers = serde_json::Map::new();
+        for (k, v) in &self.headers {
+            headers.insert(k.to_ascii_lowercase(), v.clone().into());
+        }
+        let mut d = serde_json::json!({
+            "call": "http::request",
+            "method": self.method,
+            "url": self.url,
+            "headers": headers,
+        });
+        if let Some(body) = &self.body {
+            d["body"] = String::from_utf8_lossy(body).into_owned().into();
+            if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
+                d["json"] = json;
+            }
+        }
+        d
+    }
+}
+
+/// Sends `req` for the call running on this thread, through its budget and, in `khai test`,
+/// the case's stubs (see [`crate::effects::answer`]): the one place a script's request leaves
+/// the process. The outer error is a refusal of the call itself (no effects here, budget used
+/// up, a call the case does not expect); the inner result is the answer as JSON
+/// (`{status, headers, body, json}`, see [`script::response_json`]) or the failure thrown
+/// (`{reason, message, method, host}`, see [`script::failure_json`]).
 pub fn perform(
     req: &HttpRequest,
-) -> Result<Result<HttpResponse, HttpError>, Box<rhai::EvalAltResult>> {
-    crate::effects::io("http::request", |fx, left| {
+) -> Result<Result<serde_json::Value, serde_json::Value>, Box<rhai::EvalAltResult>> {
+    crate::effects::answer("http::request", req.describe(), |fx, left| {
         let client = fx.http.clone();
-        Ok(fx
-            .block_on(left, async move { client.send(req, left).await })
+        fx.block_on(left, async move { client.send(req, left).await })
             .unwrap_or_else(|_| {
                 Err(HttpError::new(
                     Reason::Timeout,
                     "no answer before the call's time budget ran out",
                 ))
-            }))
+            })
+            .map(|res| script::response_json(&res))
+            .map_err(|e| script::failure_json(req, &e))
     })
 }

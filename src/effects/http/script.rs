@@ -8,6 +8,7 @@
 
 use super::{HttpError, HttpRequest, HttpResponse, perform};
 use rhai::{Dynamic, EvalAltResult, Map, Module, NativeCallContext, Position};
+use serde_json::{Value, json};
 
 type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
 
@@ -61,9 +62,69 @@ fn shorthand(method: &str, url: &str, mut opts: Map) -> RhaiResult<Dynamic> {
 fn request(opts: Map) -> RhaiResult<Dynamic> {
     let req = read_request(opts)?;
     match perform(&req)? {
-        Ok(res) => answer(&res),
-        Err(e) => Err(thrown(&req, &e)),
+        Ok(res) => crate::effects::to_dynamic("http::request", &response(res)),
+        Err(e) => Err(crate::effects::thrown(crate::effects::to_dynamic(
+            "http::request",
+            &failure(&req, e),
+        )?)),
     }
+}
+
+/// An answer as scripts read it, from the server or a `khai test` case: `status` (200 when a
+/// case leaves it out), `headers` (lowercase names), `body` (the `json` a case gives, as text)
+/// and `json` (the body parsed when the headers say JSON).
+fn response(v: Value) -> Value {
+    let Value::Object(mut m) = v else {
+        return json!({ "status": 200, "headers": {}, "body": "", "json": v });
+    };
+    m.entry("status").or_insert(json!(200));
+    let headers: serde_json::Map<String, Value> = match m.remove("headers") {
+        Some(Value::Object(h)) => h
+            .into_iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect(),
+        _ => serde_json::Map::new(),
+    };
+    let says_json = headers
+        .get("content-type")
+        .and_then(Value::as_str)
+        .is_none_or(|t| t.contains("json"));
+    match (m.get("body").cloned(), m.get("json").cloned()) {
+        (None, Some(j)) => {
+            m.insert("body".into(), j.to_string().into());
+        }
+        (Some(Value::String(b)), None) if says_json => {
+            let parsed = serde_json::from_str(&b).unwrap_or(Value::Null);
+            m.insert("json".into(), parsed);
+        }
+        (None, None) => {
+            m.insert("body".into(), "".into());
+        }
+        _ => {}
+    }
+    m.entry("json").or_insert(Value::Null);
+    m.insert("headers".into(), Value::Object(headers));
+    Value::Object(m)
+}
+
+/// A failure as scripts catch it, from the client or a `khai test` case: `reason`, and
+/// `method`, `host` and `message` filled in when a case leaves them out.
+fn failure(req: &HttpRequest, v: Value) -> Value {
+    let Value::Object(mut m) = v else {
+        return v;
+    };
+    let reason = m
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("error")
+        .to_string();
+    let host = host_of(req);
+    m.entry("method")
+        .or_insert_with(|| req.method.clone().into());
+    m.entry("host").or_insert_with(|| host.clone().into());
+    m.entry("message")
+        .or_insert_with(|| format!("http::request {} {host}: {reason}", req.method).into());
+    Value::Object(m)
 }
 
 fn wrong(message: String) -> Box<EvalAltResult> {
@@ -147,14 +208,14 @@ fn text(key: &str, value: Dynamic) -> RhaiResult<String> {
 }
 
 /// The answer as scripts read it: `json` is the parsed body when the server says it is JSON
-/// and it parses, else `()`.
-pub fn answer(res: &HttpResponse) -> RhaiResult<Dynamic> {
-    let mut headers = Map::new();
+/// and it parses, else `()`; repeated headers are joined with `, `.
+pub fn response_json(res: &HttpResponse) -> Value {
+    let mut headers = serde_json::Map::new();
     for (k, v) in &res.headers {
         match headers.get_mut(k.as_str()) {
-            Some(existing) => *existing = format!("{existing}, {v}").into(),
-            None => {
-                headers.insert(k.as_str().into(), v.clone().into());
+            Some(Value::String(existing)) => *existing = format!("{existing}, {v}"),
+            _ => {
+                headers.insert(k.clone(), v.clone().into());
             }
         }
     }
@@ -163,42 +224,36 @@ pub fn answer(res: &HttpResponse) -> RhaiResult<Dynamic> {
         .iter()
         .any(|(k, v)| k == "content-type" && v.contains("json"));
     let json = if is_json {
-        match serde_json::from_slice::<serde_json::Value>(&res.body) {
-            Ok(v) => rhai::serde::to_dynamic(v)?,
-            Err(_) => Dynamic::UNIT,
-        }
+        serde_json::from_slice::<Value>(&res.body).unwrap_or(Value::Null)
     } else {
-        Dynamic::UNIT
+        Value::Null
     };
-    let mut m = Map::new();
-    m.insert("status".into(), i64::from(res.status).into());
-    m.insert("headers".into(), headers.into());
-    m.insert(
-        "body".into(),
-        String::from_utf8_lossy(&res.body).into_owned().into(),
-    );
-    m.insert("json".into(), json);
-    Ok(m.into())
+    json!({
+        "status": res.status,
+        "headers": headers,
+        "body": String::from_utf8_lossy(&res.body),
+        "json": json,
+    })
+}
+
+fn host_of(req: &HttpRequest) -> String {
+    req.url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.host().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
 }
 
 /// The map thrown for a request that got no answer: its `message` names the method, the URL's
 /// host and the reason, and is what an uncaught failure reports.
-pub fn thrown(req: &HttpRequest, e: &HttpError) -> Box<EvalAltResult> {
-    let host = req
-        .url
-        .parse::<http::Uri>()
-        .ok()
-        .and_then(|u| u.host().map(str::to_string))
-        .unwrap_or_else(|| "?".into());
-    let mut m = Map::new();
-    m.insert("reason".into(), e.reason.as_str().into());
-    m.insert(
-        "message".into(),
-        format!("http::request {} {host}: {e}", req.method).into(),
-    );
-    m.insert("method".into(), req.method.clone().into());
-    m.insert("host".into(), host.into());
-    Box::new(EvalAltResult::ErrorRuntime(m.into(), Position::NONE))
+pub fn failure_json(req: &HttpRequest, e: &HttpError) -> Value {
+    let host = host_of(req);
+    json!({
+        "reason": e.reason.as_str(),
+        "message": format!("http::request {} {host}: {e}", req.method),
+        "method": req.method,
+        "host": host,
+    })
 }
 
 #[cfg(test)]
@@ -251,17 +306,14 @@ mod tests {
             ],
             body: br#"{"error":"no"}"#.to_vec(),
         };
-        let m = answer(&res).unwrap().cast::<Map>();
-        assert_eq!(m["status"].as_int().unwrap(), 404);
-        assert_eq!(m["json"].clone().cast::<Map>()["error"].to_string(), "no");
-        assert_eq!(
-            m["headers"].clone().cast::<Map>()["set-cookie"].to_string(),
-            "a, b"
-        );
+        let m = response_json(&res);
+        assert_eq!(m["status"], 404);
+        assert_eq!(m["json"]["error"], "no");
+        assert_eq!(m["headers"]["set-cookie"], "a, b");
         let text = HttpResponse {
             headers: vec![],
             ..res
         };
-        assert!(answer(&text).unwrap().cast::<Map>()["json"].is_unit());
+        assert!(response_json(&text)["json"].is_null());
     }
 }

@@ -37,6 +37,13 @@ impl Failure {
     }
 }
 
+/// Whether a report (an Event's message, a log line) is of a `k8s::…` call the API server
+/// refused with 403, as [`Failure::value`] words it: `… (forbidden, 403)`, possibly followed by
+/// what the caller added (`(gave up: out of retries)`).
+pub fn is_forbidden(report: &str) -> bool {
+    report.contains(" (forbidden, 403)")
+}
+
 impl From<kube::Error> for Failure {
     fn from(e: kube::Error) -> Self {
         match e {

@@ -170,8 +170,8 @@ impl Informer {
         *self.synced.borrow()
     }
 
-    /// An informer holding `objects`, with no watch behind it, for unit tests.
-    #[cfg(test)]
+    /// An informer holding `objects`, with no watch behind it: for unit tests, and for `khai
+    /// test`, whose cases list the objects.
     pub(crate) fn with_objects(
         kind: Kind,
         namespace: Option<&str>,
