@@ -310,7 +310,7 @@ impl Lookup for Echo {
     fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, String> {
         Ok(Some(self.0.clone()))
     }
-    fn list(&self, _: &str, _: Option<&str>) -> Result<Vec<Value>, String> {
+    fn list(&self, _: &str, _: Option<&str>, _: Option<&str>) -> Result<Vec<Value>, String> {
         Ok(vec![self.0.clone()])
     }
     fn owned(&self, _: &str) -> Result<Vec<Value>, String> {
