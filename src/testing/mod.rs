@@ -45,8 +45,12 @@ use std::path::PathBuf;
 /// Why a case could not be run at all (as opposed to running and not matching).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: cannot read: {message}", file.display())]
-    Read { file: PathBuf, message: String },
+    #[error("{}: cannot read: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{}: no test cases (*.yaml)", dir.display())]
     NoCases { dir: PathBuf },
     #[error("{}: {message}", at(file, *pos))]
