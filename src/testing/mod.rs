@@ -22,6 +22,7 @@ pub mod compare;
 mod expect;
 mod handler_case;
 pub mod lookup;
+mod problem;
 mod reconcile_case;
 mod stubbed;
 pub mod webhook;
@@ -34,6 +35,7 @@ use stubbed::Stubbed;
 
 pub use case::{Call, Case, Expect};
 pub use compare::Mismatch;
+pub use problem::{Invalid, Problem};
 
 use crate::config::model::{Crd, Scope};
 use crate::operator::Operator;
@@ -65,6 +67,22 @@ pub enum Error {
         field: String,
         message: String,
     },
+    #[error("{}: {invalid}", file.display())]
+    Invalid {
+        file: PathBuf,
+        #[source]
+        invalid: Invalid,
+    },
+}
+
+impl Invalid {
+    /// This problem, in `case`'s file.
+    fn in_case(self, case: &Case) -> Error {
+        Error::Invalid {
+            file: case.file.clone(),
+            invalid: self,
+        }
+    }
 }
 
 fn at(file: &std::path::Path, pos: Option<(usize, usize)>) -> String {
@@ -111,7 +129,7 @@ fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
 
 /// `obj` as the API server would store and serve it: CRD defaults filled in, and the metadata a
 /// create sets when absent (namespace `default` or `namespace`, `uid`, `generation: 1`).
-fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, String> {
+fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
     let mut out = defaulted(op, obj, namespace)?;
     if let Some(meta) = out["metadata"].as_object_mut() {
         let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -124,16 +142,14 @@ fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, 
 
 /// `obj` as the API server decodes it, before admission: CRD defaults filled in, no
 /// `managedFields`, and a namespaced object in `namespace` (else `default`) when it names none.
-fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, String> {
+fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
     let mut out = obj.clone();
     let crd = crd_of(op, obj);
     if let Some(crd) = crd {
-        crate::schema::default_object(crd, &mut out).map_err(|e| e.to_string())?;
+        crate::schema::default_object(crd, &mut out).map_err(Problem::Default)?;
     }
     let cluster_scoped = crd.is_some_and(|c| c.scope == Scope::Cluster);
-    let meta = out["metadata"]
-        .as_object_mut()
-        .ok_or_else(|| "metadata: expected a map".to_string())?;
+    let meta = out["metadata"].as_object_mut().ok_or(Problem::NoMetadata)?;
     meta.remove("managedFields");
     if !cluster_scoped && !meta.contains_key("namespace") {
         meta.insert(
