@@ -208,7 +208,8 @@ pub fn check_source(file: &Path, src: &str) -> Result<Model, ConfigError> {
 mod tests {
     use super::*;
 
-    const HELLO: &str = r#"
+    /// A small config every test of this module and its children can start from.
+    pub(super) const HELLO: &str = r#"
 [operator]
 name = "hello"
 

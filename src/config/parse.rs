@@ -116,24 +116,7 @@ fn field_path(path: &serde_path_to_error::Path) -> String {
 mod tests {
     use super::*;
     use crate::config::model;
-
-    const HELLO: &str = r#"
-[operator]
-name = "hello"
-
-[[crd]]
-group = "examples.khai.dev"
-kind = "Hello"
-versions = ["v1"]
-spec.message = { type = "string", required = true }
-spec.replicas = { type = "integer", default = 1, minimum = 0 }
-status.phase = { type = "string" }
-
-[[controller]]
-for = "Hello"
-owns = ["v1/ConfigMap"]
-script = "scripts/hello.rhai"
-"#;
+    use crate::config::tests::HELLO;
 
     #[test]
     fn toml_and_yaml_load_into_the_same_model() {

@@ -218,7 +218,7 @@ pub enum BuildError {
     Call {
         name: String,
         #[source]
-        source: crate::script::ScriptError,
+        source: Box<crate::script::ScriptError>,
     },
     #[error("index {name}: {function} returned {source}")]
     Key {
@@ -277,7 +277,7 @@ impl Fixed {
                     .call_args(&e.spec.function, &[CallArg::Json(obj.clone())])
                     .map_err(|source| BuildError::Call {
                         name: name.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
                 let entries = keys(out, obj).map_err(|source| BuildError::Key {
                     name: name.clone(),

@@ -9,7 +9,7 @@ pub struct Invalid {
     /// The field path in the case: `object`, `cache[1]`, `expect.object`.
     pub field: String,
     #[source]
-    pub problem: Problem,
+    pub problem: Box<Problem>,
 }
 
 /// What is wrong, in the case author's words.
@@ -84,7 +84,7 @@ impl Problem {
     pub fn at(self, field: impl Into<String>) -> Invalid {
         Invalid {
             field: field.into(),
-            problem: self,
+            problem: Box::new(self),
         }
     }
 }

@@ -18,7 +18,6 @@ fn port(name: &str) -> PathBuf {
     crate::support::repo_root().join("examples/kopf").join(name)
 }
 
-/// Kopf's examples/obj.yaml in `group`.
 /// The port's KopfExamples in `ns`, once khai has installed their CRD.
 async fn kopf_examples(client: &kube::Client, ns: &str, group: &str) -> Api<DynamicObject> {
     crate::support::wait_for_crd(client, &format!("kopfexamples.{group}")).await;
@@ -32,6 +31,20 @@ async fn create_example(api: &Api<DynamicObject>, group: &str) {
         .unwrap();
 }
 
+/// Changes the sample KopfExample's `spec.field` from "value" to "other", as Kopf's examples do
+/// with `kubectl patch`.
+async fn change_field(api: &Api<DynamicObject>) {
+    let patch = json!({ "spec": { "field": "other" } });
+    api.patch(
+        "kopf-example-1",
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .unwrap();
+}
+
+/// Kopf's examples/obj.yaml in `group`.
 fn kopf_example(group: &str) -> DynamicObject {
     serde_json::from_value(json!({
         "apiVersion": format!("{group}/v1"), "kind": "KopfExample",
@@ -255,13 +268,7 @@ async fn handlers_run_on_create_update_field_resume_and_delete() {
         created[0].contains("CREATED 1st") && created[1].contains("CREATED 2nd"),
         "{created:?}"
     );
-    api.patch(
-        "kopf-example-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "field": "other" } })),
-    )
-    .await
-    .unwrap();
+    change_field(&api).await;
     khai.wait_for_log(0, "the update handler", |l| {
         l.contains("UPDATED: change spec.field")
     })
@@ -319,13 +326,7 @@ async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
         l.contains("Event received: ADDED kopf-example-1")
     })
     .await;
-    api.patch(
-        "kopf-example-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "field": "other" } })),
-    )
-    .await
-    .unwrap();
+    change_field(&api).await;
     khai.wait_for_log(0, "the normal spy on a change", |l| {
         l.contains("Event received: MODIFIED kopf-example-1")
     })
@@ -530,13 +531,7 @@ async fn minimal_create_handler_sets_the_status_once() {
     )
     .await;
     // An edit is not a creation: the handler does not run again.
-    api.patch(
-        "kopf-example-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "field": "other" } })),
-    )
-    .await
-    .unwrap();
+    change_field(&api).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let (_, log) = khai.terminate().await;
     assert_eq!(
