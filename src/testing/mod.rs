@@ -165,18 +165,28 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// The operator of config `toml` and the script `script` saved as `file`, loaded from a
+    /// temp dir (kept alive by the returned handle).
+    pub(super) fn load_operator(
+        toml: &str,
+        file: &str,
+        script: &str,
+    ) -> (tempfile::TempDir, Operator) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        std::fs::write(dir.path().join(file), script).unwrap();
+        let op = Operator::load(dir.path()).unwrap();
+        (dir, op)
+    }
+
     /// An operator in a temp dir with one CRD and the given script.
     fn operator(script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let toml = concat!(
             "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\n",
             "spec.replicas = { type = \"integer\", default = 2 }\nstatus.phase = { type = \"string\" }\n\n",
             "[[controller]]\nfor = \"Web\"\nowns = [\"apps/v1/Deployment\"]\nscript = \"web.rhai\"\n",
         );
-        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-        std::fs::write(dir.path().join("web.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        load_operator(toml, "web.rhai", script)
     }
 
     fn case(src: &str) -> Case {
@@ -269,17 +279,13 @@ fn finalize(obj, ctx) { http::delete(`https://api.example.com/things/${obj.statu
 
     /// An operator whose script reads `ctx.secret("creds", …)` (`[operator] secrets`).
     fn secret_operator(script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let toml = concat!(
             "[operator]\nname = \"t\"\nsecrets = [\"creds\"]\n\n",
             "[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\n",
             "status.phase = { type = \"string\" }\n\n",
             "[[controller]]\nfor = \"Web\"\nscript = \"web.rhai\"\n",
         );
-        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-        std::fs::write(dir.path().join("web.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        load_operator(toml, "web.rhai", script)
     }
 
     fn run_with_secrets(script: &str, src: &str) -> Result<Vec<String>, Error> {
@@ -418,12 +424,8 @@ fn finalize(obj, ctx) { http::delete(`https://api.example.com/things/${obj.statu
 
     /// An operator with one CRD and the handler entries `toml`, all in `h.rhai`.
     fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let head = "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\nspec.replicas = { type = \"integer\" }\n\n";
-        std::fs::write(dir.path().join("operator.toml"), format!("{head}{toml}")).unwrap();
-        std::fs::write(dir.path().join("h.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        load_operator(&format!("{head}{toml}"), "h.rhai", script)
     }
 
     #[test]

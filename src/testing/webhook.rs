@@ -314,17 +314,13 @@ mod tests {
 
     /// An operator with one two-version CRD and a webhook with all three functions.
     fn operator(script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let toml = concat!(
             "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\n",
             "versions = [{ name = \"v1alpha1\" }, { name = \"v1\", storage = true }]\n",
             "spec.replicas = { type = \"integer\", default = 2 }\nspec.size = { type = \"integer\" }\n\n",
             "[[webhook]]\nfor = \"Web\"\nscript = \"w.rhai\"\nvalidate = \"validate\"\nmutate = \"mutate\"\nconvert = \"convert\"\n",
         );
-        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-        std::fs::write(dir.path().join("w.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        super::super::tests::load_operator(toml, "w.rhai", script)
     }
 
     const SCRIPT: &str = r#"
