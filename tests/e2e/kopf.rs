@@ -44,6 +44,13 @@ async fn change_field(api: &Api<DynamicObject>) {
     .unwrap();
 }
 
+/// Deletes the sample KopfExample.
+async fn delete_example(api: &Api<DynamicObject>) {
+    api.delete("kopf-example-1", &Default::default())
+        .await
+        .unwrap();
+}
+
 /// Kopf's examples/obj.yaml in `group`.
 fn kopf_example(group: &str) -> DynamicObject {
     serde_json::from_value(json!({
@@ -290,9 +297,7 @@ async fn handlers_run_on_create_update_field_resume_and_delete() {
         resumed[0].contains("RESUMED 1st") && resumed[1].contains("RESUMED 2nd"),
         "{resumed:?}"
     );
-    api.delete("kopf-example-1", &Default::default())
-        .await
-        .unwrap();
+    delete_example(&api).await;
     let deleted = again
         .wait_for_logs(0, "both delete handlers", 2, |l| l.contains("DELETED"))
         .await;
@@ -341,9 +346,7 @@ async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
         l.contains("Event received: None kopf-example-1")
     })
     .await;
-    api.delete("kopf-example-1", &Default::default())
-        .await
-        .unwrap();
+    delete_example(&api).await;
     khai.wait_for_log(0, "the normal spy on deletion", |l| {
         l.contains("Event received: DELETED kopf-example-1")
     })
@@ -375,9 +378,7 @@ async fn daemons_fail_three_times_then_ping_and_stop_with_their_object() {
         l.contains("=> Ping from an async daemon")
     })
     .await;
-    api.delete("kopf-example-1", &Default::default())
-        .await
-        .unwrap();
+    delete_example(&api).await;
     khai.wait_for_log(0, "the async daemon's stop", |l| {
         l.contains("'background_async' is cancelled")
     })
