@@ -54,12 +54,15 @@ fn duration(s: &str) -> Result<Duration, String> {
     crate::config::duration::parse(s)
 }
 
-fn qps(s: &str) -> Result<f64, String> {
+/// A `--kube-api-qps` that is not a rate.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a number of requests a second, 0 or more (0: no limit)")]
+struct QpsError(String);
+
+fn qps(s: &str) -> Result<f64, QpsError> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!(
-            "{s:?} is not a number of requests a second, 0 or more (0: no limit)"
-        )),
+        _ => Err(QpsError(s.to_string())),
     }
 }
 

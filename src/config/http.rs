@@ -77,37 +77,77 @@ pub struct AllowEntry {
     pub written: String,
 }
 
-impl std::str::FromStr for AllowEntry {
-    type Err = String;
+/// Why an `allow` entry is not a host to allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{written:?} is not a host to allow: {problem}")]
+pub struct AllowError {
+    /// The entry as written.
+    written: String,
+    #[source]
+    problem: AllowProblem,
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = |why: &str| Err(format!("{s:?} is not a host to allow: {why}"));
-        if s.contains("://") || s.contains('/') {
-            return bad("write the host alone, without scheme or path (\"api.example.com\")");
-        }
-        if s.contains('@') {
-            return bad("write the host alone, without a user");
-        }
-        let (host, port) = match split_port(s) {
-            Ok(hp) => hp,
-            Err(why) => return bad(&why),
-        };
-        let host = if let Ok(ip) = host.parse::<IpAddr>() {
-            AllowHost::Ip(ip)
-        } else if let Some(domain) = host.strip_prefix("*.") {
-            match dns_name(domain) {
-                Ok(d) if d.contains('.') => AllowHost::Under(d),
-                Ok(_) => return bad("a wildcard needs a domain of two labels or more"),
-                Err(why) => return bad(&why),
+/// What is wrong with an `allow` entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllowProblem {
+    #[error("write the host alone, without scheme or path (\"api.example.com\")")]
+    SchemeOrPath,
+    #[error("write the host alone, without a user")]
+    User,
+    #[error("{0:?} is not a port (1 to 65535)")]
+    Port(String),
+    #[error("an unclosed \"[\"")]
+    UnclosedBracket,
+    #[error("unexpected {0:?} after the address")]
+    AfterAddress(String),
+    #[error("a wildcard needs a domain of two labels or more")]
+    ShortWildcard,
+    #[error("a wildcard may only be the first label (\"*.example.com\")")]
+    InnerWildcard,
+    #[error("{0}")]
+    Name(#[from] NameError),
+}
+
+/// Why a host name is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("a host name has 1 to 253 characters")]
+    Length,
+    #[error("{0:?} is not a DNS label (letters, digits and inner '-', 1 to 63)")]
+    Label(String),
+}
+
+impl std::str::FromStr for AllowEntry {
+    type Err = AllowError;
+
+    fn from_str(s: &str) -> Result<Self, AllowError> {
+        let host_of = |s: &str| -> Result<_, AllowProblem> {
+            if s.contains("://") || s.contains('/') {
+                return Err(AllowProblem::SchemeOrPath);
             }
-        } else if host.contains('*') {
-            return bad("a wildcard may only be the first label (\"*.example.com\")");
-        } else {
-            match dns_name(host) {
-                Ok(d) => AllowHost::Name(d),
-                Err(why) => return bad(&why),
+            if s.contains('@') {
+                return Err(AllowProblem::User);
             }
+            let (host, port) = split_port(s)?;
+            let host = if let Ok(ip) = host.parse::<IpAddr>() {
+                AllowHost::Ip(ip)
+            } else if let Some(domain) = host.strip_prefix("*.") {
+                let d = dns_name(domain)?;
+                if !d.contains('.') {
+                    return Err(AllowProblem::ShortWildcard);
+                }
+                AllowHost::Under(d)
+            } else if host.contains('*') {
+                return Err(AllowProblem::InnerWildcard);
+            } else {
+                AllowHost::Name(dns_name(host)?)
+            };
+            Ok((host, port))
         };
+        let (host, port) = host_of(s).map_err(|problem| AllowError {
+            written: s.to_string(),
+            problem,
+        })?;
         Ok(AllowEntry {
             host,
             port,
@@ -117,21 +157,21 @@ impl std::str::FromStr for AllowEntry {
 }
 
 /// Splits `host[:port]`, `[v6]:port` or a bare IPv6 address.
-fn split_port(s: &str) -> Result<(&str, Option<u16>), String> {
+fn split_port(s: &str) -> Result<(&str, Option<u16>), AllowProblem> {
     let port = |p: &str| {
         p.parse::<u16>()
             .ok()
             .filter(|p| *p > 0)
-            .ok_or_else(|| format!("{p:?} is not a port (1 to 65535)"))
+            .ok_or_else(|| AllowProblem::Port(p.to_string()))
     };
     if let Some(rest) = s.strip_prefix('[') {
         let Some((ip, after)) = rest.split_once(']') else {
-            return Err("an unclosed \"[\"".into());
+            return Err(AllowProblem::UnclosedBracket);
         };
         return match after.strip_prefix(':') {
             Some(p) => Ok((ip, Some(port(p)?))),
             None if after.is_empty() => Ok((ip, None)),
-            None => Err(format!("unexpected {after:?} after the address")),
+            None => Err(AllowProblem::AfterAddress(after.to_string())),
         };
     }
     if s.matches(':').count() > 1 {
@@ -145,10 +185,10 @@ fn split_port(s: &str) -> Result<(&str, Option<u16>), String> {
 }
 
 /// A host name in lowercase without its trailing dot, if it is one.
-pub fn dns_name(s: &str) -> Result<String, String> {
+pub fn dns_name(s: &str) -> Result<String, NameError> {
     let s = s.strip_suffix('.').unwrap_or(s).to_ascii_lowercase();
     if s.is_empty() || s.len() > 253 {
-        return Err("a host name has 1 to 253 characters".into());
+        return Err(NameError::Length);
     }
     for label in s.split('.') {
         let ok = !label.is_empty()
@@ -157,9 +197,7 @@ pub fn dns_name(s: &str) -> Result<String, String> {
             && !label.starts_with('-')
             && !label.ends_with('-');
         if !ok {
-            return Err(format!(
-                "{label:?} is not a DNS label (letters, digits and inner '-', 1 to 63)"
-            ));
+            return Err(NameError::Label(label.to_string()));
         }
     }
     Ok(s)
@@ -187,15 +225,30 @@ pub struct SecretName {
     pub name: String,
 }
 
-impl std::str::FromStr for SecretName {
-    type Err = String;
+/// Why an `[operator] secrets` entry is not a Secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{written:?} is not a Secret: {what} {part:?} must be a lowercase DNS name; write \"name\" \
+     or \"namespace/name\""
+)]
+pub struct SecretNameError {
+    /// The entry as written.
+    written: String,
+    /// `namespace` or `name`.
+    what: &'static str,
+    /// The part that is not a DNS name.
+    part: String,
+}
 
-    fn from_str(s: &str) -> Result<Self, String> {
+impl std::str::FromStr for SecretName {
+    type Err = SecretNameError;
+
+    fn from_str(s: &str) -> Result<Self, SecretNameError> {
         let (namespace, name) = match s.split_once('/') {
             Some((ns, name)) => (Some(ns), name),
             None => (None, s),
         };
-        let check = |part: &str, what: &str| {
+        let check = |part: &str, what: &'static str| {
             let ok = !part.is_empty()
                 && part.len() <= 253
                 && part.split('.').all(|l| {
@@ -208,10 +261,11 @@ impl std::str::FromStr for SecretName {
             if ok {
                 Ok(part.to_string())
             } else {
-                Err(format!(
-                    "{s:?} is not a Secret: {what} {part:?} must be a lowercase DNS name; write \
-                     \"name\" or \"namespace/name\""
-                ))
+                Err(SecretNameError {
+                    written: s.to_string(),
+                    what,
+                    part: part.to_string(),
+                })
             }
         };
         Ok(SecretName {
@@ -249,7 +303,7 @@ mod tests {
     use super::*;
 
     fn entry(s: &str) -> Result<AllowEntry, String> {
-        s.parse()
+        s.parse().map_err(|e: AllowError| e.to_string())
     }
 
     #[test]
@@ -303,6 +357,7 @@ mod tests {
             "Db/x"
                 .parse::<SecretName>()
                 .unwrap_err()
+                .to_string()
                 .contains("namespace \"Db\" must be a lowercase DNS name")
         );
         assert!("a/b/c".parse::<SecretName>().is_err());

@@ -12,7 +12,7 @@ use super::files::Files;
 use super::model::Model;
 use super::validate::diagnostic;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Reads and parses every `schema_file` of `model` from `files` relative to `base_dir`,
 /// storing each schema in its CRD's `raw_schema`; returns one diagnostic per file that could not
@@ -32,32 +32,73 @@ pub(super) fn load_all(
         let text = files.read(base_dir, rel);
         match read(&base_dir.join(rel), text) {
             Ok(schema) => crd.raw_schema = Some(schema),
-            Err(message) => {
+            Err(e) => {
                 let at = [Seg::Key("crd"), Seg::Index(i), Seg::Key("schema_file")];
-                problems.push(diagnostic(file, src, &at, message));
+                problems.push(diagnostic(file, src, &at, e.to_string()));
             }
         }
     }
     problems
 }
 
+/// Why a `schema_file` cannot be used; each names the file as the config resolves it.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `at` is `:line:column`, or empty when serde-saphyr knows no position.
+    #[error("{}{at}: {message}", path.display())]
+    Yaml {
+        path: PathBuf,
+        at: String,
+        message: String,
+    },
+    #[error("{}: {problem}", path.display())]
+    Root {
+        path: PathBuf,
+        problem: &'static str,
+    },
+}
+
 /// The schema read from `path` (JSON when it ends in `.json`, YAML otherwise), checked at the
 /// root.
-fn read(path: &Path, text: std::io::Result<String>) -> Result<Value, String> {
-    let shown = path.display();
-    let text = text.map_err(|e| format!("cannot read {shown}: {e}"))?;
-    let schema: Value = if path.extension().is_some_and(|e| e == "json") {
-        serde_json::from_str(&text).map_err(|e| format!("{shown}: {e}"))?
-    } else {
-        serde_saphyr::from_str(&text).map_err(|e| {
-            let at = e
-                .location()
-                .map_or_else(String::new, |l| format!(":{}:{}", l.line(), l.column()));
-            format!("{shown}{at}: {}", super::yaml_message(&e))
-        })?
+fn read(path: &Path, text: std::io::Result<String>) -> Result<Value, Error> {
+    let path = path.to_path_buf();
+    let text = match text {
+        Ok(t) => t,
+        Err(source) => return Err(Error::Read { path, source }),
     };
-    check_root(&schema).map_err(|m| format!("{shown}: {m}"))?;
-    Ok(schema)
+    let schema: Value = if path.extension().is_some_and(|e| e == "json") {
+        match serde_json::from_str(&text) {
+            Ok(v) => v,
+            Err(source) => return Err(Error::Json { path, source }),
+        }
+    } else {
+        match serde_saphyr::from_str(&text) {
+            Ok(v) => v,
+            Err(e) => {
+                let at = e
+                    .location()
+                    .map_or_else(String::new, |l| format!(":{}:{}", l.line(), l.column()));
+                let message = super::yaml_message(&e);
+                return Err(Error::Yaml { path, at, message });
+            }
+        }
+    };
+    match check_root(&schema) {
+        Ok(()) => Ok(schema),
+        Err(problem) => Err(Error::Root { path, problem }),
+    }
 }
 
 fn check_root(schema: &Value) -> Result<(), &'static str> {
@@ -111,7 +152,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let wrapped = write(dir.path(), "w.yaml", "openAPIV3Schema:\n  type: object\n");
         assert_eq!(
-            read(&wrapped, std::fs::read_to_string(&wrapped)).unwrap_err(),
+            read(&wrapped, std::fs::read_to_string(&wrapped))
+                .unwrap_err()
+                .to_string(),
             format!(
                 "{}: must hold the schema itself, not an `openAPIV3Schema:` key around it",
                 wrapped.display()
@@ -119,7 +162,9 @@ mod tests {
         );
         let untyped = write(dir.path(), "u.json", r#"{"properties":{}}"#);
         assert_eq!(
-            read(&untyped, std::fs::read_to_string(&untyped)).unwrap_err(),
+            read(&untyped, std::fs::read_to_string(&untyped))
+                .unwrap_err()
+                .to_string(),
             format!(
                 "{}: the root schema must have `type: object`",
                 untyped.display()
@@ -127,7 +172,9 @@ mod tests {
         );
         let list = write(dir.path(), "l.yaml", "- type: object\n");
         assert_eq!(
-            read(&list, std::fs::read_to_string(&list)).unwrap_err(),
+            read(&list, std::fs::read_to_string(&list))
+                .unwrap_err()
+                .to_string(),
             format!("{}: must hold an OpenAPI v3 schema object", list.display())
         );
     }
@@ -138,7 +185,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bad = write(dir.path(), "s.yaml", "type: object\nproperties: [a\n");
         assert_eq!(
-            read(&bad, std::fs::read_to_string(&bad)).unwrap_err(),
+            read(&bad, std::fs::read_to_string(&bad))
+                .unwrap_err()
+                .to_string(),
             format!("{}:2:13: unclosed bracket '['", bad.display())
         );
     }

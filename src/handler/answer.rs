@@ -13,39 +13,41 @@ pub(crate) fn warning(reason: &str, message: &str) -> PlannedEvent {
     }
 }
 
+/// What is wrong with a handler's, timer's or daemon's answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("a handler returns nothing or a map of status and events, not {0}")]
+    NotAMap(&'static str),
+    #[error("status: expected a map, got {0}")]
+    Status(&'static str),
+    /// An event, as [`crate::reconcile::parse_plan`] reads it, is invalid.
+    #[error("{field}: {message}")]
+    Events { field: String, message: String },
+    #[error("{0}: unknown key; a handler returns status or events")]
+    UnknownKey(String),
+}
+
 /// Reads a handler's answer: nothing, or a map with `status` and `events`.
-pub fn take_result(out: Value, handled: &mut Handled) -> Result<(), String> {
+pub fn take_result(out: Value, handled: &mut Handled) -> Result<(), AnswerError> {
     let mut map = match out {
         Value::Null => return Ok(()),
         Value::Object(m) => m,
-        other => {
-            return Err(format!(
-                "a handler returns nothing or a map of status and events, not {}",
-                crate::script::type_name(&other)
-            ));
-        }
+        other => return Err(AnswerError::NotAMap(crate::script::type_name(&other))),
     };
     if let Some(status) = map.remove("status") {
         match status {
             Value::Object(s) => handled.status.get_or_insert_with(Map::new).extend(s),
             Value::Null => {}
-            other => {
-                return Err(format!(
-                    "status: expected a map, got {}",
-                    crate::script::type_name(&other)
-                ));
-            }
+            other => return Err(AnswerError::Status(crate::script::type_name(&other))),
         }
     }
     if let Some(events) = map.remove("events") {
         let plan = crate::reconcile::parse_plan(json!({ "events": events }))
-            .map_err(|(f, m)| format!("{f}: {m}"))?;
+            .map_err(|(field, message)| AnswerError::Events { field, message })?;
         handled.events.extend(plan.events);
     }
     if let Some(key) = map.keys().next() {
-        return Err(format!(
-            "{key}: unknown key; a handler returns status or events"
-        ));
+        return Err(AnswerError::UnknownKey(key.clone()));
     }
     Ok(())
 }
@@ -71,6 +73,7 @@ mod tests {
         assert!(
             take_result(json!({ "children": [] }), &mut h)
                 .unwrap_err()
+                .to_string()
                 .contains("children: unknown key")
         );
         assert!(take_result(json!(3), &mut h).is_err());

@@ -256,7 +256,7 @@ impl Clock {
             .call_args_async(&entry.spec.function, args)
             .await
             .map_err(|e| e.to_string())
-            .and_then(|out| take_result(out, handled));
+            .and_then(|out| take_result(out, handled).map_err(|e| e.to_string()));
         if !entry.spec.sharp {
             let uid = turn.obj.uid().unwrap_or_default();
             if let Some(t) = crate::sync::lock(&self.objects).get_mut(&uid) {
@@ -299,7 +299,9 @@ impl Clock {
             .call_args_async(&entry.spec.tick, args)
             .await
             .map_err(TickFailure::from)
-            .and_then(|out| daemon_result(out, handled).map_err(TickFailure::Again));
+            .and_then(|out| {
+                daemon_result(out, handled).map_err(|e| TickFailure::Again(e.to_string()))
+            });
         let mut objects = crate::sync::lock(&self.objects);
         let Some(r) = objects.get_mut(uid).and_then(|t| t.daemons[j].as_mut()) else {
             return;
@@ -430,7 +432,10 @@ fn running(t: Times) -> Vec<Stopping> {
 }
 
 /// A tick's answer: nothing, or `#{ state, status, events }`; returns the new state if given.
-pub fn daemon_result(out: Value, handled: &mut Handled) -> Result<Option<Value>, String> {
+pub fn daemon_result(
+    out: Value,
+    handled: &mut Handled,
+) -> Result<Option<Value>, super::answer::AnswerError> {
     let Value::Object(mut map) = out else {
         return take_result(out, handled).map(|()| None);
     };

@@ -204,16 +204,40 @@ impl Follow {
     }
 }
 
+/// An index function's answer holds a key that is not a string, number or bool.
+#[derive(Debug, thiserror::Error)]
+#[error("a key of type {type_name}; keys are strings or numbers")]
+pub struct KeyError {
+    type_name: &'static str,
+}
+
+/// Why [`Fixed::build`] could not build an index.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("index {name}: {source}")]
+    Call {
+        name: String,
+        #[source]
+        source: Box<crate::script::ScriptError>,
+    },
+    #[error("index {name}: {function} returned {source}")]
+    Key {
+        name: String,
+        function: String,
+        #[source]
+        source: KeyError,
+    },
+}
+
 /// The entries an index function's answer stands for.
-fn keys(out: Value, obj: &Value) -> Result<Vec<(String, Value)>, String> {
+fn keys(out: Value, obj: &Value) -> Result<Vec<(String, Value)>, KeyError> {
     let key = |k: Value| match k {
         Value::String(s) => Ok(s),
         Value::Number(n) => Ok(n.to_string()),
         Value::Bool(b) => Ok(b.to_string()),
-        other => Err(format!(
-            "a key of type {}; keys are strings or numbers",
-            crate::script::type_name(&other)
-        )),
+        other => Err(KeyError {
+            type_name: crate::script::type_name(&other),
+        }),
     };
     match out {
         Value::Null => Ok(Vec::new()),
@@ -239,7 +263,7 @@ impl Fixed {
         entries: &[IndexEntry],
         objects: &[Value],
         of_kind: impl Fn(&Index, &Value) -> bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BuildError> {
         let mut tables = HashMap::new();
         for e in entries {
             let mut table = Table::default();
@@ -251,9 +275,15 @@ impl Fixed {
                 let out = e
                     .script
                     .call_args(&e.spec.function, &[CallArg::Json(obj.clone())])
-                    .map_err(|err| format!("index {name}: {err}"))?;
-                let entries = keys(out, obj)
-                    .map_err(|m| format!("index {name}: {} returned {m}", e.spec.function))?;
+                    .map_err(|source| BuildError::Call {
+                        name: name.clone(),
+                        source: Box::new(source),
+                    })?;
+                let entries = keys(out, obj).map_err(|source| BuildError::Key {
+                    name: name.clone(),
+                    function: e.spec.function.clone(),
+                    source,
+                })?;
                 let uid = obj["metadata"]["uid"]
                     .as_str()
                     .map_or_else(|| i.to_string(), str::to_string);

@@ -18,104 +18,36 @@
 
 mod answer;
 mod attempt;
+mod call;
 pub mod change;
 mod change_record;
 pub mod clock;
 pub mod filter;
+mod hooks;
 pub mod index;
 pub mod load;
 pub mod progress;
+mod recorded;
 pub mod spy;
+mod unrecorded;
 
 pub use answer::take_result;
 pub(crate) use answer::warning;
+pub(crate) use call::{budgeted, selects};
 pub use change_record::change_record;
 use change_record::{diffs, record, relevant};
+pub use hooks::{memos, run_hook, run_startup};
 
 use crate::config::handlers::{Handler, On};
 use crate::reconcile::PlannedEvent;
-use crate::script::{CallArg, Script, ScriptCtx};
+use crate::script::{Script, ScriptCtx};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use progress::{Keys, Progress, Recorded};
+use kube::api::{Api, DynamicObject};
+use progress::{Keys, Progress};
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
-
-/// The memos of every object (`ctx.memo`), process-wide: they outlive reloads of the config.
-pub fn memos() -> &'static crate::script::memo::Memos {
-    static MEMOS: std::sync::LazyLock<crate::script::memo::Memos> =
-        std::sync::LazyLock::new(Default::default);
-    &MEMOS
-}
-
-/// Runs `[operator] cleanup`, or `startup` once: `fn name(ctx)`, whose `ctx.memo` is the
-/// operator's memo that every object's memo starts from. A failure is logged; khai carries on.
-pub async fn run_hook(hook: &load::HookEntry, operator: &str, which: &str) {
-    if let Err(e) = hook_attempt(hook, operator, which, None).await {
-        tracing::error!(hook = which, function = %hook.spec.function, error = %e, "hook failed");
-    }
-}
-
-/// Runs `[operator] startup` until it succeeds, as Kopf retries its startup handlers: a failure
-/// is tried again after the hook's `backoff` (or the delay given to `retry()`), with `ctx.retry`
-/// counting the attempts before; `fail()` or running out of `retries` gives up, logged as an
-/// error, and khai carries on. Returns early, unfinished, when `shutdown` is cancelled.
-pub async fn run_startup(
-    hook: &load::HookEntry,
-    operator: &str,
-    shutdown: &tokio_util::sync::CancellationToken,
-) {
-    let started = jiff::Timestamp::now();
-    let mut retry = 0;
-    loop {
-        let runtime = jiff::Timestamp::now().duration_since(started);
-        let attempt = crate::script::Attempt {
-            retry,
-            started: started.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-            runtime: runtime.as_secs_f64(),
-        };
-        let error = match hook_attempt(hook, operator, "startup", Some(attempt)).await {
-            Ok(()) => return,
-            Err(e) => e,
-        };
-        let function = &hook.spec.function;
-        let out_of_retries = hook.spec.retries.is_some_and(|r| retry >= r);
-        let delay = match &error {
-            crate::script::ScriptError::Fail { .. } => None,
-            _ if out_of_retries => None,
-            crate::script::ScriptError::Retry { delay, .. } => Some(delay.get()),
-            _ => Some(hook.spec.backoff.get()),
-        };
-        let Some(delay) = delay else {
-            tracing::error!(hook = "startup", %function, attempts = retry + 1, error = %error, "startup hook failed for good; carrying on without it");
-            return;
-        };
-        tracing::warn!(hook = "startup", %function, attempt = retry + 1, retry_in = ?delay, error = %error, "startup hook failed; not ready until it succeeds");
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = shutdown.cancelled() => return,
-        }
-        retry += 1;
-    }
-}
-
-async fn hook_attempt(
-    hook: &load::HookEntry,
-    operator: &str,
-    which: &str,
-    attempt: Option<crate::script::Attempt>,
-) -> Result<(), crate::script::ScriptError> {
-    let mut ctx = ScriptCtx::detached(operator, which, None);
-    ctx.memo = Some(memos().operator());
-    ctx.attempt = attempt;
-    hook.script
-        .call_args_async(&hook.spec.function, vec![CallArg::Ctx(ctx)])
-        .await?;
-    tracing::info!(hook = which, function = %hook.spec.function, "hook ran");
-    Ok(())
-}
 
 /// A failure to record handlers' progress; retried with the object's backoff.
 #[derive(Debug, thiserror::Error)]
@@ -140,19 +72,8 @@ pub struct Handlers {
     /// Objects seen since the start (a resume runs once per start).
     seen: Mutex<HashSet<String>>,
     /// What khai wrote to each object's annotations that the cache may not show yet.
-    pending: Mutex<HashMap<String, Written>>,
+    pending: Mutex<HashMap<String, recorded::Written>>,
 }
-
-/// Annotations khai wrote, kept until the cache shows them.
-#[derive(Debug, Clone)]
-struct Written {
-    last: Option<String>,
-    progress: Option<String>,
-    at: std::time::Instant,
-}
-
-/// How long khai trusts what it wrote over a cache that does not show it yet.
-const PENDING_FOR: Duration = Duration::from_secs(300);
 
 /// What a turn of handlers produced for the controller to carry out.
 #[derive(Debug, Default)]
@@ -224,34 +145,6 @@ impl Handlers {
     pub fn forget(&self, uid: &str) {
         crate::sync::lock(&self.seen).remove(uid);
         crate::sync::lock(&self.pending).remove(uid);
-    }
-
-    /// What the object's annotations say, or what khai wrote when the cache does not show it
-    /// yet.
-    fn recorded(&self, uid: &str, view: &Value) -> Recorded {
-        let mut pending = crate::sync::lock(&self.pending);
-        let annotations = &view["metadata"]["annotations"];
-        let Some(w) = pending.get(uid).cloned() else {
-            return progress::read(view, &self.keys);
-        };
-        let shows = |key: &str, v: &Option<String>| annotations[key].as_str() == v.as_deref();
-        let caught_up =
-            shows(&self.keys.last_handled, &w.last) && shows(&self.keys.progress, &w.progress);
-        if caught_up || w.at.elapsed() > PENDING_FOR {
-            pending.remove(uid);
-            return progress::read(view, &self.keys);
-        }
-        let mut view = view.clone();
-        let meta = &mut view["metadata"];
-        if !meta["annotations"].is_object() {
-            meta["annotations"] = json!({});
-        }
-        let set = |m: &mut Value, k: &str, v: &Option<String>| {
-            m[k] = v.as_ref().map_or(Value::Null, |t| Value::String(t.clone()));
-        };
-        set(&mut meta["annotations"], &self.keys.last_handled, &w.last);
-        set(&mut meta["annotations"], &self.keys.progress, &w.progress);
-        progress::read(&view, &self.keys)
     }
 
     /// Runs the create, update, field and resume handlers that the object's change calls for.
@@ -367,54 +260,6 @@ impl Handlers {
         Ok((done, handled))
     }
 
-    /// Runs the optional delete handlers for an object already gone, once each, logging what
-    /// fails.
-    pub async fn on_gone(&self, obj: &DynamicObject, view: Value, ctx: ScriptCtx) {
-        let essence = change::essence(&view, &self.keys.prefix);
-        let record = json!({ "type": "delete", "old": essence, "new": Value::Null,
-                             "diff": diffs(&essence, &Value::Null) });
-        for entry in self.optional_deletes() {
-            if !filter::metadata_passes(&entry.spec.filters(), &view) {
-                continue;
-            }
-            let args = vec![
-                CallArg::Json(view.clone()),
-                CallArg::Ctx(budgeted(&ctx, entry.spec.budget)),
-                CallArg::Json(record.clone()),
-            ];
-            if let Err(e) = entry
-                .script
-                .call_args_async(&entry.spec.function(), args)
-                .await
-            {
-                tracing::warn!(handler = %entry.spec.id(), object = %obj.name_any(), error = %e, "optional delete handler failed");
-            }
-        }
-    }
-
-    /// Runs the raw event handlers (Kopf's spies) for one watch event of type `kind` (`None`:
-    /// an object of the initial list, see [`spy`]); `view` is the whole object.
-    pub async fn on_event(&self, view: Value, kind: Option<&str>, ctx: ScriptCtx) {
-        for entry in self.spies() {
-            if !filter::metadata_passes(&entry.spec.filters(), &view) {
-                continue;
-            }
-            let event = json!({ "type": kind, "object": view });
-            let args = vec![
-                CallArg::Json(view.clone()),
-                CallArg::Ctx(budgeted(&ctx, entry.spec.budget)),
-                CallArg::Json(event),
-            ];
-            if let Err(e) = entry
-                .script
-                .call_args_async(&entry.spec.function(), args)
-                .await
-            {
-                tracing::warn!(handler = %entry.spec.id(), error = %e, "event handler failed");
-            }
-        }
-    }
-
     fn created_before_start(&self, obj: &DynamicObject) -> bool {
         obj.metadata
             .creation_timestamp
@@ -432,113 +277,5 @@ impl Handlers {
             &entry.spec.id(),
         )
         .await
-    }
-
-    /// Writes `last-handled` (when given) and sets or clears `progress` on the object.
-    async fn record(
-        &self,
-        turn: &Turn<'_>,
-        uid: &str,
-        last: Option<&Value>,
-        progress: Option<&Progress>,
-    ) -> Result<(), Error> {
-        let patch = progress::patch(&self.keys, last, progress);
-        turn.api
-            .patch(
-                &turn.obj.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| Error::Record(e.into()))?;
-        let annotations = &patch["metadata"]["annotations"];
-        let text = |k: &str| annotations[k].as_str().map(str::to_string);
-        let previous = self.recorded(uid, &turn.view);
-        let last = match last {
-            Some(_) => text(&self.keys.last_handled),
-            None => previous
-                .handled
-                .then(|| {
-                    turn.view["metadata"]["annotations"][&self.keys.last_handled]
-                        .as_str()
-                        .map(str::to_string)
-                })
-                .flatten()
-                .or_else(|| {
-                    crate::sync::lock(&self.pending)
-                        .get(uid)
-                        .and_then(|w| w.last.clone())
-                }),
-        };
-        crate::sync::lock(&self.pending).insert(
-            uid.to_string(),
-            Written {
-                last,
-                progress: text(&self.keys.progress),
-                at: std::time::Instant::now(),
-            },
-        );
-        Ok(())
-    }
-}
-
-/// `ctx` with the side effects of its controller under `budget` (a handler's, timer's or
-/// daemon's own), when it gives one.
-pub(crate) fn budgeted(ctx: &ScriptCtx, budget: Option<crate::config::model::Budget>) -> ScriptCtx {
-    let mut ctx = ctx.clone();
-    if let (Some(b), Some(fx)) = (budget, &ctx.effects) {
-        ctx.effects = Some(fx.with_budget(b));
-    }
-    ctx
-}
-
-/// Whether `when(obj)` or `when(obj, ctx)` (if any) selects the turn's object; a failing
-/// predicate is logged and selects nothing. `what` names the entry in the log.
-pub(crate) async fn selects(
-    script: &Script,
-    when: Option<&str>,
-    turn: &Turn<'_>,
-    what: &str,
-) -> bool {
-    let Some(when) = when else {
-        return true;
-    };
-    let mut args = vec![CallArg::Json(turn.view.clone())];
-    if script.has_function(when, 2) {
-        // A predicate computes; it makes no calls.
-        let mut ctx = turn.ctx.clone();
-        ctx.effects = None;
-        args.push(CallArg::Ctx(ctx));
-    }
-    match script.call_args_async(when, args).await {
-        Ok(v) => v == Value::Bool(true),
-        Err(e) => {
-            tracing::warn!(entry = %what, error = %e, "when() failed; not running it");
-            false
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[tokio::test]
-    async fn a_handlers_own_budget_replaces_its_controllers_and_none_keeps_it() {
-        use crate::effects::{Budget, Effects};
-        let mut ctx = crate::script::ScriptCtx::detached("op", "h", None);
-        let own = Budget {
-            calls: 3,
-            ..Budget::default()
-        };
-        assert!(
-            super::budgeted(&ctx, Some(own)).effects.is_none(),
-            "no effects, none given"
-        );
-        ctx.effects = Some(std::sync::Arc::new(Effects::new(
-            tokio::runtime::Handle::current(),
-            Budget::default(),
-        )));
-        let b = |c: &crate::script::ScriptCtx| c.effects.as_ref().map(|e| e.budget.calls);
-        assert_eq!(b(&super::budgeted(&ctx, Some(own))), Some(3));
-        assert_eq!(b(&super::budgeted(&ctx, None)), Some(100));
     }
 }

@@ -3,6 +3,7 @@
 use super::case::Expect;
 use super::compare;
 use super::compare::Mismatch;
+use super::problem::{Invalid, Problem};
 use crate::reconcile::{self, Plan};
 use serde_json::{Value, json};
 
@@ -10,7 +11,7 @@ use serde_json::{Value, json};
 pub(super) fn expectations(
     expect: &Expect,
     answer: Result<Plan, reconcile::Error>,
-) -> Result<Vec<Mismatch>, (String, String)> {
+) -> Result<Vec<Mismatch>, Invalid> {
     let plan = match (answer, &expect.error) {
         (Err(e), Some(want)) if e.to_string().contains(want.as_str()) => return Ok(Vec::new()),
         (Err(e), Some(want)) => {
@@ -39,10 +40,7 @@ pub(super) fn expectations(
     compare_plan(expect, &plan)
 }
 
-pub(super) fn compare_plan(
-    expect: &Expect,
-    plan: &Plan,
-) -> Result<Vec<Mismatch>, (String, String)> {
+pub(super) fn compare_plan(expect: &Expect, plan: &Plan) -> Result<Vec<Mismatch>, Invalid> {
     let mut out = Vec::new();
     if let Some(children) = &expect.children {
         let got = Value::Array(plan.children.clone());
@@ -61,7 +59,9 @@ pub(super) fn compare_plan(
         let want = match requeue {
             Value::Null => None,
             v => {
-                Some(reconcile::parse_duration(v).map_err(|m| ("expect.requeue_after".into(), m))?)
+                let d = reconcile::parse_duration(v)
+                    .map_err(|m| Problem::RequeueAfter(m).at("expect.requeue_after"))?;
+                Some(d)
             }
         };
         if want != plan.requeue_after {

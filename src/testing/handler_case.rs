@@ -6,7 +6,7 @@ use super::compare::Mismatch;
 use super::expect::expectations;
 use super::lookup::{KindRef, MemoryLookup, Owner};
 use super::stubbed::Stubbed;
-use super::{Error, stored};
+use super::{Error, Invalid, Problem, stored};
 use crate::operator::Operator;
 use crate::reconcile::{self, Plan};
 use crate::script::ScriptCtx;
@@ -29,7 +29,7 @@ pub(super) fn run_handler(
         message,
     };
     let compiled = &op.handlers;
-    let object = stored(op, &case.object, None).map_err(|m| bad("object", m))?;
+    let object = stored(op, &case.object, None).map_err(|p| p.at("object").in_case(case))?;
     let mut ctx = ScriptCtx::detached(
         &op.config.model.operator.name,
         &input.name,
@@ -39,7 +39,7 @@ pub(super) fn run_handler(
     ctx.memo = Some(crate::script::memo::Memo::default());
     ctx.effects = stubbed.effects.clone();
     let (lookup, indexes) =
-        handler_lookups(op, case, &input.name, &object).map_err(|(f, m)| bad(&f, m))?;
+        handler_lookups(op, case, &input.name, &object).map_err(|i| i.in_case(case))?;
     ctx.lookup = Arc::new(lookup);
     ctx.indexes = Some(Arc::new(indexes));
     let keys = crate::handler::progress::Keys::new(&op.config.model.operator.name);
@@ -71,7 +71,7 @@ pub(super) fn run_handler(
     let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
     let (script, function, args, daemon) = if let Some(h) = handler {
         let old = match &input.old {
-            Some(o) => essence(&stored(op, o, None).map_err(|m| bad("old", m))?),
+            Some(o) => essence(&stored(op, o, None).map_err(|p| p.at("old").in_case(case))?),
             None if h.spec.on == crate::config::handlers::On::Delete => essence(&object),
             None => Value::Null,
         };
@@ -95,10 +95,10 @@ pub(super) fn run_handler(
         let state = CallArg::Json(input.state.clone().unwrap_or(Value::Null));
         (&d.script, name.to_string(), vec![obj, c, state], true)
     } else {
-        return Err(bad(
-            "handler",
-            format!("no handler, timer or daemon function named {name:?} in the config"),
-        ));
+        let name = name.to_string();
+        return Err(Problem::NoHandlerFunction { name }
+            .at("handler")
+            .in_case(case));
     };
     let answer = script
         .call_args(&function, &args)
@@ -110,11 +110,11 @@ pub(super) fn run_handler(
             } else {
                 take_result(out, &mut handled)
             };
-            taken.map_err(|message| reconcile::Error::InvalidResult {
+            taken.map_err(|e| reconcile::Error::InvalidResult {
                 file: script.file().display().to_string(),
                 function: function.clone(),
                 field: "result".into(),
-                message,
+                message: e.to_string(),
             })?;
             Ok(Plan {
                 children: Vec::new(),
@@ -123,7 +123,7 @@ pub(super) fn run_handler(
                 events: handled.events,
             })
         });
-    expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
+    expectations(&case.expect, answer).map_err(|i| i.in_case(case))
 }
 
 /// What a handler, timer or daemon case's `ctx` reads: lookups over the case's `cache` (and its
@@ -135,7 +135,7 @@ pub(super) fn handler_lookups(
     case: &Case,
     name: &str,
     object: &Value,
-) -> Result<(MemoryLookup, crate::handler::index::Fixed), (String, String)> {
+) -> Result<(MemoryLookup, crate::handler::index::Fixed), Invalid> {
     let model = &op.config.model;
     let c = &op.handlers;
     let for_kind = c
@@ -156,8 +156,8 @@ pub(super) fn handler_lookups(
                 .map(|d| &d.spec.for_kind)
         });
     let Some(for_kind) = for_kind else {
-        let m = format!("no handler, timer or daemon function named {name:?} in the config");
-        return Err(("handler".into(), m));
+        let name = name.to_string();
+        return Err(Problem::NoHandlerFunction { name }.at("handler"));
     };
     let own = model.complete_kind(for_kind);
     let mut visible = vec![own.clone()];
@@ -192,23 +192,22 @@ pub(super) fn handler_lookups(
         if lookup.check_visible(&kind, written).is_err()
             && !indexed.iter().any(|k| k.compatible(&kind))
         {
-            let m = format!(
-                "kind {written:?} is neither watched with {} nor indexed, so neither ctx \
-                 lookups nor ctx.index could ever see it",
-                own.kind
-            );
-            return Err((at, m));
+            let problem = Problem::NotWatchedNorIndexed {
+                written: written.to_string(),
+                kind: own.kind.clone(),
+            };
+            return Err(problem.at(at));
         }
         let ns = lookup.owner.namespace.as_deref();
         lookup
             .objects
-            .push(stored(op, o, ns).map_err(|m| (at.clone(), m))?);
+            .push(stored(op, o, ns).map_err(|p| p.at(&at))?);
     }
     let indexes = crate::handler::index::Fixed::build(&c.indexes, &lookup.objects, |ix, o| {
         model
             .complete_kind(&ix.for_kind)
             .compatible(&KindRef::of(o))
     })
-    .map_err(|m| ("cache".to_string(), m))?;
+    .map_err(|e| Problem::Index(e).at("cache"))?;
     Ok((lookup, indexes))
 }

@@ -35,15 +35,22 @@ pub struct MemoryLookup {
     pub model: Model,
 }
 
+/// A lookup of a kind the controller does not watch, which `khai run` could never answer.
+#[derive(Debug, thiserror::Error)]
+#[error("kind {written:?} is not watched by this controller; add it to `owns` to look it up")]
+pub struct NotWatched {
+    written: String,
+}
+
 impl MemoryLookup {
     /// Whether the controller watches `kind`; the same words as the daemon's error otherwise.
-    pub fn check_visible(&self, kind: &KindRef, written: &str) -> Result<(), String> {
+    pub fn check_visible(&self, kind: &KindRef, written: &str) -> Result<(), NotWatched> {
         if self.visible.iter().any(|v| v.compatible(kind)) {
             Ok(())
         } else {
-            Err(format!(
-                "kind {written:?} is not watched by this controller; add it to `owns` to look it up"
-            ))
+            Err(NotWatched {
+                written: written.to_string(),
+            })
         }
     }
 
@@ -51,7 +58,8 @@ impl MemoryLookup {
     fn of_kind(&self, written: &str) -> Result<impl Iterator<Item = &Value>, String> {
         let kind: KindRef = written.parse().map_err(|e| format!("{e}"))?;
         let kind = self.model.complete_kind(&kind);
-        self.check_visible(&kind, written)?;
+        self.check_visible(&kind, written)
+            .map_err(|e| e.to_string())?;
         Ok(self
             .objects
             .iter()

@@ -22,6 +22,7 @@ pub mod compare;
 mod expect;
 mod handler_case;
 pub mod lookup;
+mod problem;
 mod reconcile_case;
 mod stubbed;
 pub mod webhook;
@@ -34,6 +35,7 @@ use stubbed::Stubbed;
 
 pub use case::{Call, Case, Expect};
 pub use compare::Mismatch;
+pub use problem::{Invalid, Problem};
 
 use crate::config::model::{Crd, Scope};
 use crate::operator::Operator;
@@ -45,8 +47,12 @@ use std::path::PathBuf;
 /// Why a case could not be run at all (as opposed to running and not matching).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}: cannot read: {message}", file.display())]
-    Read { file: PathBuf, message: String },
+    #[error("{}: cannot read: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{}: no test cases (*.yaml)", dir.display())]
     NoCases { dir: PathBuf },
     #[error("{}: {message}", at(file, *pos))]
@@ -61,6 +67,22 @@ pub enum Error {
         field: String,
         message: String,
     },
+    #[error("{}: {invalid}", file.display())]
+    Invalid {
+        file: PathBuf,
+        #[source]
+        invalid: Invalid,
+    },
+}
+
+impl Invalid {
+    /// This problem, in `case`'s file.
+    fn in_case(self, case: &Case) -> Error {
+        Error::Invalid {
+            file: case.file.clone(),
+            invalid: self,
+        }
+    }
 }
 
 fn at(file: &std::path::Path, pos: Option<(usize, usize)>) -> String {
@@ -107,7 +129,7 @@ fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
 
 /// `obj` as the API server would store and serve it: CRD defaults filled in, and the metadata a
 /// create sets when absent (namespace `default` or `namespace`, `uid`, `generation: 1`).
-fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, String> {
+fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
     let mut out = defaulted(op, obj, namespace)?;
     if let Some(meta) = out["metadata"].as_object_mut() {
         let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -120,16 +142,14 @@ fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, 
 
 /// `obj` as the API server decodes it, before admission: CRD defaults filled in, no
 /// `managedFields`, and a namespaced object in `namespace` (else `default`) when it names none.
-fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, String> {
+fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
     let mut out = obj.clone();
     let crd = crd_of(op, obj);
     if let Some(crd) = crd {
-        crate::schema::default_object(crd, &mut out).map_err(|e| e.to_string())?;
+        crate::schema::default_object(crd, &mut out).map_err(Problem::Default)?;
     }
     let cluster_scoped = crd.is_some_and(|c| c.scope == Scope::Cluster);
-    let meta = out["metadata"]
-        .as_object_mut()
-        .ok_or_else(|| "metadata: expected a map".to_string())?;
+    let meta = out["metadata"].as_object_mut().ok_or(Problem::NoMetadata)?;
     meta.remove("managedFields");
     if !cluster_scoped && !meta.contains_key("namespace") {
         meta.insert(
@@ -145,18 +165,28 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// The operator of config `toml` and the script `script` saved as `file`, loaded from a
+    /// temp dir (kept alive by the returned handle).
+    pub(super) fn load_operator(
+        toml: &str,
+        file: &str,
+        script: &str,
+    ) -> (tempfile::TempDir, Operator) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        std::fs::write(dir.path().join(file), script).unwrap();
+        let op = Operator::load(dir.path()).unwrap();
+        (dir, op)
+    }
+
     /// An operator in a temp dir with one CRD and the given script.
     fn operator(script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let toml = concat!(
             "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\n",
             "spec.replicas = { type = \"integer\", default = 2 }\nstatus.phase = { type = \"string\" }\n\n",
             "[[controller]]\nfor = \"Web\"\nowns = [\"apps/v1/Deployment\"]\nscript = \"web.rhai\"\n",
         );
-        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-        std::fs::write(dir.path().join("web.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        load_operator(toml, "web.rhai", script)
     }
 
     fn case(src: &str) -> Case {
@@ -249,17 +279,13 @@ fn finalize(obj, ctx) { http::delete(`https://api.example.com/things/${obj.statu
 
     /// An operator whose script reads `ctx.secret("creds", …)` (`[operator] secrets`).
     fn secret_operator(script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let toml = concat!(
             "[operator]\nname = \"t\"\nsecrets = [\"creds\"]\n\n",
             "[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\n",
             "status.phase = { type = \"string\" }\n\n",
             "[[controller]]\nfor = \"Web\"\nscript = \"web.rhai\"\n",
         );
-        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-        std::fs::write(dir.path().join("web.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        load_operator(toml, "web.rhai", script)
     }
 
     fn run_with_secrets(script: &str, src: &str) -> Result<Vec<String>, Error> {
@@ -398,12 +424,8 @@ fn finalize(obj, ctx) { http::delete(`https://api.example.com/things/${obj.statu
 
     /// An operator with one CRD and the handler entries `toml`, all in `h.rhai`.
     fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let head = "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\nspec.replicas = { type = \"integer\" }\n\n";
-        std::fs::write(dir.path().join("operator.toml"), format!("{head}{toml}")).unwrap();
-        std::fs::write(dir.path().join("h.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        load_operator(&format!("{head}{toml}"), "h.rhai", script)
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::compare::Mismatch;
 use super::expect::expectations;
 use super::lookup::{KindRef, MemoryLookup, Owner};
 use super::stubbed::Stubbed;
-use super::{Error, stored};
+use super::{Error, Invalid, Problem, stored};
 use crate::config::model::{Controller, Scope};
 use crate::operator::Operator;
 use crate::reconcile::children::Kinds as _;
@@ -25,15 +25,15 @@ pub(super) fn run_reconcile(
         field: field.into(),
         message,
     };
-    let index = pick_controller(op, case).map_err(|m| bad("controller", m))?;
+    let index = pick_controller(op, case).map_err(|p| p.at("controller").in_case(case))?;
     let ctl = &op.config.model.controllers[index];
     let script = op
         .scripts
         .get(index)
         .ok_or_else(|| bad("controller", "has no compiled script".into()))?;
-    let object = stored(op, &case.object, None).map_err(|m| bad("object", m))?;
+    let object = stored(op, &case.object, None).map_err(|p| p.at("object").in_case(case))?;
     let namespace = object["metadata"]["namespace"].as_str().map(str::to_string);
-    let lookup = memory_lookup(op, ctl, case, &object).map_err(|(f, m)| bad(&f, m))?;
+    let lookup = memory_lookup(op, ctl, case, &object).map_err(|i| i.in_case(case))?;
     let ctx = ScriptCtx {
         operator: op.config.model.operator.name.clone(),
         controller: ctl.display_name(),
@@ -56,7 +56,7 @@ pub(super) fn run_reconcile(
             .map_err(reconcile::Error::Script);
         let done = answer.as_ref().ok().map(|v| *v == Value::Bool(true));
         let mut out = expectations(&case.expect, answer.map(|_| Plan::default()))
-            .map_err(|(f, m)| bad(&f, m))?;
+            .map_err(|i| i.in_case(case))?;
         if let (Some(want), Some(got)) = (case.expect.finalized, done)
             && want != got
         {
@@ -70,7 +70,7 @@ pub(super) fn run_reconcile(
     }
     let answer =
         plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
-    expectations(&case.expect, answer).map_err(|(f, m)| bad(&f, m))
+    expectations(&case.expect, answer).map_err(|i| i.in_case(case))
 }
 
 /// Refuses the children `khai run` would refuse ([`reconcile::children::place`], the same
@@ -141,7 +141,7 @@ impl reconcile::children::Kinds for OfflineKinds<'_> {
 
 /// The controller that reconciles the case's object: the one named by `controller:`, else the
 /// only one whose `for` matches the object's kind.
-pub(super) fn pick_controller(op: &Operator, case: &Case) -> Result<usize, String> {
+pub(super) fn pick_controller(op: &Operator, case: &Case) -> Result<usize, Problem> {
     let controllers = &op.config.model.controllers;
     let names = || {
         controllers
@@ -154,7 +154,10 @@ pub(super) fn pick_controller(op: &Operator, case: &Case) -> Result<usize, Strin
         return controllers
             .iter()
             .position(|c| c.display_name() == *name)
-            .ok_or_else(|| format!("no controller named {name:?} (controllers: {})", names()));
+            .ok_or_else(|| Problem::NoSuchController {
+                name: name.clone(),
+                names: names(),
+            });
     }
     let kind = KindRef::of(&case.object);
     let model = &op.config.model;
@@ -167,16 +170,14 @@ pub(super) fn pick_controller(op: &Operator, case: &Case) -> Result<usize, Strin
         .collect();
     match matching.as_slice() {
         [one] => Ok(*one),
-        [] => Err(format!(
-            "no controller reconciles kind {:?} (controllers: {})",
-            kind.kind,
-            names()
-        )),
-        _ => Err(format!(
-            "several controllers reconcile kind {:?}; name one of: {}",
-            kind.kind,
-            names()
-        )),
+        [] => Err(Problem::NoController {
+            kind: kind.kind,
+            names: names(),
+        }),
+        _ => Err(Problem::SeveralControllers {
+            kind: kind.kind,
+            names: names(),
+        }),
     }
 }
 
@@ -187,7 +188,7 @@ pub(super) fn memory_lookup(
     ctl: &Controller,
     case: &Case,
     object: &Value,
-) -> Result<MemoryLookup, (String, String)> {
+) -> Result<MemoryLookup, Invalid> {
     let model = &op.config.model;
     let visible: Vec<KindRef> = std::iter::once(&ctl.for_kind)
         .chain(&ctl.owns)
@@ -213,17 +214,16 @@ pub(super) fn memory_lookup(
         let kind = KindRef::of(o);
         let written = o["kind"].as_str().unwrap_or_default();
         lookup.check_visible(&kind, written).map_err(|_| {
-            let msg = format!(
-                "kind {written:?} is not watched by controller {} (for, owns, watches), so \
-                 ctx lookups could never see it",
-                ctl.display_name()
-            );
-            (at.clone(), msg)
+            Problem::NotWatched {
+                written: written.to_string(),
+                controller: ctl.display_name(),
+            }
+            .at(&at)
         })?;
         let ns = lookup.owner.namespace.as_deref();
         lookup
             .objects
-            .push(stored(op, o, ns).map_err(|m| (at.clone(), m))?);
+            .push(stored(op, o, ns).map_err(|p| p.at(&at))?);
     }
     Ok(lookup)
 }

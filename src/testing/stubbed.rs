@@ -2,7 +2,7 @@
 //! `calls`, and `ctx.secret` reading the Secrets the case lists.
 
 use super::case::Case;
-use super::{DEFAULT_NAMESPACE, Error};
+use super::{DEFAULT_NAMESPACE, Error, Problem};
 use crate::operator::Operator;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -27,10 +27,9 @@ impl Stubbed {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                case_secret(names, s, namespace).map_err(|message| Error::Case {
+                case_secret(names, s, namespace).map_err(|p| Error::Invalid {
                     file: case.file.clone(),
-                    field: format!("secrets[{i}]"),
-                    message,
+                    invalid: p.at(format!("secrets[{i}]")),
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -69,7 +68,7 @@ pub(super) fn case_secret(
     names: &[crate::config::http::SecretName],
     secret: &Value,
     namespace: &str,
-) -> Result<kube::api::DynamicObject, String> {
+) -> Result<kube::api::DynamicObject, Problem> {
     use base64::Engine as _;
     let mut s = secret.clone();
     s["apiVersion"] = json!("v1");
@@ -84,9 +83,10 @@ pub(super) fn case_secret(
         .unwrap_or_default()
         .to_string();
     if !crate::effects::secrets::Secrets::lists(names, &ns, &name) {
-        return Err(format!(
-            "Secret {ns}/{name} is not in [operator] secrets, so ctx.secret could never read it"
-        ));
+        return Err(Problem::SecretNotListed {
+            namespace: ns,
+            name,
+        });
     }
     if let Some(Value::Object(plain)) = s.as_object_mut().and_then(|m| m.remove("stringData")) {
         for (k, v) in plain {
@@ -94,5 +94,5 @@ pub(super) fn case_secret(
             s["data"][k.as_str()] = json!(base64::engine::general_purpose::STANDARD.encode(text));
         }
     }
-    serde_json::from_value(s).map_err(|e| e.to_string())
+    serde_json::from_value(s).map_err(Problem::Secret)
 }

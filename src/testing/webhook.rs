@@ -10,7 +10,7 @@
 use super::case::{AdmissionInput, Case, ConvertInput, Expect};
 use super::compare::{self, Mismatch};
 use super::lookup::KindRef;
-use super::{Error, defaulted};
+use super::{Error, Invalid, Problem, defaulted};
 use crate::operator::Operator;
 use crate::webhook::Handler;
 use crate::webhook::admission::{self, Kind, Verdict};
@@ -30,18 +30,13 @@ pub(super) fn run_admission(
     input: &AdmissionInput,
 ) -> Result<Vec<Mismatch>, Error> {
     let key = case.call.key();
-    let bad = |field: &str, message: String| Error::Case {
-        file: case.file.clone(),
-        field: field.into(),
-        message,
-    };
-    let handler = pick(op, case, key).map_err(|m| bad("webhook", m))?;
+    let handler = pick(op, case, key).map_err(|p| p.at("webhook").in_case(case))?;
     let decode = |field: &str, v: &Option<Value>| -> Result<Value, Error> {
         match v {
             Some(v) if !v.is_null() => {
                 let at = format!("{key}.{field}");
-                storage_version_only(op, v).map_err(|m| bad(&at, m))?;
-                defaulted(op, v, None).map_err(|m| bad(&at, m))
+                storage_version_only(op, v).map_err(|p| p.at(&at).in_case(case))?;
+                defaulted(op, v, None).map_err(|p| p.at(at).in_case(case))
             }
             _ => Ok(Value::Null),
         }
@@ -50,7 +45,7 @@ pub(super) fn run_admission(
     let old_object = decode("oldObject", &input.old_object)?;
     let request = request(op, input, &case.object, object.clone(), old_object);
     let verdict = admission::decide_blocking(handler, kind, request);
-    compare_admission(&case.expect, &object, verdict).map_err(|(f, m)| bad(&f, m))
+    compare_admission(&case.expect, &object, verdict).map_err(|i| i.in_case(case))
 }
 
 /// Runs a `convert` case.
@@ -59,13 +54,9 @@ pub(super) fn run_conversion(
     case: &Case,
     input: &ConvertInput,
 ) -> Result<Vec<Mismatch>, Error> {
-    let bad = |field: &str, message: String| Error::Case {
-        file: case.file.clone(),
-        field: field.into(),
-        message,
-    };
-    let handler = pick(op, case, "convert").map_err(|m| bad("webhook", m))?;
-    let object = defaulted(op, &input.object, None).map_err(|m| bad("convert.object", m))?;
+    let handler = pick(op, case, "convert").map_err(|p| p.at("webhook").in_case(case))?;
+    let object =
+        defaulted(op, &input.object, None).map_err(|p| p.at("convert.object").in_case(case))?;
     let desired = if input.to.contains('/') {
         input.to.clone()
     } else {
@@ -100,7 +91,7 @@ pub(super) fn run_conversion(
 
 /// The webhook a case calls: the one named by `webhook:`, else the only one that defines the
 /// function and whose `for` matches the object's kind.
-fn pick<'o>(op: &'o Operator, case: &Case, function: &str) -> Result<&'o Handler, String> {
+fn pick<'o>(op: &'o Operator, case: &Case, function: &str) -> Result<&'o Handler, Problem> {
     let defines = |h: &Handler| match function {
         "validate" => h.hook.validate.is_some(),
         "mutate" => h.hook.mutate.is_some(),
@@ -118,11 +109,17 @@ fn pick<'o>(op: &'o Operator, case: &Case, function: &str) -> Result<&'o Handler
             .webhooks
             .iter()
             .find(|h| h.name == *name)
-            .ok_or_else(|| format!("no webhook named {name:?} (webhooks: {})", names()))?;
+            .ok_or_else(|| Problem::NoSuchWebhook {
+                name: name.clone(),
+                names: names(),
+            })?;
         return if defines(handler) {
             Ok(handler)
         } else {
-            Err(format!("webhook {name:?} has no `{function}` function"))
+            Err(Problem::NoFunction {
+                name: name.clone(),
+                function: function.to_string(),
+            })
         };
     }
     let kind = KindRef::of(&case.object);
@@ -139,27 +136,27 @@ fn pick<'o>(op: &'o Operator, case: &Case, function: &str) -> Result<&'o Handler
         .collect();
     match matching.as_slice() {
         [one] => Ok(one),
-        [] => Err(format!(
-            "no webhook with a `{function}` function is for kind {:?} (webhooks: {})",
-            kind.kind,
-            names()
-        )),
-        _ => Err(format!(
-            "several webhooks with a `{function}` function are for kind {:?}; name one of: {}",
-            kind.kind,
-            matching
+        [] => Err(Problem::NoWebhook {
+            function: function.to_string(),
+            kind: kind.kind,
+            names: names(),
+        }),
+        _ => Err(Problem::SeveralWebhooks {
+            function: function.to_string(),
+            kind: kind.kind,
+            names: matching
                 .iter()
                 .map(|h| h.name.as_str())
                 .collect::<Vec<_>>()
-                .join(", ")
-        )),
+                .join(", "),
+        }),
     }
 }
 
 /// Admission scripts see a CRD of this config at its storage version (the rules ask for it with
 /// `matchPolicy: Equivalent`); a case written at another version would show scripts an object
 /// they never get.
-fn storage_version_only(op: &Operator, obj: &Value) -> Result<(), String> {
+fn storage_version_only(op: &Operator, obj: &Value) -> Result<(), Problem> {
     let kind = KindRef::of(obj);
     let Some(crd) = op
         .config
@@ -174,10 +171,11 @@ fn storage_version_only(op: &Operator, obj: &Value) -> Result<(), String> {
     if kind.version.as_deref() == Some(storage) {
         Ok(())
     } else {
-        Err(format!(
-            "admission scripts see {} at its storage version; write apiVersion {}/{storage}",
-            crd.kind, crd.group
-        ))
+        Err(Problem::NotStorageVersion {
+            kind: crd.kind.clone(),
+            group: crd.group.clone(),
+            storage: storage.to_string(),
+        })
     }
 }
 
@@ -235,7 +233,7 @@ fn compare_admission(
     expect: &Expect,
     object: &Value,
     verdict: Verdict,
-) -> Result<Vec<Mismatch>, (String, String)> {
+) -> Result<Vec<Mismatch>, Invalid> {
     let mut out = Vec::new();
     let describes_denial =
         expect.message.is_some() || expect.reason.is_some() || expect.code.is_some();
@@ -294,18 +292,13 @@ fn compare_admission(
             }
             let ops = patch.map(|p| p.0).unwrap_or_default();
             if let Some(want) = &expect.patch {
-                let got =
-                    serde_json::to_value(&ops).map_err(|e| ("patch".into(), e.to_string()))?;
+                let got = serde_json::to_value(&ops).map_err(|e| Problem::Patch(e).at("patch"))?;
                 compare::compare("patch", &Value::Array(want.clone()), Some(&got), &mut out);
             }
             if let Some(want) = &expect.object {
                 let mut stored = object.clone();
-                json_patch::patch(&mut stored, &ops).map_err(|e| {
-                    (
-                        "expect.object".into(),
-                        format!("the patch khai sends does not apply to the object: {e}"),
-                    )
-                })?;
+                json_patch::patch(&mut stored, &ops)
+                    .map_err(|e| Problem::PatchDoesNotApply(e).at("expect.object"))?;
                 compare::compare("object", want, Some(&stored), &mut out);
             }
         }
@@ -321,17 +314,13 @@ mod tests {
 
     /// An operator with one two-version CRD and a webhook with all three functions.
     fn operator(script: &str) -> (tempfile::TempDir, Operator) {
-        let dir = tempfile::tempdir().unwrap();
         let toml = concat!(
             "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\n",
             "versions = [{ name = \"v1alpha1\" }, { name = \"v1\", storage = true }]\n",
             "spec.replicas = { type = \"integer\", default = 2 }\nspec.size = { type = \"integer\" }\n\n",
             "[[webhook]]\nfor = \"Web\"\nscript = \"w.rhai\"\nvalidate = \"validate\"\nmutate = \"mutate\"\nconvert = \"convert\"\n",
         );
-        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-        std::fs::write(dir.path().join("w.rhai"), script).unwrap();
-        let op = Operator::load(dir.path()).unwrap();
-        (dir, op)
+        super::super::tests::load_operator(toml, "w.rhai", script)
     }
 
     const SCRIPT: &str = r#"

@@ -179,67 +179,41 @@ async fn handlers_cost_one_write_per_change_and_nothing_idle_or_on_restart() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "handler-writes").await;
     let dir = tempfile::tempdir().unwrap();
-    let config = crate::support::example_copy("notes", dir.path(), "tally", "tally.khai.dev");
-    std::fs::write(
-        config.join("operator.toml"),
-        r#"
-[operator]
-name = "tally"
-
-[[crd]]
-group = "tally.khai.dev"
-kind = "Note"
-versions = ["v1"]
-spec.text = { type = "string" }
-
+    let toml = r#"
 [[handler]]
 for = "Note"
 on = "update"
-script = "scripts/tally.rhai"
+script = "scripts/s.rhai"
 function = "updated"
 
 [[handler]]
 for = "Note"
 on = "create"
-script = "scripts/tally.rhai"
+script = "scripts/s.rhai"
 function = "created"
 
 [[handler]]
 for = "Note"
 on = "resume"
-script = "scripts/tally.rhai"
+script = "scripts/s.rhai"
 function = "resumed"
-"#,
-    )
-    .unwrap();
-    std::fs::write(
-        config.join("scripts/tally.rhai"),
-        r#"
+"#;
+    let script = r#"
 fn created(obj, ctx, change) { log_info(`created ${obj.metadata.name}`); }
 fn updated(obj, ctx, change) {
     log_info(`updated ${obj.metadata.name}: ${change.diff[0].path} ${change.old.spec.text} -> ${change.new.spec.text}`);
 }
 fn resumed(obj, ctx, change) { log_info(`resumed ${obj.metadata.name}`); }
-"#,
-    )
-    .unwrap();
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, "tally", toml, script).await;
     let khai = Khai::start(&config, &ns.name, &[]);
     crate::support::wait_for_crd(&client, "notes.tally.khai.dev").await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("tally.khai.dev", "v1", "Note"),
-        "notes",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
     const N: usize = 5;
     let names: Vec<String> = (0..N).map(|i| format!("n{i}")).collect();
     let handled = "tally.khai.dev/last-handled";
     let mark = audit::mark();
     for n in &names {
-        let mut o = note(n, json!({ "text": "one" }));
-        o.types = Some(kube::core::TypeMeta {
-            api_version: "tally.khai.dev/v1".into(),
-            kind: "Note".into(),
-        });
+        let o = note_of("tally", n, json!({ "text": "one" }));
         api.create(&PostParams::default(), &o).await.unwrap();
     }
     for n in &names {
@@ -318,51 +292,24 @@ async fn a_handlers_progress_survives_a_crash() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "handler-crash").await;
     let dir = tempfile::tempdir().unwrap();
-    let config = crate::support::example_copy("notes", dir.path(), "crashy", "crashy.khai.dev");
-    std::fs::write(
-        config.join("operator.toml"),
-        r#"
-[operator]
-name = "crashy"
-
-[[crd]]
-group = "crashy.khai.dev"
-kind = "Note"
-versions = ["v1"]
-spec.text = { type = "string" }
-
+    let toml = r#"
 [[handler]]
 for = "Note"
 on = "delete"
-script = "scripts/crashy.rhai"
+script = "scripts/s.rhai"
 function = "deleting"
 backoff = "2s"
-"#,
-    )
-    .unwrap();
-    std::fs::write(
-        config.join("scripts/crashy.rhai"),
-        r#"
+"#;
+    let script = r#"
 fn deleting(obj, ctx, change) {
     log_info(`attempt ${ctx.retry} for ${obj.metadata.name}`);
     if ctx.retry == 0 { retry("the first attempt fails", "2s"); }
 }
-"#,
-    )
-    .unwrap();
+"#;
+    let (config, api) = one_kind(dir.path(), &client, &ns.name, "crashy", toml, script).await;
     let mut first = Khai::start(&config, &ns.name, &[]);
     crate::support::wait_for_crd(&client, "notes.crashy.khai.dev").await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("crashy.khai.dev", "v1", "Note"),
-        "notes",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
-    let mut o = note("n", json!({ "text": "x" }));
-    o.types = Some(kube::core::TypeMeta {
-        api_version: "crashy.khai.dev/v1".into(),
-        kind: "Note".into(),
-    });
-    api.create(&PostParams::default(), &o).await.unwrap();
+    create_note(&api, "crashy", "n", false).await;
     wait_for(
         &api,
         "n",
@@ -424,9 +371,14 @@ async fn one_kind(
     let config = crate::support::example_copy("notes", dir, operator, &group);
     std::fs::write(config.join("operator.toml"), one_kind_toml(operator, toml)).unwrap();
     std::fs::write(config.join("scripts/s.rhai"), script).unwrap();
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Note"), "notes");
-    (config, Api::namespaced_with(client.clone(), ns, &ar))
+    (config, notes_of(client, ns, operator))
+}
+
+/// The Notes of `operator`'s group in `ns`.
+fn notes_of(client: &kube::Client, ns: &str, operator: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(&format!("{operator}.khai.dev"), "v1", "Note");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "notes");
+    Api::namespaced_with(client.clone(), ns, &ar)
 }
 
 fn one_kind_toml(operator: &str, rest: &str) -> String {
@@ -436,12 +388,18 @@ fn one_kind_toml(operator: &str, rest: &str) -> String {
     )
 }
 
-async fn create_note(api: &Api<DynamicObject>, operator: &str, name: &str, annotate: bool) {
-    let mut o = note(name, json!({ "text": "x" }));
+/// A Note of `operator`'s group (`<operator>.khai.dev`, as [`one_kind`] makes it).
+fn note_of(operator: &str, name: &str, spec: serde_json::Value) -> DynamicObject {
+    let mut o = note(name, spec);
     o.types = Some(kube::core::TypeMeta {
         api_version: format!("{operator}.khai.dev/v1"),
         kind: "Note".into(),
     });
+    o
+}
+
+async fn create_note(api: &Api<DynamicObject>, operator: &str, name: &str, annotate: bool) {
+    let mut o = note_of(operator, name, json!({ "text": "x" }));
     if annotate {
         o.metadata.annotations =
             Some([(format!("{operator}.khai.dev/managed"), "yes".into())].into());
@@ -961,11 +919,7 @@ fn plain(obj, ctx) { log_info(`plain ran`); slow(); }
     // Taken before the writes: khai sees each one after it is made.
     let created = std::time::Instant::now();
     for t in ["delay", "idle", "sharp", "plain"] {
-        let mut o = note(t, json!({ "text": "one" }));
-        o.types = Some(kube::core::TypeMeta {
-            api_version: format!("{op}.khai.dev/v1"),
-            kind: "Note".into(),
-        });
+        let mut o = note_of(op, t, json!({ "text": "one" }));
         o.metadata.labels = Some([("t".to_string(), t.to_string())].into());
         api.create(&PostParams::default(), &o).await.unwrap();
     }
@@ -1157,11 +1111,7 @@ async fn an_update_handler_costs_at_most_one_write_per_change_and_none_idle() {
         }
     };
     for i in 0..n {
-        let mut o = note(&format!("n{i}"), json!({ "text": "one" }));
-        o.types = Some(kube::core::TypeMeta {
-            api_version: format!("{op}.khai.dev/v1"),
-            kind: "Note".into(),
-        });
+        let o = note_of(op, &format!("n{i}"), json!({ "text": "one" }));
         api.create(&PostParams::default(), &o).await.unwrap();
     }
     all_recorded("\"one\"", "every Note first seen").await;
@@ -1222,11 +1172,7 @@ fn look(obj, ctx, change) {{
         b = b.name
     );
     let (config, api_a) = one_kind(dir.path(), &client, &a.name, op, toml, &script).await;
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(&format!("{op}.khai.dev"), "v1", "Note"),
-        "notes",
-    );
-    let api_b: Api<DynamicObject> = Api::namespaced_with(client.clone(), &b.name, &ar);
+    let api_b = notes_of(&client, &b.name, op);
     let khai = Khai::start(&config, &a.name, &["--namespace", &b.name]);
     crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
     create_note(&api_b, op, "in-b", false).await;

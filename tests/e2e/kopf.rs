@@ -18,7 +18,6 @@ fn port(name: &str) -> PathBuf {
     crate::support::repo_root().join("examples/kopf").join(name)
 }
 
-/// Kopf's examples/obj.yaml in `group`.
 /// The port's KopfExamples in `ns`, once khai has installed their CRD.
 async fn kopf_examples(client: &kube::Client, ns: &str, group: &str) -> Api<DynamicObject> {
     crate::support::wait_for_crd(client, &format!("kopfexamples.{group}")).await;
@@ -32,6 +31,27 @@ async fn create_example(api: &Api<DynamicObject>, group: &str) {
         .unwrap();
 }
 
+/// Changes the sample KopfExample's `spec.field` from "value" to "other", as Kopf's examples do
+/// with `kubectl patch`.
+async fn change_field(api: &Api<DynamicObject>) {
+    let patch = json!({ "spec": { "field": "other" } });
+    api.patch(
+        "kopf-example-1",
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await
+    .unwrap();
+}
+
+/// Deletes the sample KopfExample.
+async fn delete_example(api: &Api<DynamicObject>) {
+    api.delete("kopf-example-1", &Default::default())
+        .await
+        .unwrap();
+}
+
+/// Kopf's examples/obj.yaml in `group`.
 fn kopf_example(group: &str) -> DynamicObject {
     serde_json::from_value(json!({
         "apiVersion": format!("{group}/v1"), "kind": "KopfExample",
@@ -255,13 +275,7 @@ async fn handlers_run_on_create_update_field_resume_and_delete() {
         created[0].contains("CREATED 1st") && created[1].contains("CREATED 2nd"),
         "{created:?}"
     );
-    api.patch(
-        "kopf-example-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "field": "other" } })),
-    )
-    .await
-    .unwrap();
+    change_field(&api).await;
     khai.wait_for_log(0, "the update handler", |l| {
         l.contains("UPDATED: change spec.field")
     })
@@ -283,9 +297,7 @@ async fn handlers_run_on_create_update_field_resume_and_delete() {
         resumed[0].contains("RESUMED 1st") && resumed[1].contains("RESUMED 2nd"),
         "{resumed:?}"
     );
-    api.delete("kopf-example-1", &Default::default())
-        .await
-        .unwrap();
+    delete_example(&api).await;
     let deleted = again
         .wait_for_logs(0, "both delete handlers", 2, |l| l.contains("DELETED"))
         .await;
@@ -319,13 +331,7 @@ async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
         l.contains("Event received: ADDED kopf-example-1")
     })
     .await;
-    api.patch(
-        "kopf-example-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "field": "other" } })),
-    )
-    .await
-    .unwrap();
+    change_field(&api).await;
     khai.wait_for_log(0, "the normal spy on a change", |l| {
         l.contains("Event received: MODIFIED kopf-example-1")
     })
@@ -340,9 +346,7 @@ async fn spies_see_every_event_and_one_failing_does_not_stop_the_other() {
         l.contains("Event received: None kopf-example-1")
     })
     .await;
-    api.delete("kopf-example-1", &Default::default())
-        .await
-        .unwrap();
+    delete_example(&api).await;
     khai.wait_for_log(0, "the normal spy on deletion", |l| {
         l.contains("Event received: DELETED kopf-example-1")
     })
@@ -374,9 +378,7 @@ async fn daemons_fail_three_times_then_ping_and_stop_with_their_object() {
         l.contains("=> Ping from an async daemon")
     })
     .await;
-    api.delete("kopf-example-1", &Default::default())
-        .await
-        .unwrap();
+    delete_example(&api).await;
     khai.wait_for_log(0, "the async daemon's stop", |l| {
         l.contains("'background_async' is cancelled")
     })
@@ -530,13 +532,7 @@ async fn minimal_create_handler_sets_the_status_once() {
     )
     .await;
     // An edit is not a creation: the handler does not run again.
-    api.patch(
-        "kopf-example-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": { "field": "other" } })),
-    )
-    .await
-    .unwrap();
+    change_field(&api).await;
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let (_, log) = khai.terminate().await;
     assert_eq!(

@@ -3,8 +3,8 @@
 //! between replicas (one reconciles; a crash or a SIGTERM hands over to another).
 
 use crate::support::metrics::{http_get, metrics_until, sum};
-use crate::support::{DEADLINE, Khai, TestNamespace, wait_for};
-use kube::api::{Api, DynamicObject, PostParams};
+use crate::support::{DEADLINE, Khai, TestNamespace, create_widget, wait_for, widgets};
+use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -19,18 +19,13 @@ fn operator(group: &str, extra_controller: &str) -> TempDir {
 [operator]
 name = "widgets"
 
-[[crd]]
-group = "{group}"
-kind = "Widget"
-versions = ["v1"]
-spec.message = {{ type = "string", default = "ok" }}
-status.phase = {{ type = "string" }}
-
+{crd}
 [[controller]]
 for = "Widget"
 owns = ["v1/ConfigMap"{extra_controller}]
 script = "widget.rhai"
-"#
+"#,
+        crd = crate::support::widget_crd(group),
     );
     std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
     std::fs::write(
@@ -47,23 +42,6 @@ fn reconcile(obj, ctx) {
     )
     .unwrap();
     dir
-}
-
-fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Widget"), "widgets");
-    Api::namespaced_with(client.clone(), ns, &ar)
-}
-
-async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str, message: &str) {
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{group}/v1"), "kind": "Widget",
-        "metadata": { "name": name }, "spec": { "message": message },
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create widget {name}: {e}"));
 }
 
 fn ready(o: Option<&DynamicObject>) -> bool {

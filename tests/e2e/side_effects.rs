@@ -2,7 +2,7 @@
 //! (every verb, the error values a script catches, the message of one it does not), budgets,
 //! the client rate limit, and inline attempts that leave for the pool before their first call.
 
-use crate::support::{Khai, TestNamespace, audit, configmaps, wait_for};
+use crate::support::{Khai, TestNamespace, audit, configmaps, create_widget, wait_for, widgets};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use tempfile::TempDir;
@@ -18,13 +18,7 @@ fn operator(group: &str, script: &str, operator: &str, extra: &str) -> TempDir {
 name = "fx-{tag}"
 {operator}
 
-[[crd]]
-group = "{group}"
-kind = "Widget"
-versions = ["v1"]
-spec.message = {{ type = "string", default = "ok" }}
-status.phase = {{ type = "string" }}
-
+{widget}
 [[crd]]
 group = "{group}"
 kind = "Gadget"
@@ -38,26 +32,11 @@ script = "widget.rhai"
 {extra}
 "#,
         tag = group.split('.').next().unwrap_or("x"),
+        widget = crate::support::widget_crd(group),
     );
     std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
     std::fs::write(dir.path().join("widget.rhai"), script).unwrap();
     dir
-}
-
-fn widgets(client: &kube::Client, group: &str, ns: &str) -> Api<DynamicObject> {
-    crate::support::custom_api(client, ns, group, "Widget", "widgets")
-}
-
-async fn create_widget(api: &Api<DynamicObject>, group: &str, name: &str, message: &str) {
-    crate::support::wait_for_crd(&api.clone().into_client(), &format!("widgets.{group}")).await;
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{group}/v1"), "kind": "Widget",
-        "metadata": { "name": name }, "spec": { "message": message },
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create widget {name}: {e}"));
 }
 
 fn phase(o: &DynamicObject) -> String {

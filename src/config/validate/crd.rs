@@ -200,11 +200,40 @@ fn check_scale(crd: &Crd, scale: &Scale, base: &[Seg], report: &mut Report) {
     }
 }
 
+/// What is wrong with a scale path; the message follows the path as written.
+#[derive(Debug, thiserror::Error)]
+enum ScaleProblem {
+    #[error("{0}")]
+    Syntax(&'static str),
+    #[error("must not use array notation")]
+    Array,
+    #[error("must be a JSON path under {under}, e.g. {example:?}")]
+    Outside {
+        under: String,
+        example: &'static str,
+    },
+    #[error("is empty")]
+    Empty,
+    #[error("needs a {0} field, but this CRD declares no {0}")]
+    NoRoot(String),
+    #[error("names a field of type {found:?}; it must be {wanted:?}")]
+    WrongType {
+        found: &'static str,
+        wanted: &'static str,
+    },
+    #[error("names no field declared in {0}")]
+    Undeclared(String),
+}
+
 /// Splits a scale path into segments, checking it lies under one of `roots`.
-fn scale_path<'p>(path: &'p str, roots: &[&str], example: &str) -> Result<Vec<&'p str>, String> {
-    let rest = simple_json_path(path)?;
+fn scale_path<'p>(
+    path: &'p str,
+    roots: &[&str],
+    example: &'static str,
+) -> Result<Vec<&'p str>, ScaleProblem> {
+    let rest = simple_json_path(path).map_err(ScaleProblem::Syntax)?;
     if rest.contains('[') {
-        return Err("must not use array notation".into());
+        return Err(ScaleProblem::Array);
     }
     let segs: Vec<&str> = rest.split('.').collect();
     if segs.len() < 2 || !roots.contains(&segs[0]) {
@@ -213,36 +242,31 @@ fn scale_path<'p>(path: &'p str, roots: &[&str], example: &str) -> Result<Vec<&'
             .map(|r| format!(".{r}"))
             .collect::<Vec<_>>()
             .join(" or ");
-        return Err(format!(
-            "must be a JSON path under {under}, e.g. {example:?}"
-        ));
+        return Err(ScaleProblem::Outside { under, example });
     }
     Ok(segs)
 }
 
 /// Checks that the compact schema declares `segs` (e.g. `["spec", "replicas"]`) with type `ty`;
 /// an undeclared field would be pruned by the API server, so scaling could never stick.
-fn declared_as(crd: &Crd, segs: &[&str], ty: FieldType) -> Result<(), String> {
-    let (root, rest) = segs.split_first().ok_or("is empty")?;
+fn declared_as(crd: &Crd, segs: &[&str], ty: FieldType) -> Result<(), ScaleProblem> {
+    let (root, rest) = segs.split_first().ok_or(ScaleProblem::Empty)?;
     let top = if *root == "spec" {
         Some(&crd.spec)
     } else {
         crd.status.as_ref()
     };
     let Some(top) = top else {
-        return Err(format!(
-            "needs a {root} field, but this CRD declares no {root}"
-        ));
+        return Err(ScaleProblem::NoRoot(root.to_string()));
     };
     match lookup(top, rest) {
         Lookup::Found(found) if found == ty => Ok(()),
-        Lookup::Found(found) => Err(format!(
-            "names a field of type {:?}; it must be {:?}",
-            found.name(),
-            ty.name()
-        )),
+        Lookup::Found(found) => Err(ScaleProblem::WrongType {
+            found: found.name(),
+            wanted: ty.name(),
+        }),
         Lookup::Free => Ok(()),
-        Lookup::Missing => Err(format!("names no field declared in {root}")),
+        Lookup::Missing => Err(ScaleProblem::Undeclared(root.to_string())),
     }
 }
 

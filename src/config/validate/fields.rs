@@ -36,9 +36,10 @@ fn check_field(f: &Field, at: &[Seg], place: Place, report: &mut Report) {
     }
     check_enum(f, at, report);
     if let Some(default) = &f.default
-        && let Err((inner, message)) = check_value(default, f)
+        && let Err(e) = check_value(default, f)
     {
-        report(&[at, &[Seg::Key("default")], &inner[..]].concat(), message);
+        let at = [at, &[Seg::Key("default")], &e.path[..]].concat();
+        report(&at, e.problem.to_string());
     }
     if let Some(items) = &f.items {
         check_field(items, &join(at, &[Seg::Key("items")]), Place::Item, report);
@@ -117,15 +118,52 @@ fn check_enum(f: &Field, at: &[Seg], report: &mut Report) {
         report(&at, "enum must list at least one value".into());
     }
     for (i, v) in values.iter().enumerate() {
-        if let Err(message) = check_type(v, f) {
-            report(&join(&at, &[Seg::Index(i)]), message);
+        if let Err(problem) = check_type(v, f) {
+            report(&join(&at, &[Seg::Index(i)]), problem.to_string());
         }
     }
 }
 
 /// A problem inside a value: the path below the value (e.g. `port` of a default object) and
-/// the message.
-type ValueError<'a> = (Vec<Seg<'a>>, String);
+/// what is wrong there.
+struct ValueError<'a> {
+    path: Vec<Seg<'a>>,
+    problem: ValueProblem,
+}
+
+impl From<ValueProblem> for ValueError<'_> {
+    fn from(problem: ValueProblem) -> Self {
+        ValueError {
+            path: Vec::new(),
+            problem,
+        }
+    }
+}
+
+/// Why a value (a default, an enum value) does not fit its field's schema. `value` is the
+/// value as JSON.
+#[derive(Debug, thiserror::Error)]
+enum ValueProblem {
+    #[error("{value} is not {expected}")]
+    Type {
+        value: String,
+        expected: &'static str,
+    },
+    #[error("{value} is not one of the enum values {allowed}")]
+    Enum { value: String, allowed: String },
+    #[error("{value} is less than minimum {min}")]
+    Minimum { value: String, min: f64 },
+    #[error("{value} is greater than maximum {max}")]
+    Maximum { value: String, max: f64 },
+    #[error("{value} is shorter than min_length {min}")]
+    MinLength { value: String, min: u64 },
+    #[error("{value} is longer than max_length {max}")]
+    MaxLength { value: String, max: u64 },
+    #[error("{0:?} is not a declared property, so the API server would prune it")]
+    Undeclared(String),
+    #[error("required property {0:?} is missing")]
+    Missing(String),
+}
 
 /// Checks `v` the way the API server validates an object against the schema `f`: type, enum,
 /// bounds, lengths, and recursively items, map values and properties (unknown properties would
@@ -134,8 +172,8 @@ fn check_value<'a>(v: &'a Value, f: &Field) -> Result<(), ValueError<'a>> {
     if v.is_null() && f.nullable {
         return Ok(());
     }
-    check_type(v, f).map_err(|m| (Vec::new(), m))?;
-    check_scalar(v, f).map_err(|m| (Vec::new(), m))?;
+    check_type(v, f)?;
+    check_scalar(v, f)?;
     let string_field = Field::default();
     match (v, f.ty) {
         (Value::Array(items), FieldType::Array) => {
@@ -156,9 +194,9 @@ fn check_value<'a>(v: &'a Value, f: &Field) -> Result<(), ValueError<'a>> {
     Ok(())
 }
 
-fn nest<'a>(seg: Seg<'a>, (mut path, message): ValueError<'a>) -> ValueError<'a> {
-    path.insert(0, seg);
-    (path, message)
+fn nest<'a>(seg: Seg<'a>, mut e: ValueError<'a>) -> ValueError<'a> {
+    e.path.insert(0, seg);
+    e
 }
 
 fn check_properties<'a>(
@@ -172,10 +210,10 @@ fn check_properties<'a>(
             Some(p) => check_value(x, p).map_err(|e| nest(Seg::Key(k), e))?,
             None if f.preserve_unknown_fields => {}
             None => {
-                return Err((
-                    vec![Seg::Key(k)],
-                    format!("{k:?} is not a declared property, so the API server would prune it"),
-                ));
+                return Err(ValueError {
+                    path: vec![Seg::Key(k)],
+                    problem: ValueProblem::Undeclared(k.clone()),
+                });
             }
         }
     }
@@ -183,13 +221,13 @@ fn check_properties<'a>(
         .iter()
         .find(|(k, p)| p.required && !map.contains_key(*k))
     {
-        Some((k, _)) => Err((Vec::new(), format!("required property {k:?} is missing"))),
+        Some((k, _)) => Err(ValueProblem::Missing(k.clone()).into()),
         None => Ok(()),
     }
 }
 
 /// Whether `v` has the JSON type of `f`.
-fn check_type(v: &Value, f: &Field) -> Result<(), String> {
+fn check_type(v: &Value, f: &Field) -> Result<(), ValueProblem> {
     let ok = match f.ty {
         FieldType::String => v.is_string(),
         FieldType::Integer => v.is_i64() || v.is_u64(),
@@ -202,7 +240,10 @@ fn check_type(v: &Value, f: &Field) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{v} is not {}", described(f.ty)))
+        Err(ValueProblem::Type {
+            value: v.to_string(),
+            expected: described(f.ty),
+        })
     }
 }
 
@@ -221,31 +262,44 @@ fn described(ty: FieldType) -> &'static str {
 }
 
 /// Enum membership, numeric bounds and string lengths of one value.
-fn check_scalar(v: &Value, f: &Field) -> Result<(), String> {
+fn check_scalar(v: &Value, f: &Field) -> Result<(), ValueProblem> {
+    let value = || v.to_string();
     if let Some(allowed) = &f.enum_values
         && !allowed.contains(v)
     {
         let list: Vec<_> = allowed.iter().map(Value::to_string).collect();
-        return Err(format!(
-            "{v} is not one of the enum values {}",
-            list.join(", ")
-        ));
+        return Err(ValueProblem::Enum {
+            value: value(),
+            allowed: list.join(", "),
+        });
     }
     if let Some(n) = v.as_f64() {
         if let Some(min) = f.minimum.filter(|min| n < *min) {
-            return Err(format!("{v} is less than minimum {min}"));
+            return Err(ValueProblem::Minimum {
+                value: value(),
+                min,
+            });
         }
         if let Some(max) = f.maximum.filter(|max| n > *max) {
-            return Err(format!("{v} is greater than maximum {max}"));
+            return Err(ValueProblem::Maximum {
+                value: value(),
+                max,
+            });
         }
     }
     if let Some(s) = v.as_str() {
         let len = s.chars().count() as u64;
         if let Some(min) = f.min_length.filter(|min| len < *min) {
-            return Err(format!("{v} is shorter than min_length {min}"));
+            return Err(ValueProblem::MinLength {
+                value: value(),
+                min,
+            });
         }
         if let Some(max) = f.max_length.filter(|max| len > *max) {
-            return Err(format!("{v} is longer than max_length {max}"));
+            return Err(ValueProblem::MaxLength {
+                value: value(),
+                max,
+            });
         }
     }
     Ok(())

@@ -11,6 +11,9 @@ pub mod chaos;
 pub mod dedicated;
 pub mod helm;
 pub mod metrics;
+mod widget;
+
+pub use widget::{create_widget, widget_crd, widgets};
 
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};

@@ -26,11 +26,18 @@
 //! A namespaced operator (`[operator] namespaces`, or `--watch-namespace`) gets a Role in each
 //! namespace, and a ClusterRole only for what is cluster-scoped.
 
+mod named;
+mod objects;
+mod own;
+mod rules;
+mod workloads;
+
+pub use objects::{manifests, name};
+pub use rules::Rules;
+
 use crate::config::kind::KindRef;
-use crate::config::model::{Model, RbacRule};
-use crate::config::webhook::TlsMode;
-use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::config::model::Model;
+use std::collections::BTreeMap;
 
 /// What RBAC is generated for.
 #[derive(Debug, Clone)]
@@ -71,72 +78,6 @@ pub fn resolve(model: &Model, written: &KindRef) -> Resource {
 }
 
 /// Verbs per (api group, resource, resource names), kept sorted so output is stable.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Rules {
-    rules: BTreeMap<(String, String, Vec<String>), BTreeSet<String>>,
-    urls: BTreeSet<String>,
-}
-
-impl Rules {
-    fn add(&mut self, group: &str, resource: &str, verbs: &[&str]) {
-        self.add_named(group, resource, &[], verbs);
-    }
-
-    fn add_named(&mut self, group: &str, resource: &str, names: &[String], verbs: &[&str]) {
-        self.rules
-            .entry((group.into(), resource.into(), names.to_vec()))
-            .or_default()
-            .extend(verbs.iter().map(|v| v.to_string()));
-    }
-
-    fn add_extra(&mut self, r: &RbacRule) {
-        for g in &r.api_groups {
-            for res in &r.resources {
-                let verbs: Vec<&str> = r.verbs.iter().map(String::as_str).collect();
-                self.add_named(g, res, &r.resource_names, &verbs);
-            }
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.urls.is_empty()
-    }
-
-    /// Removes every verb granted on `resource` in `group`; for tests that prove a rule is
-    /// needed.
-    pub fn remove(&mut self, group: &str, resource: &str) {
-        self.rules
-            .retain(|(g, r, _), _| !(g == group && r == resource));
-    }
-
-    /// The PolicyRules, one per resource, sorted by group then resource.
-    pub fn policy_rules(&self) -> Vec<Value> {
-        let mut out: Vec<Value> = self
-            .rules
-            .iter()
-            .map(|((group, resource, names), verbs)| {
-                let mut r = json!({
-                    "apiGroups": [group],
-                    "resources": [resource],
-                    "verbs": verbs.iter().collect::<Vec<_>>(),
-                });
-                if !names.is_empty() {
-                    r["resourceNames"] = json!(names);
-                }
-                r
-            })
-            .collect();
-        if !self.urls.is_empty() {
-            out.push(json!({
-                "nonResourceURLs": self.urls.iter().collect::<Vec<_>>(),
-                "verbs": ["get"],
-            }));
-        }
-        out
-    }
-}
-
-/// The derived rules: what must be granted cluster-wide, what in each watched namespace, and
 /// what in khai's own namespace.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Plan {
@@ -167,314 +108,35 @@ pub fn plan(input: &Input<'_>) -> Plan {
         namespaces,
         ..Plan::default()
     };
-    let scoped = !p.namespaces.is_empty();
-    // A namespaced kind goes to the Roles of a namespaced operator; everything else cluster-wide.
-    let mut grant = |r: &Resource, resource: &str, verbs: &[&str]| {
-        let rules = if scoped && r.namespaced {
-            &mut p.namespaced
-        } else {
-            &mut p.cluster
-        };
-        rules.add(&r.group, resource, verbs);
-    };
-    let mut needs_discovery = false;
-    let is_crd = |written: &KindRef| {
-        let r = resolve(model, written);
-        model
-            .crds
-            .iter()
-            .any(|c| c.group == r.group && c.plural() == r.plural)
-    };
-    for (i, ctl) in model.controllers.iter().enumerate() {
-        let primary = resolve(model, &ctl.for_kind);
-        grant(&primary, &primary.plural, &["get", "list", "watch"]);
-        if primary.status {
-            grant(&primary, &format!("{}/status", primary.plural), &["patch"]);
-        }
-        if input.finalizes.get(i).copied().unwrap_or(false) || ctl.deletes_children() {
-            grant(&primary, &primary.plural, &["patch"]);
-        }
-        if !ctl.owns.is_empty() {
-            grant(
-                &primary,
-                &format!("{}/finalizers", primary.plural),
-                &["update"],
-            );
-        }
-        for o in &ctl.owns {
-            let r = resolve(model, o);
-            grant(
-                &r,
-                &r.plural,
-                &["get", "list", "watch", "create", "patch", "delete"],
-            );
-        }
-        for w in &ctl.watches {
-            let r = resolve(model, &w.kind);
-            grant(&r, &r.plural, &["get", "list", "watch"]);
-        }
-        let kinds = std::iter::once(&ctl.for_kind)
-            .chain(&ctl.owns)
-            .chain(ctl.watches.iter().map(|w| &w.kind));
-        for k in kinds {
-            needs_discovery |= !is_crd(k);
-        }
-    }
-    // Handlers record their progress in annotations of the object (a merge patch); handlers,
-    // timers and daemons all watch their kind and may write its status.
-    let beside = model
-        .handlers
-        .iter()
-        .map(|h| (&h.for_kind, true))
-        .chain(model.timers.iter().map(|t| (&t.for_kind, false)))
-        .chain(model.daemons.iter().map(|d| (&d.for_kind, false)));
-    for (kind, records) in beside {
-        let r = resolve(model, kind);
-        grant(&r, &r.plural, &["get", "list", "watch"]);
-        if records {
-            grant(&r, &r.plural, &["patch"]);
-        }
-        if r.status {
-            grant(&r, &format!("{}/status", r.plural), &["patch"]);
-        }
-        needs_discovery |= !is_crd(kind);
-    }
-    // What scripts call through the `k8s` module (`[operator] uses`).
-    for u in &model.operator.uses {
-        let r = resolve(model, &u.kind);
-        needs_discovery |= !is_crd(&u.kind);
-        for verb in &u.verbs {
-            match verb.as_str() {
-                // Server-side apply creates what does not exist yet.
-                "apply" => grant(&r, &r.plural, &["create", "patch"]),
-                "patch_status" => grant(&r, &format!("{}/status", r.plural), &["patch"]),
-                v => grant(&r, &r.plural, &[v]),
-            }
-        }
-    }
-    if !model.controllers.is_empty() {
-        // Events are recorded in the namespace of the object they are about.
-        let events = Resource {
-            group: "events.k8s.io".into(),
-            plural: "events".into(),
-            namespaced: true,
-            status: false,
-        };
-        grant(&events, "events", &["create", "patch"]);
-    }
-    // khai's Deployment always runs with leader election, so no two replicas reconcile at once.
-    p.own.add(
-        "coordination.k8s.io",
-        "leases",
-        &["get", "create", "update"],
-    );
-    if let Some(name) = &input.config_map {
-        p.config.add_named(
-            "",
-            "configmaps",
-            std::slice::from_ref(name),
-            &["get", "list", "watch"],
-        );
-        p.config
-            .add("events.k8s.io", "events", &["create", "patch"]);
-    }
-    let crds = "apiextensions.k8s.io";
-    let crd_names: Vec<String> = model.crds.iter().map(|c| c.crd_name()).collect();
-    if model.operator.install_crds && !crd_names.is_empty() {
-        p.cluster.add(
-            crds,
-            "customresourcedefinitions",
-            &["create", "list", "watch"],
-        );
-        p.cluster.add_named(
-            crds,
-            "customresourcedefinitions",
-            &crd_names,
-            &["get", "patch"],
-        );
-    }
-    if model.webhook_server.tls == TlsMode::SelfSigned {
-        let name = vec![super::webhooks::configuration_name(model)];
-        let reg = "admissionregistration.k8s.io";
-        for (resource, used) in [
-            (
-                "validatingwebhookconfigurations",
-                model.webhooks.iter().any(|h| h.validate.is_some()),
-            ),
-            (
-                "mutatingwebhookconfigurations",
-                model.webhooks.iter().any(|h| h.mutate.is_some()),
-            ),
-        ] {
-            if used {
-                p.cluster.add(reg, resource, &["create"]);
-                p.cluster
-                    .add_named(reg, resource, &name, &["get", "patch", "delete"]);
-            } else if !model.webhooks.is_empty() {
-                // khai deletes its own configuration of a kind the config stopped using (a
-                // reload that removed the last `mutate`), or the API server would call a path
-                // khai no longer serves.
-                p.cluster
-                    .add_named(reg, resource, &name, &["get", "delete"]);
-            }
-        }
-        let converted: Vec<String> = model
-            .webhooks
-            .iter()
-            .filter(|h| h.convert.is_some())
-            .filter_map(|h| model.crd_for(&h.for_kind))
-            .map(|c| c.crd_name())
-            .collect();
-        if !converted.is_empty() {
-            p.cluster.add_named(
-                crds,
-                "customresourcedefinitions",
-                &converted,
-                &["get", "patch"],
-            );
-        }
-    }
-    if needs_discovery {
-        for url in ["/api", "/api/*", "/apis", "/apis/*"] {
-            p.cluster.urls.insert(url.into());
-        }
-    }
-    // Secrets are watched by name (a `metadata.name` field selector), which RBAC grants by
-    // `resourceNames`, never all Secrets.
-    let secret_verbs = &["get", "list", "watch"];
-    let unqualified: Vec<String> = model
-        .operator
-        .secrets
-        .iter()
-        .filter(|s| s.namespace.is_none())
-        .map(|s| s.name.clone())
-        .collect();
-    if !unqualified.is_empty() {
-        let rules = if scoped {
-            &mut p.namespaced
-        } else {
-            &mut p.cluster
-        };
-        rules.add_named("", "secrets", &unqualified, secret_verbs);
-    }
-    for s in &model.operator.secrets {
-        if let Some(ns) = &s.namespace {
-            p.secrets.entry(ns.clone()).or_default().add_named(
-                "",
-                "secrets",
-                std::slice::from_ref(&s.name),
-                secret_verbs,
-            );
-        }
-    }
-    for r in &model.operator.extra_rbac {
-        if !scoped || r.cluster {
-            p.cluster.add_extra(r);
-            continue;
-        }
-        // A Role grants nothing on a cluster-scoped resource: those go to the ClusterRole.
-        for g in &r.api_groups {
-            for res in &r.resources {
-                let rules = if cluster_scoped(model, g, res) {
-                    &mut p.cluster
-                } else {
-                    &mut p.namespaced
-                };
-                let verbs: Vec<&str> = r.verbs.iter().map(String::as_str).collect();
-                rules.add_named(g, res, &r.resource_names, &verbs);
-            }
-        }
-    }
+    let needs_discovery = workloads::grant(model, &input.finalizes, &mut p);
+    own::grant(model, input.config_map.as_ref(), needs_discovery, &mut p);
+    named::grant(model, &mut p);
     p
 }
 
-/// Whether `resource` (`clusterroles`, `nodes/status`) of `group` is cluster-scoped: a
-/// well-known built-in or a CRD of the config with `scope = "Cluster"`. Anything else is taken
-/// for namespaced, as kinds are.
-fn cluster_scoped(model: &Model, group: &str, resource: &str) -> bool {
-    let resource = resource.split('/').next().unwrap_or(resource);
-    crate::config::kind::BUILTIN.iter().any(|b| {
-        !b.namespaced && b.group == group && crate::config::kind::plural_of(b.kind) == resource
-    }) || model.crds.iter().any(|c| {
-        c.scope == crate::config::model::Scope::Cluster
-            && c.group == group
-            && c.plural() == resource
-    })
-}
+impl Plan {
+    /// Whether the operator watches some namespaces only, rather than the whole cluster.
+    fn scoped(&self) -> bool {
+        !self.namespaces.is_empty()
+    }
 
-fn labels(model: &Model) -> Value {
-    json!({
-        "app.kubernetes.io/name": model.operator.name,
-        "app.kubernetes.io/managed-by": "khai",
-    })
-}
-
-/// Name of the ServiceAccount, roles and bindings: `khai-<operator>`.
-pub fn name(model: &Model) -> String {
-    format!("khai-{}", model.operator.name)
-}
-
-/// The ServiceAccount, ClusterRole, Roles and their bindings, in the order to apply them.
-pub fn manifests(model: &Model, namespace: &str, plan: &Plan) -> Vec<Value> {
-    let name = name(model);
-    let labels = labels(model);
-    let subject = json!([{ "kind": "ServiceAccount", "name": name, "namespace": namespace }]);
-    let mut out = vec![json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": { "name": name, "namespace": namespace, "labels": labels },
-    })];
-    let rbac = "rbac.authorization.k8s.io/v1";
-    let mut role = |kind: &str, role_name: &str, ns: Option<&str>, rules: &Rules| {
-        let mut meta = json!({ "name": role_name, "labels": labels });
-        if let Some(ns) = ns {
-            meta["namespace"] = json!(ns);
-        }
-        out.push(json!({
-            "apiVersion": rbac, "kind": kind, "metadata": meta, "rules": rules.policy_rules(),
-        }));
-        out.push(json!({
-            "apiVersion": rbac,
-            "kind": format!("{kind}Binding"),
-            "metadata": meta,
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role_name },
-            "subjects": subject,
-        }));
-    };
-    if !plan.cluster.is_empty() {
-        role("ClusterRole", &name, None, &plan.cluster);
+    /// Grants `verbs` on `resource` of `r`'s group: in the Roles of a namespaced operator
+    /// when `r` is namespaced, else cluster-wide.
+    fn grant(&mut self, r: &Resource, resource: &str, verbs: &[&str]) {
+        let rules = if self.scoped() && r.namespaced {
+            &mut self.namespaced
+        } else {
+            &mut self.cluster
+        };
+        rules.add(&r.group, resource, verbs);
     }
-    if !plan.namespaced.is_empty() {
-        for ns in &plan.namespaces {
-            role("Role", &name, Some(ns), &plan.namespaced);
-        }
-    }
-    if !plan.own.is_empty() {
-        role(
-            "Role",
-            &format!("{name}-leader-election"),
-            Some(namespace),
-            &plan.own,
-        );
-    }
-    if !plan.config.is_empty() {
-        role(
-            "Role",
-            &format!("{name}-config"),
-            Some(namespace),
-            &plan.config,
-        );
-    }
-    for (ns, rules) in &plan.secrets {
-        role("Role", &format!("{name}-secrets"), Some(ns), rules);
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::parse;
+    use serde_json::json;
     use std::path::Path;
 
     const HELLO: &str = r#"
@@ -505,12 +167,7 @@ script = "h.rhai"
     }
 
     fn rule(rules: &Rules, group: &str, resource: &str) -> Vec<String> {
-        rules
-            .rules
-            .iter()
-            .filter(|((g, r, _), _)| g == group && r == resource)
-            .flat_map(|(_, v)| v.iter().cloned())
-            .collect()
+        rules.verbs(group, resource)
     }
 
     #[test]
@@ -563,10 +220,7 @@ script = "h.rhai"
             ["create", "list", "watch", "get", "patch"]
         );
         assert!(p.namespaced.is_empty());
-        assert!(
-            p.cluster.urls.contains("/apis"),
-            "discovery for built-in kinds"
-        );
+        assert!(p.cluster.has_url("/apis"), "discovery for built-in kinds");
     }
 
     #[test]

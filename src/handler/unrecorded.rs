@@ -1,0 +1,59 @@
+//! Handlers run without bookkeeping or retries: spies (`on = "event"`) on each watch event,
+//! and optional delete handlers once their object is gone.
+
+use super::change_record::diffs;
+use super::{Handlers, budgeted, change, filter};
+use crate::script::{CallArg, ScriptCtx};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::{Value, json};
+
+impl Handlers {
+    /// Runs the optional delete handlers for an object already gone, once each, logging what
+    /// fails.
+    pub async fn on_gone(&self, obj: &DynamicObject, view: Value, ctx: ScriptCtx) {
+        let essence = change::essence(&view, &self.keys.prefix);
+        let record = json!({ "type": "delete", "old": essence, "new": Value::Null,
+                             "diff": diffs(&essence, &Value::Null) });
+        for entry in self.optional_deletes() {
+            if !filter::metadata_passes(&entry.spec.filters(), &view) {
+                continue;
+            }
+            let args = vec![
+                CallArg::Json(view.clone()),
+                CallArg::Ctx(budgeted(&ctx, entry.spec.budget)),
+                CallArg::Json(record.clone()),
+            ];
+            if let Err(e) = entry
+                .script
+                .call_args_async(&entry.spec.function(), args)
+                .await
+            {
+                tracing::warn!(handler = %entry.spec.id(), object = %obj.name_any(), error = %e, "optional delete handler failed");
+            }
+        }
+    }
+
+    /// Runs the raw event handlers (Kopf's spies) for one watch event of type `kind` (`None`:
+    /// an object of the initial list, see [`spy`]); `view` is the whole object.
+    pub async fn on_event(&self, view: Value, kind: Option<&str>, ctx: ScriptCtx) {
+        for entry in self.spies() {
+            if !filter::metadata_passes(&entry.spec.filters(), &view) {
+                continue;
+            }
+            let event = json!({ "type": kind, "object": view });
+            let args = vec![
+                CallArg::Json(view.clone()),
+                CallArg::Ctx(budgeted(&ctx, entry.spec.budget)),
+                CallArg::Json(event),
+            ];
+            if let Err(e) = entry
+                .script
+                .call_args_async(&entry.spec.function(), args)
+                .await
+            {
+                tracing::warn!(handler = %entry.spec.id(), error = %e, "event handler failed");
+            }
+        }
+    }
+}
