@@ -8,24 +8,24 @@
 //! Every request goes through [`rate_limit`]: a client-side token bucket (QPS and burst, as
 //! controller-runtime's), counted in khai's metrics.
 
-pub mod rate_limit;
+pub(crate) mod rate_limit;
 
-pub use rate_limit::{Bucket, Limits};
+pub(crate) use rate_limit::{Bucket, Limits};
 use std::sync::Arc;
 
 /// The user agent prefix of every request khai sends, so audit logs and the API server's
 /// metrics say which requests came from khai.
-pub const USER_AGENT: &str = concat!("khai/", env!("CARGO_PKG_VERSION"));
+pub(crate) const USER_AGENT: &str = concat!("khai/", env!("CARGO_PKG_VERSION"));
 
 /// The user agent of this process: [`USER_AGENT`] and this replica's identity (`POD_NAME`, or
 /// host and pid, as its leader election identity), e.g. `khai/0.1.0 (cache-khai-7d9f-x2x)`, so
 /// an audit log tells replicas apart.
-pub fn user_agent() -> String {
+pub(crate) fn user_agent() -> String {
     format!("{USER_AGENT} ({})", identity())
 }
 
 /// This replica's identity: `POD_NAME` when set (the downward API), else hostname and pid.
-pub fn identity() -> String {
+pub(crate) fn identity() -> String {
     if let Ok(pod) = std::env::var("POD_NAME")
         && !pod.is_empty()
     {
@@ -42,7 +42,7 @@ pub fn identity() -> String {
 
 /// A client for the cluster `KUBECONFIG` (or the Pod's service account) points at, sending
 /// [`user_agent`], its requests limited by the returned bucket (whose limits may change later).
-pub async fn connect(limits: Limits) -> anyhow::Result<(kube::Client, Arc<Bucket>)> {
+pub(crate) async fn connect(limits: Limits) -> anyhow::Result<(kube::Client, Arc<Bucket>)> {
     use anyhow::Context;
     let mut config = kube::Config::infer()
         .await
@@ -119,7 +119,7 @@ impl ApiError {
 }
 
 /// A watch failure in the API server's words (kube-runtime's message embeds a debug dump).
-pub fn watch_error(e: &kube::runtime::watcher::Error) -> String {
+pub(crate) fn watch_error(e: &kube::runtime::watcher::Error) -> String {
     use kube::runtime::watcher::Error as W;
     let api = |e: &kube::Error| match e {
         kube::Error::Api(s) => ApiError::from(kube::Error::Api(s.clone())).to_string(),

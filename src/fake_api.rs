@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 /// The fake server's state, shared by every client made from it.
 #[derive(Clone, Default)]
-pub struct FakeApi {
+pub(crate) struct FakeApi {
     inner: Arc<Mutex<State>>,
 }
 
@@ -29,7 +29,7 @@ struct State {
 
 impl FakeApi {
     /// A client whose every request this fake answers.
-    pub fn client(&self) -> kube::Client {
+    pub(crate) fn client(&self) -> kube::Client {
         let api = self.clone();
         let service = tower::service_fn(move |req: Request<Body>| {
             let api = api.clone();
@@ -39,12 +39,12 @@ impl FakeApi {
     }
 
     /// The object at `path` (as `/api/v1/namespaces/ns/configmaps/name`), if any.
-    pub fn get(&self, path: &str) -> Option<Value> {
+    pub(crate) fn get(&self, path: &str) -> Option<Value> {
         crate::sync::lock(&self.inner).objects.get(path).cloned()
     }
 
     /// Puts `obj` at `path`, as if someone else had created it.
-    pub fn put(&self, path: &str, mut obj: Value) {
+    pub(crate) fn put(&self, path: &str, mut obj: Value) {
         let mut s = crate::sync::lock(&self.inner);
         s.version += 1;
         obj["metadata"]["resourceVersion"] = json!(s.version.to_string());
@@ -52,7 +52,7 @@ impl FakeApi {
     }
 
     /// The next `times` requests to `path` are answered with `code` and nothing else happens.
-    pub fn fail(&self, path: &str, code: u16, times: usize) {
+    pub(crate) fn fail(&self, path: &str, code: u16, times: usize) {
         let mut s = crate::sync::lock(&self.inner);
         for _ in 0..times {
             s.failures.push((path.to_string(), code));

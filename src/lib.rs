@@ -14,32 +14,38 @@
 //! what it shares with the metrics server to survive hostile load.
 //! [`manifest`] derives the RBAC and deployment manifests `khai generate` prints.
 //! [`reload`] watches the config directory and hands the daemon each new version that loads.
+//!
+//! Public modules are the ones khai's own tests, benches and fuzz targets reach into (`apply`,
+//! `cli`, `config`, `effects`, `operator`, `reconcile`, `schema`, `script`, `webhook`); the rest
+//! are crate-private, and `unreachable_pub` keeps every item inside them `pub(crate)`.
+
+#![warn(unreachable_pub)]
 
 pub mod apply;
 pub mod cli;
-pub mod client;
+pub(crate) mod client;
 pub mod config;
-pub mod controller;
-pub mod daemon;
+pub(crate) mod controller;
+pub(crate) mod daemon;
 pub mod effects;
 #[cfg(test)]
 mod fake_api;
-pub mod handler;
-pub mod leader;
-pub mod manifest;
-pub mod metrics;
+pub(crate) mod handler;
+pub(crate) mod leader;
+pub(crate) mod manifest;
+pub(crate) mod metrics;
 pub mod operator;
-pub mod queue;
+pub(crate) mod queue;
 pub mod reconcile;
-pub mod reload;
-pub mod scaffold;
+pub(crate) mod reload;
+pub(crate) mod scaffold;
 pub mod schema;
 pub mod script;
-pub mod serve;
-pub mod sync;
-pub mod tasks;
+pub(crate) mod serve;
+pub(crate) mod sync;
+pub(crate) mod tasks;
 #[cfg(test)]
 mod test_logs;
-pub mod testing;
-pub mod watch;
+pub(crate) mod testing;
+pub(crate) mod watch;
 pub mod webhook;

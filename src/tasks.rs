@@ -92,7 +92,7 @@ impl Tasks {
 }
 
 /// The message a panic carried, when it is text.
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_string())

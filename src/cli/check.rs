@@ -14,7 +14,7 @@ pub struct Args {
     pub config: PathBuf,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let op = Operator::load(&args.config)?;
     for w in &op.config.warnings {
         eprintln!("warning: {w}");

@@ -68,7 +68,6 @@ impl RbacScope {
         let plan = crate::manifest::rbac::plan(&crate::manifest::rbac::Input {
             model,
             finalizes,
-            namespace: namespace.clone(),
             watch_namespaces: self.watch_namespaces.clone(),
             config_map: None,
         });
@@ -146,7 +145,7 @@ pub struct CrdsArgs {
     pub output: Option<PathBuf>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Crds(args) => crds(&args),
         What::Webhooks(args) => webhooks(&args),
@@ -347,7 +346,9 @@ fn crds(args: &CrdsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Manifests as YAML documents, each starting with `---` so the output concatenates safely.
-pub fn to_yaml<'a>(manifests: impl IntoIterator<Item = &'a Value>) -> anyhow::Result<String> {
+pub(super) fn to_yaml<'a>(
+    manifests: impl IntoIterator<Item = &'a Value>,
+) -> anyhow::Result<String> {
     let mut out = String::new();
     for m in manifests {
         out.push_str("---\n");

@@ -15,7 +15,7 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// The event formatter; pair it with [`JsonFields`] so span fields are stored as JSON.
-pub struct FlatJson;
+pub(super) struct FlatJson;
 
 impl<S> FormatEvent<S, JsonFields> for FlatJson
 where

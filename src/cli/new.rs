@@ -60,7 +60,7 @@ pub struct ControllerArgs {
     pub dir: PathBuf,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Operator(a) => operator(&a),
         What::Controller(a) => controller(&a),

@@ -36,7 +36,7 @@ pub struct Args {
     pub webhooks: super::webhook_flags::WebhookFlags,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Everything that can be wrong with a config on disk is found before touching the cluster.
     let disk = match &args.config {
         Source::Path(path) => Some(load_disk(path)?),

@@ -16,7 +16,7 @@ pub struct Args {
     pub dir: PathBuf,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let op = Operator::load(&args.dir)?;
     let files = case::find(&args.dir)?;
     let (mut passed, mut failed) = (0usize, 0usize);

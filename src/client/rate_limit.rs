@@ -50,14 +50,14 @@ impl Default for Limits {
 }
 
 /// controller-runtime's default QPS.
-pub const DEFAULT_QPS: f64 = 20.0;
+pub(crate) const DEFAULT_QPS: f64 = 20.0;
 /// controller-runtime's default burst.
-pub const DEFAULT_BURST: u32 = 30;
+pub(crate) const DEFAULT_BURST: u32 = 30;
 
 /// The token bucket every request of one client draws from; its limits can be changed while
 /// requests flow (the config, read after connecting, sets them).
 #[derive(Debug)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     state: Mutex<State>,
 }
 
@@ -71,7 +71,7 @@ struct State {
 
 impl Bucket {
     /// A full bucket.
-    pub fn new(limits: Limits) -> Arc<Self> {
+    pub(crate) fn new(limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
                 limits,
@@ -82,7 +82,7 @@ impl Bucket {
     }
 
     /// Changes the limits from now on.
-    pub fn set(&self, limits: Limits) {
+    pub(crate) fn set(&self, limits: Limits) {
         let mut s = crate::sync::lock(&self.state);
         let now = Instant::now();
         s.refill(now);
@@ -91,13 +91,13 @@ impl Bucket {
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> Limits {
+    pub(crate) fn limits(&self) -> Limits {
         crate::sync::lock(&self.state).limits
     }
 
     /// Takes a token, reserving the next one when none is left; returns how long the caller
     /// must wait before sending.
-    pub fn reserve(&self) -> Duration {
+    pub(crate) fn reserve(&self) -> Duration {
         let mut s = crate::sync::lock(&self.state);
         if s.limits.qps <= 0.0 {
             return Duration::ZERO;
@@ -115,7 +115,7 @@ impl Bucket {
 impl Bucket {
     /// Takes a token without waiting for it, even when none is left: later reservations wait
     /// the longer.
-    pub fn charge(&self) {
+    pub(crate) fn charge(&self) {
         let mut s = crate::sync::lock(&self.state);
         if s.limits.qps > 0.0 {
             s.refill(Instant::now());
@@ -134,12 +134,12 @@ impl State {
 
 /// A tower layer that limits and counts the requests of the service it wraps.
 #[derive(Clone)]
-pub struct RateLimitLayer {
+pub(crate) struct RateLimitLayer {
     bucket: Arc<Bucket>,
 }
 
 impl RateLimitLayer {
-    pub fn new(bucket: Arc<Bucket>) -> Self {
+    pub(crate) fn new(bucket: Arc<Bucket>) -> Self {
         Self { bucket }
     }
 }
@@ -157,7 +157,7 @@ impl<S> tower::Layer<S> for RateLimitLayer {
 /// See [`RateLimitLayer`]. The inner service must be cheap to clone (a tower `Buffer`): each
 /// request calls its own clone once its token is there.
 #[derive(Clone)]
-pub struct RateLimit<S> {
+pub(crate) struct RateLimit<S> {
     inner: S,
     bucket: Arc<Bucket>,
 }

@@ -21,7 +21,11 @@ type Report<'r> = dyn FnMut(&[Seg<'_>], String) + 'r;
 
 /// Validates `model`; `src` is the file's text, used to place each problem on its line.
 /// Returns the warnings: things that may be right but probably are not.
-pub fn validate(model: &Model, file: &Path, src: &str) -> Result<Vec<Diagnostic>, ConfigError> {
+pub(super) fn validate(
+    model: &Model,
+    file: &Path,
+    src: &str,
+) -> Result<Vec<Diagnostic>, ConfigError> {
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
     for (path, message) in kinds::check(model) {

@@ -18,7 +18,7 @@ struct Line<'a> {
 }
 
 /// The 1-based (line, column) of `path`, or of the deepest part of it that was found.
-pub fn locate(src: &str, path: &[Seg]) -> Option<(usize, usize)> {
+pub(super) fn locate(src: &str, path: &[Seg]) -> Option<(usize, usize)> {
     let mut block: Vec<Line> = src
         .lines()
         .enumerate()

@@ -79,7 +79,7 @@ async fn resolve(
 impl Group {
     /// A controller of the group's kind that runs only its handlers, timers and daemons, with
     /// the script of its first entry (which `when` filters read).
-    pub fn synthesize(&self, compiled: &Compiled) -> Option<(Controller, Script)> {
+    pub(super) fn synthesize(&self, compiled: &Compiled) -> Option<(Controller, Script)> {
         let script = self
             .handlers
             .first()
@@ -102,7 +102,7 @@ impl Group {
     }
 
     /// Its handlers and clock, ready to run.
-    pub fn start(&self, op: &Operator) -> Started {
+    pub(super) fn start(&self, op: &Operator) -> Started {
         let c = &op.handlers;
         let name = &op.config.model.operator.name;
         let handlers = (!self.handlers.is_empty()).then(|| {

@@ -103,7 +103,7 @@ pub(crate) struct Services {
 
 impl Caches {
     /// The caches a plan is applied against.
-    pub fn for_apply(&self) -> crate::apply::Caches<'_> {
+    pub(crate) fn for_apply(&self) -> crate::apply::Caches<'_> {
         crate::apply::Caches {
             primary: &self.primary,
             owned: &self.owned,
@@ -115,7 +115,7 @@ impl Caches {
 impl Ctx {
     /// Forgets what the controller keeps per object (backoff, write history, handler state,
     /// memo) for `obj`, which is gone; returns the daemons that ran for it, to be stopped.
-    pub fn forget(&self, obj: &DynamicObject) -> Vec<crate::handler::clock::Stopping> {
+    pub(crate) fn forget(&self, obj: &DynamicObject) -> Vec<crate::handler::clock::Stopping> {
         let key = obj.uid().unwrap_or_else(|| obj.name_any());
         self.backoff.succeed(&key);
         self.spin.forget(&key);
@@ -134,13 +134,13 @@ impl Ctx {
     }
 
     /// The `ctx` a script called about `obj` sees.
-    pub fn script_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
+    pub(crate) fn script_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
         self.ctx_for(obj, true)
     }
 
     /// The `ctx` of a call about `obj` that is not one of the controller's objects (a watch's
     /// `map`): the same lookups, and no memo (memos are kept per object of the controller).
-    pub fn related_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
+    pub(crate) fn related_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
         self.ctx_for(obj, false)
     }
 

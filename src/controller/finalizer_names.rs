@@ -22,7 +22,7 @@ pub(crate) struct Names {
 
 impl Names {
     /// The finalizers of `operator` on `obj` that no controller of the kind uses.
-    pub fn stale(&self, operator: &str, obj: &DynamicObject) -> Vec<String> {
+    pub(crate) fn stale(&self, operator: &str, obj: &DynamicObject) -> Vec<String> {
         if !self.sweeps {
             return Vec::new();
         }

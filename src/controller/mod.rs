@@ -21,7 +21,7 @@ use crate::watch;
 
 /// Why a controller could not be prepared.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error("controller {controller}: {source}")]
     Resolve {
         controller: String,

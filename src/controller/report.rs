@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// Why one reconcile failed; logged and retried with per-object backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
+pub(super) enum ReconcileError {
     #[error(transparent)]
     Plan(#[from] crate::reconcile::Error),
     #[error(transparent)]

@@ -61,7 +61,7 @@ pub(crate) enum Recorded {
 
 impl Spin {
     /// Whether `key`'s reconcile may run now.
-    pub fn check(&self, key: &str) -> Verdict {
+    pub(crate) fn check(&self, key: &str) -> Verdict {
         let now = Instant::now();
         let objects = crate::sync::lock(&self.objects);
         match objects.get(key).and_then(|h| h.cooling_until) {
@@ -71,7 +71,7 @@ impl Spin {
     }
 
     /// Records that a reconcile of `key` finished, having written (`wrote`) or not.
-    pub fn record(&self, key: &str, wrote: bool) -> Recorded {
+    pub(crate) fn record(&self, key: &str, wrote: bool) -> Recorded {
         let now = Instant::now();
         let mut objects = crate::sync::lock(&self.objects);
         if !wrote && !objects.contains_key(key) {
@@ -109,7 +109,7 @@ impl Spin {
     }
 
     /// Forgets `key`, which is gone.
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         crate::sync::lock(&self.objects).remove(key);
     }
 

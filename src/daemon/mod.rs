@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 const CRD_ESTABLISH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long in-flight reconciles may run on after a shutdown signal, unless told otherwise.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+pub(crate) const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
 
 /// Settings of one run that do not come from the config file.
 #[derive(Debug, Clone)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// Overrides `[operator] namespaces` when non-empty.
     pub namespaces: Vec<String>,
     /// Leader election; `None` reconciles at once, as the only replica.
@@ -45,7 +45,7 @@ impl Default for RunOptions {
 
 /// Why a run ended in failure.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The config's CRDs could not be installed.
     #[error(transparent)]
     Schema(#[from] crate::schema::Error),
@@ -66,7 +66,7 @@ pub enum Error {
 /// reconciling, then the running controllers stop taking work, finish their in-flight
 /// reconciles on the old version, and the new controllers start and reconcile every object. A
 /// version that cannot be prepared is reported and the running one is kept.
-pub async fn run(
+pub(crate) async fn run(
     op: Operator,
     client: kube::Client,
     opts: RunOptions,

@@ -77,7 +77,7 @@ pub(super) struct Swap {
 
 impl<U: Unit> Running<U> {
     /// Starts `units` with `start`; every one stops when `shutdown` is cancelled.
-    pub fn new(units: Vec<U>, shutdown: &CancellationToken, start: Start<U>) -> Self {
+    pub(super) fn new(units: Vec<U>, shutdown: &CancellationToken, start: Start<U>) -> Self {
         let mut r = Self {
             tasks: JoinSet::new(),
             ids: HashMap::new(),
@@ -134,7 +134,7 @@ impl<U: Unit> Running<U> {
 
     /// Drives the units; returns once shutdown has stopped all of them. With none running (a
     /// config without controllers) it waits for shutdown.
-    pub async fn run(&mut self) {
+    pub(super) async fn run(&mut self) {
         loop {
             match self.next_ended().await {
                 Some(_) => {}
@@ -147,7 +147,7 @@ impl<U: Unit> Running<U> {
     /// Replaces the running set with `next`: units whose fingerprint is not in `next` stop
     /// taking work and finish their in-flight reconciles on the old version (the others keep
     /// running meanwhile), then the units of `next` that are not running start.
-    pub async fn replace(&mut self, next: Vec<U>) -> Swap {
+    pub(super) async fn replace(&mut self, next: Vec<U>) -> Swap {
         let wanted: HashSet<Fingerprint> = next.iter().map(Unit::fingerprint).collect();
         let mut stopping: HashSet<Fingerprint> = HashSet::new();
         for (fp, live) in &self.live {
@@ -182,7 +182,7 @@ impl<U: Unit> Running<U> {
     }
 
     /// Whether a running unit reads `informer`.
-    pub fn uses(&self, informer: &Arc<Informer>) -> bool {
+    pub(super) fn uses(&self, informer: &Arc<Informer>) -> bool {
         self.live
             .values()
             .any(|l| l.caches.iter().any(|c| Arc::ptr_eq(c, informer)))

@@ -15,7 +15,7 @@ pub(crate) fn warning(reason: &str, message: &str) -> PlannedEvent {
 
 /// What is wrong with a handler's, timer's or daemon's answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AnswerError {
+pub(crate) enum AnswerError {
     #[error("a handler returns nothing or a map of status and events, not {0}")]
     NotAMap(&'static str),
     #[error("status: expected a map, got {0}")]
@@ -28,7 +28,7 @@ pub enum AnswerError {
 }
 
 /// Reads a handler's answer: nothing, or a map with `status` and `events`.
-pub fn take_result(out: Value, handled: &mut Handled) -> Result<(), AnswerError> {
+pub(crate) fn take_result(out: Value, handled: &mut Handled) -> Result<(), AnswerError> {
     let mut map = match out {
         Value::Null => return Ok(()),
         Value::Object(m) => m,

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 /// One difference between two values.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Diff {
+pub(crate) struct Diff {
     pub op: Op,
     /// Keys from the compared value down to the field.
     pub path: Vec<String>,
@@ -24,14 +24,14 @@ pub struct Diff {
 
 /// What happened to a field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Add,
     Change,
     Remove,
 }
 
 impl Op {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Op::Add => "add",
             Op::Change => "change",
@@ -42,7 +42,7 @@ impl Op {
 
 impl Diff {
     /// As scripts see it: `#{ op, path, old, new }`.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({ "op": self.op.name(), "path": self.path, "old": self.old, "new": self.new })
     }
 }
@@ -53,7 +53,7 @@ const KEPT_METADATA: [&str; 2] = ["labels", "annotations"];
 /// The essence of `obj`: everything but `status`, `apiVersion`, `kind`, and the metadata other
 /// than labels and annotations; annotations whose key starts with `bookkeeping` (khai's own)
 /// are left out too.
-pub fn essence(obj: &Value, bookkeeping: &str) -> Value {
+pub(crate) fn essence(obj: &Value, bookkeeping: &str) -> Value {
     let Some(fields) = obj.as_object() else {
         return Value::Null;
     };
@@ -89,7 +89,7 @@ pub fn essence(obj: &Value, bookkeeping: &str) -> Value {
 }
 
 /// Every difference from `old` to `new`, in the order of `old`'s keys then `new`'s new ones.
-pub fn diff(old: &Value, new: &Value) -> Vec<Diff> {
+pub(crate) fn diff(old: &Value, new: &Value) -> Vec<Diff> {
     let mut out = Vec::new();
     walk(&mut Vec::new(), old, new, &mut out);
     out
@@ -160,7 +160,7 @@ fn same(a: &Value, b: &Value) -> bool {
 }
 
 /// The dotted `field` of `v` (`spec.size`), or null when any step is missing.
-pub fn field<'a>(v: &'a Value, field: &str) -> &'a Value {
+pub(crate) fn field<'a>(v: &'a Value, field: &str) -> &'a Value {
     const NULL: &Value = &Value::Null;
     field
         .split('.')

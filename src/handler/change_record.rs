@@ -25,7 +25,7 @@ pub(super) fn relevant<'a>(spec: &'a Handler, old: &Value, new: &Value) -> Optio
 /// The change record a handler of `spec` gets for a change from `old` to `new` (the
 /// objects' essences; `old` is the object itself for a delete); what `khai test` calls
 /// handlers with.
-pub fn change_record(spec: &Handler, old: &Value, new: &Value) -> Value {
+pub(crate) fn change_record(spec: &Handler, old: &Value, new: &Value) -> Value {
     match spec.on {
         On::Create => record("create", &Value::Null, new, None),
         On::Update => record("update", old, new, None),

@@ -41,7 +41,7 @@ pub struct DaemonEntry {
 }
 
 /// The timers and daemons of one kind, and when each is due for each object.
-pub struct Clock {
+pub(crate) struct Clock {
     timers: Vec<TimerEntry>,
     daemons: Vec<DaemonEntry>,
     /// Prefix of khai's own annotations, left out of the change an `idle` timer waits on.
@@ -75,7 +75,7 @@ struct Running {
 }
 
 /// A daemon to stop: its entry, the object it ran for and its last state.
-pub struct Stopping {
+pub(crate) struct Stopping {
     daemon: usize,
     state: Value,
     pub obj: Arc<DynamicObject>,
@@ -89,7 +89,7 @@ enum Due {
 }
 
 impl Clock {
-    pub fn new(operator: &str, timers: Vec<TimerEntry>, daemons: Vec<DaemonEntry>) -> Self {
+    pub(crate) fn new(operator: &str, timers: Vec<TimerEntry>, daemons: Vec<DaemonEntry>) -> Self {
         Self {
             timers,
             daemons,
@@ -98,13 +98,13 @@ impl Clock {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.timers.is_empty() && self.daemons.is_empty()
     }
 
     /// Runs the timers and daemon ticks due for the turn's object, and the `stop` of daemons it
     /// no longer matches. Returns how long until the next one is due.
-    pub async fn run(&self, turn: &Turn<'_>, handled: &mut Handled) -> Option<Duration> {
+    pub(crate) async fn run(&self, turn: &Turn<'_>, handled: &mut Handled) -> Option<Duration> {
         if self.is_empty() {
             return None;
         }
@@ -349,7 +349,7 @@ impl Clock {
     }
 
     /// Forgets the object with `uid`, which is gone; returns its daemons to stop.
-    pub fn forget(&self, uid: &str) -> Vec<Stopping> {
+    pub(crate) fn forget(&self, uid: &str) -> Vec<Stopping> {
         let Some(t) = crate::sync::lock(&self.objects).remove(uid) else {
             return Vec::new();
         };
@@ -357,13 +357,13 @@ impl Clock {
     }
 
     /// Forgets every object (khai is stopping); returns every running daemon to stop.
-    pub fn drain(&self) -> Vec<Stopping> {
+    pub(crate) fn drain(&self) -> Vec<Stopping> {
         let all = std::mem::take(&mut *crate::sync::lock(&self.objects));
         all.into_values().flat_map(running).collect()
     }
 
     /// Calls a daemon's `stop(obj, ctx, state)`, if it has one, within its grace period.
-    pub async fn stop(&self, s: Stopping, ctx: ScriptCtx) {
+    pub(crate) async fn stop(&self, s: Stopping, ctx: ScriptCtx) {
         let entry = &self.daemons[s.daemon];
         let Some(stop) = &entry.spec.stop else {
             return;
@@ -432,7 +432,7 @@ fn running(t: Times) -> Vec<Stopping> {
 }
 
 /// A tick's answer: nothing, or `#{ state, status, events }`; returns the new state if given.
-pub fn daemon_result(
+pub(crate) fn daemon_result(
     out: Value,
     handled: &mut Handled,
 ) -> Result<Option<Value>, super::answer::AnswerError> {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 /// Whether `obj`'s labels and annotations pass `filters` (the script predicate is checked
 /// apart, since it needs a script call).
-pub fn metadata_passes(filters: &Filters<'_>, obj: &Value) -> bool {
+pub(crate) fn metadata_passes(filters: &Filters<'_>, obj: &Value) -> bool {
     let meta = &obj["metadata"];
     passes(filters.labels, &meta["labels"]) && passes(filters.annotations, &meta["annotations"])
 }
@@ -21,7 +21,7 @@ fn passes(wanted: &BTreeMap<String, Presence>, have: &Value) -> bool {
 
 /// The conditions a field handler puts on a field's change.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct FieldConditions<'a> {
+pub(crate) struct FieldConditions<'a> {
     /// The new value must be this.
     pub value: Option<&'a Value>,
     /// The old value must have been this.
@@ -32,7 +32,7 @@ pub struct FieldConditions<'a> {
 
 impl FieldConditions<'_> {
     /// Whether a change from `old` to `new` passes.
-    pub fn pass(&self, old: &Value, new: &Value) -> bool {
+    pub(crate) fn pass(&self, old: &Value, new: &Value) -> bool {
         self.value.is_none_or(|v| v == new)
             && self.new.is_none_or(|v| v == new)
             && self.old.is_none_or(|v| v == old)

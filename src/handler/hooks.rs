@@ -5,7 +5,7 @@ use super::load::HookEntry;
 use crate::script::{CallArg, ScriptCtx};
 
 /// The memos of every object (`ctx.memo`), process-wide: they outlive reloads of the config.
-pub fn memos() -> &'static crate::script::memo::Memos {
+pub(crate) fn memos() -> &'static crate::script::memo::Memos {
     static MEMOS: std::sync::LazyLock<crate::script::memo::Memos> =
         std::sync::LazyLock::new(Default::default);
     &MEMOS
@@ -13,7 +13,7 @@ pub fn memos() -> &'static crate::script::memo::Memos {
 
 /// Runs `[operator] cleanup`, or `startup` once: `fn name(ctx)`, whose `ctx.memo` is the
 /// operator's memo that every object's memo starts from. A failure is logged; khai carries on.
-pub async fn run_hook(hook: &HookEntry, operator: &str, which: &str) {
+pub(crate) async fn run_hook(hook: &HookEntry, operator: &str, which: &str) {
     if let Err(e) = hook_attempt(hook, operator, which, None).await {
         tracing::error!(hook = which, function = %hook.spec.function, error = %e, "hook failed");
     }
@@ -23,7 +23,7 @@ pub async fn run_hook(hook: &HookEntry, operator: &str, which: &str) {
 /// is tried again after the hook's `backoff` (or the delay given to `retry()`), with `ctx.retry`
 /// counting the attempts before; `fail()` or running out of `retries` gives up, logged as an
 /// error, and khai carries on. Returns early, unfinished, when `shutdown` is cancelled.
-pub async fn run_startup(
+pub(crate) async fn run_startup(
     hook: &HookEntry,
     operator: &str,
     shutdown: &tokio_util::sync::CancellationToken,

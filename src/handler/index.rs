@@ -26,7 +26,7 @@ pub struct IndexEntry {
 
 /// The indexes of one config version, kept up to date by tasks it owns: they stop when it is
 /// dropped (with the last controller of that version).
-pub struct IndexSet {
+pub(crate) struct IndexSet {
     tables: Arc<HashMap<String, RwLock<Table>>>,
     ready: tokio::sync::watch::Receiver<usize>,
     count: usize,
@@ -82,7 +82,7 @@ impl Table {
 impl IndexSet {
     /// Starts one task per index and cache that fills the index and keeps it current;
     /// `caches[i]` are the informers of index `i`'s kind (one per watched namespace).
-    pub fn start(entries: &[IndexEntry], caches: Vec<Vec<Arc<Informer>>>) -> Arc<Self> {
+    pub(crate) fn start(entries: &[IndexEntry], caches: Vec<Vec<Arc<Informer>>>) -> Arc<Self> {
         let tables: Arc<HashMap<_, _>> = Arc::new(
             entries
                 .iter()
@@ -114,7 +114,7 @@ impl IndexSet {
     }
 
     /// Waits until every index has taken in its caches' first lists.
-    pub async fn ready(&self) {
+    pub(crate) async fn ready(&self) {
         let mut rx = self.ready.clone();
         let count = self.count;
         let _ = rx.wait_for(|n| *n >= count).await;
@@ -207,13 +207,13 @@ impl Follow {
 /// An index function's answer holds a key that is not a string, number or bool.
 #[derive(Debug, thiserror::Error)]
 #[error("a key of type {type_name}; keys are strings or numbers")]
-pub struct KeyError {
+pub(crate) struct KeyError {
     type_name: &'static str,
 }
 
 /// Why [`Fixed::build`] could not build an index.
 #[derive(Debug, thiserror::Error)]
-pub enum BuildError {
+pub(crate) enum BuildError {
     #[error("index {name}: {source}")]
     Call {
         name: String,
@@ -252,14 +252,14 @@ fn keys(out: Value, obj: &Value) -> Result<Vec<(String, Value)>, KeyError> {
 
 /// Indexes over a fixed set of objects, built at once: what `khai test` gives a case's
 /// `ctx.index`, through the same functions and the same key rules as [`IndexSet`].
-pub struct Fixed {
+pub(crate) struct Fixed {
     tables: HashMap<String, Table>,
 }
 
 impl Fixed {
     /// Each index of `entries` over the objects `of_kind` says are of its kind. A failing index
     /// function is an error (`name: message`), not an object left out: a case should say so.
-    pub fn build(
+    pub(crate) fn build(
         entries: &[IndexEntry],
         objects: &[Value],
         of_kind: impl Fn(&Index, &Value) -> bool,

@@ -45,7 +45,11 @@ impl Compiled {
 }
 
 /// Compiles the entries of `config`, reporting every problem found.
-pub fn load(config: &Config, engine: &Arc<Engine>, limits: &Limits) -> (Compiled, Vec<Problem>) {
+pub(crate) fn load(
+    config: &Config,
+    engine: &Arc<Engine>,
+    limits: &Limits,
+) -> (Compiled, Vec<Problem>) {
     let mut l = Loader {
         config,
         engine,

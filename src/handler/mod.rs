@@ -19,24 +19,24 @@
 mod answer;
 mod attempt;
 mod call;
-pub mod change;
+pub(crate) mod change;
 mod change_record;
-pub mod clock;
-pub mod filter;
+pub(crate) mod clock;
+pub(crate) mod filter;
 mod hooks;
-pub mod index;
-pub mod load;
-pub mod progress;
+pub(crate) mod index;
+pub(crate) mod load;
+pub(crate) mod progress;
 mod recorded;
-pub mod spy;
+pub(crate) mod spy;
 mod unrecorded;
 
-pub use answer::take_result;
+pub(crate) use answer::take_result;
 pub(crate) use answer::warning;
 pub(crate) use call::{budgeted, selects};
-pub use change_record::change_record;
+pub(crate) use change_record::change_record;
 use change_record::{diffs, record, relevant};
-pub use hooks::{memos, run_hook, run_startup};
+pub(crate) use hooks::{memos, run_hook, run_startup};
 
 use crate::config::handlers::{Handler, On};
 use crate::reconcile::PlannedEvent;
@@ -51,7 +51,7 @@ use std::time::Duration;
 
 /// A failure to record handlers' progress; retried with the object's backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error("failed to record handler progress: {0}")]
     Record(#[source] crate::client::ApiError),
 }
@@ -64,7 +64,7 @@ pub struct Entry {
 }
 
 /// The handlers of one kind, and what they remember between turns.
-pub struct Handlers {
+pub(crate) struct Handlers {
     keys: Keys,
     entries: Vec<Entry>,
     /// When this khai started: objects created before it are resumed, not created.
@@ -77,7 +77,7 @@ pub struct Handlers {
 
 /// What a turn of handlers produced for the controller to carry out.
 #[derive(Debug, Default)]
-pub struct Handled {
+pub(crate) struct Handled {
     /// Try again after this long (a handler waits for its retry).
     pub retry_in: Option<Duration>,
     /// Status the handlers returned, merged.
@@ -87,7 +87,7 @@ pub struct Handled {
 }
 
 /// The object a turn is about, as the handlers need it.
-pub struct Turn<'a> {
+pub(crate) struct Turn<'a> {
     pub obj: &'a DynamicObject,
     /// The object as scripts see it.
     pub view: Value,
@@ -106,7 +106,7 @@ enum Cause {
 }
 
 impl Handlers {
-    pub fn new(operator: &str, entries: Vec<Entry>) -> Self {
+    pub(crate) fn new(operator: &str, entries: Vec<Entry>) -> Self {
         Self {
             keys: Keys::new(operator),
             entries,
@@ -118,19 +118,19 @@ impl Handlers {
 
     /// Whether deleting an object must wait for a handler (a non-optional delete handler),
     /// which takes a finalizer.
-    pub fn hold_deletion(&self) -> bool {
+    pub(crate) fn hold_deletion(&self) -> bool {
         self.entries
             .iter()
             .any(|e| e.spec.on == On::Delete && !e.spec.optional)
     }
 
     /// The handlers run on each watch event, with no retries and no bookkeeping.
-    pub fn spies(&self) -> impl Iterator<Item = &Entry> {
+    pub(crate) fn spies(&self) -> impl Iterator<Item = &Entry> {
         self.entries.iter().filter(|e| e.spec.on == On::Event)
     }
 
     /// The delete handlers run on the watch's delete event, best effort.
-    pub fn optional_deletes(&self) -> impl Iterator<Item = &Entry> {
+    pub(crate) fn optional_deletes(&self) -> impl Iterator<Item = &Entry> {
         self.entries
             .iter()
             .filter(|e| e.spec.on == On::Delete && e.spec.optional)
@@ -142,13 +142,13 @@ impl Handlers {
     }
 
     /// Forgets `uid`, whose object is gone.
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         crate::sync::lock(&self.seen).remove(uid);
         crate::sync::lock(&self.pending).remove(uid);
     }
 
     /// Runs the create, update, field and resume handlers that the object's change calls for.
-    pub async fn on_change(&self, turn: &Turn<'_>) -> Result<Handled, Error> {
+    pub(crate) async fn on_change(&self, turn: &Turn<'_>) -> Result<Handled, Error> {
         let uid = turn.obj.uid().unwrap_or_default();
         let first_sight = crate::sync::lock(&self.seen).insert(uid.clone());
         let rec = self.recorded(&uid, &turn.view);
@@ -218,7 +218,7 @@ impl Handlers {
     }
 
     /// Runs the delete handlers that hold the object back; `true` once all are done.
-    pub async fn on_delete(&self, turn: &Turn<'_>) -> Result<(bool, Handled), Error> {
+    pub(crate) async fn on_delete(&self, turn: &Turn<'_>) -> Result<(bool, Handled), Error> {
         let uid = turn.obj.uid().unwrap_or_default();
         let rec = self.recorded(&uid, &turn.view);
         let essence = change::essence(&turn.view, &self.keys.prefix);

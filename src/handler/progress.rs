@@ -20,7 +20,7 @@ const MAX_RECORDED: usize = 64 * 1024;
 
 /// The annotation keys of one operator.
 #[derive(Debug, Clone)]
-pub struct Keys {
+pub(crate) struct Keys {
     /// `<operator>.khai.dev/`: every annotation khai keeps for handlers starts with it.
     pub prefix: String,
     pub last_handled: String,
@@ -28,7 +28,7 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn new(operator: &str) -> Self {
+    pub(crate) fn new(operator: &str) -> Self {
         let prefix = format!("{operator}.khai.dev/");
         Self {
             last_handled: format!("{prefix}last-handled"),
@@ -40,7 +40,7 @@ impl Keys {
 
 /// The handlers' progress on one change.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Progress {
+pub(crate) struct Progress {
     /// The digest of the essence being handled: progress on another change does not count.
     #[serde(rename = "for")]
     pub change: String,
@@ -51,7 +51,7 @@ pub struct Progress {
 /// One handler's attempts on one change.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Attempt {
+pub(crate) struct Attempt {
     /// Calls made so far.
     pub attempts: u32,
     /// When the first call began (RFC 3339).
@@ -69,7 +69,7 @@ pub struct Attempt {
 
 /// What an object's annotations say.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     /// Whether `last-handled` is there at all (a handled object), and what it holds: the
     /// essence, or `None` when only its digest was recorded.
     pub handled: bool,
@@ -79,7 +79,7 @@ pub struct Recorded {
 }
 
 /// Reads khai's annotations from `obj`; unreadable ones count as absent.
-pub fn read(obj: &Value, keys: &Keys) -> Recorded {
+pub(crate) fn read(obj: &Value, keys: &Keys) -> Recorded {
     let annotation = |k: &str| obj["metadata"]["annotations"][k].as_str();
     let mut out = Recorded::default();
     if let Some(text) = annotation(&keys.last_handled) {
@@ -103,7 +103,7 @@ pub fn read(obj: &Value, keys: &Keys) -> Recorded {
 const DIGEST_KEY: &str = "digest";
 
 /// A digest of a value: XXH3-64 of its JSON text.
-pub fn digest(v: &Value) -> String {
+pub(crate) fn digest(v: &Value) -> String {
     format!(
         "{:016x}",
         xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes())
@@ -111,7 +111,7 @@ pub fn digest(v: &Value) -> String {
 }
 
 /// The merge patch that records `last` as handled (when given) and sets or clears `progress`.
-pub fn patch(keys: &Keys, last: Option<&Value>, progress: Option<&Progress>) -> Value {
+pub(crate) fn patch(keys: &Keys, last: Option<&Value>, progress: Option<&Progress>) -> Value {
     let mut annotations = serde_json::Map::new();
     if let Some(last) = last {
         let text = last.to_string();

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 /// What one spy subscription has seen, by uid.
 #[derive(Debug, Default)]
-pub struct EventTypes {
+pub(crate) struct EventTypes {
     /// Objects of the initial list not yet told of.
     listed: HashSet<String>,
     /// Objects told of at least once, still there.
@@ -18,7 +18,7 @@ pub struct EventTypes {
 
 impl EventTypes {
     /// Types for a subscription whose initial list holds `listed` (uids).
-    pub fn new(listed: impl IntoIterator<Item = String>) -> Self {
+    pub(crate) fn new(listed: impl IntoIterator<Item = String>) -> Self {
         Self {
             listed: listed.into_iter().collect(),
             seen: HashSet::new(),
@@ -27,7 +27,7 @@ impl EventTypes {
 
     /// The type of the next event of `uid`: `None` for an object of the initial list told of
     /// for the first time, else `ADDED`, `MODIFIED` or `DELETED`.
-    pub fn next(&mut self, uid: &str, deleted: bool) -> Option<&'static str> {
+    pub(crate) fn next(&mut self, uid: &str, deleted: bool) -> Option<&'static str> {
         if deleted {
             self.listed.remove(uid);
             self.seen.remove(uid);

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 impl Handlers {
     /// Runs the optional delete handlers for an object already gone, once each, logging what
     /// fails.
-    pub async fn on_gone(&self, obj: &DynamicObject, view: Value, ctx: ScriptCtx) {
+    pub(crate) async fn on_gone(&self, obj: &DynamicObject, view: Value, ctx: ScriptCtx) {
         let essence = change::essence(&view, &self.keys.prefix);
         let record = json!({ "type": "delete", "old": essence, "new": Value::Null,
                              "diff": diffs(&essence, &Value::Null) });
@@ -36,7 +36,7 @@ impl Handlers {
 
     /// Runs the raw event handlers (Kopf's spies) for one watch event of type `kind` (`None`:
     /// an object of the initial list, see [`spy`]); `view` is the whole object.
-    pub async fn on_event(&self, view: Value, kind: Option<&str>, ctx: ScriptCtx) {
+    pub(crate) async fn on_event(&self, view: Value, kind: Option<&str>, ctx: ScriptCtx) {
         for entry in self.spies() {
             if !filter::metadata_passes(&entry.spec.filters(), &view) {
                 continue;

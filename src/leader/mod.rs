@@ -83,7 +83,7 @@ struct Record {
 }
 
 /// One replica's view of the election.
-pub struct Elector {
+pub(crate) struct Elector {
     api: Api<Lease>,
     settings: Settings,
     /// The record last seen and when (local clock) it was first seen.
@@ -91,7 +91,7 @@ pub struct Elector {
 }
 
 impl Elector {
-    pub fn new(client: kube::Client, settings: Settings) -> Self {
+    pub(crate) fn new(client: kube::Client, settings: Settings) -> Self {
         Self {
             api: Api::namespaced(client, &settings.namespace),
             settings,
@@ -99,12 +99,12 @@ impl Elector {
         }
     }
 
-    pub fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &Settings {
         &self.settings
     }
 
     /// Tries every retry period until this replica holds the lease.
-    pub async fn acquire(&mut self) {
+    pub(crate) async fn acquire(&mut self) {
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => return,
@@ -120,7 +120,7 @@ impl Elector {
     /// Renews every retry period for as long as the caller keeps polling; returns why leading
     /// ended when another replica holds the lease or no renewal succeeded for the renew
     /// deadline. Dropping the future stops renewing (then [`Self::release`]).
-    pub async fn hold(&mut self) -> String {
+    pub(crate) async fn hold(&mut self) -> String {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.settings.retry_period).await;
@@ -143,7 +143,7 @@ impl Elector {
     }
 
     /// Gives the lease up if this replica holds it, so a successor need not wait for expiry.
-    pub async fn release(&mut self) {
+    pub(crate) async fn release(&mut self) {
         let lease = match self.api.get_opt(&self.settings.lease_name).await {
             Ok(Some(l)) => l,
             Ok(None) => return,

@@ -21,13 +21,13 @@ use crate::config::webhook::{ServiceRef, TlsMode};
 use serde_json::{Value, json};
 
 /// The port of /metrics, /healthz and /readyz.
-pub const METRICS_PORT: u16 = 8080;
+pub(crate) const METRICS_PORT: u16 = 8080;
 /// The port of the webhook server.
-pub const WEBHOOK_PORT: u16 = 9443;
+pub(crate) const WEBHOOK_PORT: u16 = 9443;
 
 /// What to deploy, besides the config.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// khai's own namespace.
     pub namespace: String,
     /// The container image.
@@ -41,25 +41,25 @@ pub struct Settings {
 }
 
 /// The default image: the one built from this version's Dockerfile.
-pub fn default_image() -> String {
+pub(crate) fn default_image() -> String {
     format!("ghcr.io/khai-dev/khai:{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// One file of the operator, by its path relative to the config file's directory.
 #[derive(Debug, Clone, PartialEq)]
-pub struct File {
+pub(crate) struct File {
     pub path: String,
     pub content: String,
 }
 
 /// The ConfigMap holding the config's files: `khai-<operator>-config`.
-pub fn config_map_name(model: &Model) -> String {
+pub(crate) fn config_map_name(model: &Model) -> String {
     format!("{}-config", rbac::name(model))
 }
 
 /// The Service khai is reached through: `[webhook_server] service`, else `khai-<operator>` in
 /// khai's namespace.
-pub fn service(model: &Model, namespace: &str) -> ServiceRef {
+pub(crate) fn service(model: &Model, namespace: &str) -> ServiceRef {
     model
         .webhook_server
         .service
@@ -72,7 +72,7 @@ pub fn service(model: &Model, namespace: &str) -> ServiceRef {
 }
 
 /// Every manifest, in the order to apply them. `crds` are the CRD manifests of the config.
-pub fn manifests(
+pub(crate) fn manifests(
     model: &Model,
     settings: &Settings,
     files: &[File],
@@ -92,7 +92,6 @@ pub fn manifests(
     let plan = rbac::plan(&rbac::Input {
         model,
         finalizes: settings.finalizes.clone(),
-        namespace: ns.into(),
         watch_namespaces: settings.watch_namespaces.clone(),
         config_map: Some(config_map_name(model)),
     });

@@ -6,7 +6,7 @@
 //! No I/O and no cluster: functions take the loaded model and return manifests as JSON values,
 //! which `khai generate` renders as YAML. Nothing here knows the running daemon's state.
 
-pub mod deploy;
-pub mod rbac;
-pub mod values;
-pub mod webhooks;
+pub(crate) mod deploy;
+pub(crate) mod rbac;
+pub(crate) mod values;
+pub(crate) mod webhooks;

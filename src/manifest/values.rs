@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 /// What the values are made of.
 #[derive(Debug)]
-pub struct Input<'a> {
+pub(crate) struct Input<'a> {
     pub model: &'a Model,
     /// The config file and every file it names, by path relative to the config file.
     pub files: &'a [File],
@@ -26,7 +26,7 @@ pub struct Input<'a> {
 }
 
 /// The chart's values for `input`.
-pub fn values(input: &Input<'_>) -> Value {
+pub(crate) fn values(input: &Input<'_>) -> Value {
     let model = input.model;
     let files: Map<String, Value> = input
         .files
@@ -67,7 +67,7 @@ pub fn values(input: &Input<'_>) -> Value {
 
 /// The webhook configurations the release must install: those of `tls = "files"` with a
 /// `[webhook_server] service` (with a self-signed certificate khai installs its own).
-pub fn webhook_configurations(model: &Model) -> Vec<Value> {
+pub(crate) fn webhook_configurations(model: &Model) -> Vec<Value> {
     match (&model.webhook_server.tls, &model.webhook_server.service) {
         (TlsMode::Files, Some(svc)) if !model.webhooks.is_empty() => {
             manifests::configurations(model, &Target::Service(svc.clone()), None)
@@ -104,7 +104,6 @@ script = "scripts/order.rhai"
         let plan = rbac::plan(&rbac::Input {
             model: &model,
             finalizes: vec![false],
-            namespace: "x".into(),
             watch_namespaces: Vec::new(),
             config_map: None,
         });

@@ -38,12 +38,16 @@ impl Target {
 }
 
 /// Name of both webhook configurations: `khai-<operator>`.
-pub fn configuration_name(model: &Model) -> String {
+pub(crate) fn configuration_name(model: &Model) -> String {
     format!("khai-{}", model.operator.name)
 }
 
 /// The Validating and Mutating webhook configurations, each only when some webhook needs it.
-pub fn configurations(model: &Model, target: &Target, ca_bundle: Option<&str>) -> Vec<Value> {
+pub(crate) fn configurations(
+    model: &Model,
+    target: &Target,
+    ca_bundle: Option<&str>,
+) -> Vec<Value> {
     let mut out = Vec::new();
     for (kind, prefix) in [
         ("ValidatingWebhookConfiguration", "validate"),
@@ -144,7 +148,7 @@ fn resource(model: &Model, kind: &KindRef) -> (String, String, String) {
 }
 
 /// A partial CRD, for server-side apply, that turns on webhook conversion through `h`.
-pub fn crd_conversion(
+pub(crate) fn crd_conversion(
     model: &Model,
     h: &Webhook,
     target: &Target,

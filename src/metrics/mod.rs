@@ -8,13 +8,13 @@
 //! `/readyz` on their own port; [`Health`] is what `/readyz` answers from.
 
 mod record;
-pub mod server;
+pub(crate) mod server;
 
-pub use record::{
-    Worker, applied, config_loaded, config_reloaded, controller_failed, controller_started,
-    hot_loop, http_request, leader, queue_add, queue_retry, queue_state, rate_limited,
-    reconcile_finished, reconcile_overlap, reconcile_started, request_sent, script_api_call,
-    script_call, script_limit_abort, status_written, watch_restarted, watch_started,
+pub(crate) use record::{
+    applied, config_loaded, config_reloaded, controller_failed, controller_started, hot_loop,
+    http_request, leader, queue_add, queue_retry, queue_state, rate_limited, reconcile_finished,
+    reconcile_overlap, reconcile_started, request_sent, script_api_call, script_call,
+    script_limit_abort, status_written, watch_restarted, watch_started,
 };
 
 use prometheus::core::Collector;
@@ -26,7 +26,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Values of `controller_runtime_reconcile_total`'s `result` label, as controller-runtime uses them.
-pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
+pub(crate) const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
 
 /// Every metric khai exports.
 struct Metrics {
@@ -343,12 +343,12 @@ impl Metrics {
 }
 
 /// Creates every metric now, so the first scrape already lists them all.
-pub fn init() {
+pub(crate) fn init() {
     LazyLock::force(&METRICS);
 }
 
 /// The whole registry in Prometheus text format.
-pub fn encode() -> String {
+pub(crate) fn encode() -> String {
     let families = METRICS.registry.gather();
     let mut out = Vec::new();
     if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
@@ -359,7 +359,7 @@ pub fn encode() -> String {
 
 /// What `/readyz` answers from.
 #[derive(Debug, Default)]
-pub struct Health {
+pub(crate) struct Health {
     config_loaded: AtomicBool,
     caches_synced: AtomicBool,
 }
@@ -367,12 +367,12 @@ pub struct Health {
 static HEALTH: LazyLock<Health> = LazyLock::new(Health::default);
 
 /// Every informer's first list is in its cache (or, `false`, they are being rebuilt).
-pub fn caches_synced(synced: bool) {
+pub(crate) fn caches_synced(synced: bool) {
     HEALTH.caches_synced.store(synced, Ordering::SeqCst);
 }
 
 /// Why the process is not ready, or `None` when it is.
-pub fn not_ready() -> Option<&'static str> {
+pub(crate) fn not_ready() -> Option<&'static str> {
     if !HEALTH.config_loaded.load(Ordering::SeqCst) {
         Some("config not loaded")
     } else if !HEALTH.caches_synced.load(Ordering::SeqCst) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Declares a controller: its series start at 0, as controller-runtime's do, so rates work from
 /// the first scrape.
-pub fn controller_started(controller: &str, concurrency: u16) {
+pub(crate) fn controller_started(controller: &str, concurrency: u16) {
     let m = &*METRICS;
     for result in RESULTS {
         m.reconcile_total.with_label_values(&[controller, result]);
@@ -38,7 +38,7 @@ pub fn controller_started(controller: &str, concurrency: u16) {
 }
 
 /// Counts one busy worker of `controller` until dropped.
-pub struct Worker(prometheus::IntGauge);
+pub(crate) struct Worker(prometheus::IntGauge);
 
 impl Drop for Worker {
     fn drop(&mut self) {
@@ -47,14 +47,14 @@ impl Drop for Worker {
 }
 
 /// A reconcile of `controller` started; hold the guard until it ends.
-pub fn reconcile_started(controller: &str) -> Worker {
+pub(crate) fn reconcile_started(controller: &str) -> Worker {
     let g = METRICS.active_workers.with_label_values(&[controller]);
     g.inc();
     Worker(g)
 }
 
 /// A reconcile of `controller` ended with `result` (one of [`RESULTS`]) after `took`.
-pub fn reconcile_finished(controller: &str, result: &str, took: Duration) {
+pub(crate) fn reconcile_finished(controller: &str, result: &str, took: Duration) {
     let m = &*METRICS;
     m.reconcile_total
         .with_label_values(&[controller, result])
@@ -71,7 +71,7 @@ pub fn reconcile_finished(controller: &str, result: &str, took: Duration) {
 }
 
 /// Triggers asked `controller` to reconcile `n` objects.
-pub fn queue_add(controller: &str, n: usize) {
+pub(crate) fn queue_add(controller: &str, n: usize) {
     METRICS
         .queue_adds
         .with_label_values(&[controller, controller])
@@ -80,7 +80,7 @@ pub fn queue_add(controller: &str, n: usize) {
 
 /// `depth` objects of `controller` wait for a reconcile; the one that just started (if any)
 /// waited `waited`.
-pub fn queue_state(controller: &str, depth: usize, waited: Option<Duration>) {
+pub(crate) fn queue_state(controller: &str, depth: usize, waited: Option<Duration>) {
     let m = &*METRICS;
     m.queue_depth
         .with_label_values(&[controller, controller])
@@ -93,7 +93,7 @@ pub fn queue_state(controller: &str, depth: usize, waited: Option<Duration>) {
 }
 
 /// A failed reconcile of `controller` was scheduled again.
-pub fn queue_retry(controller: &str) {
+pub(crate) fn queue_retry(controller: &str) {
     METRICS
         .queue_retries
         .with_label_values(&[controller, controller])
@@ -101,7 +101,13 @@ pub fn queue_retry(controller: &str) {
 }
 
 /// What applying one plan did.
-pub fn applied(controller: &str, applied: usize, unchanged: usize, pruned: usize, status: bool) {
+pub(crate) fn applied(
+    controller: &str,
+    applied: usize,
+    unchanged: usize,
+    pruned: usize,
+    status: bool,
+) {
     let m = &*METRICS;
     let add = |c: &IntCounterVec, n: usize| {
         c.with_label_values(&[controller])
@@ -114,13 +120,13 @@ pub fn applied(controller: &str, applied: usize, unchanged: usize, pruned: usize
 }
 
 /// A status write outside a plan (the failure condition).
-pub fn status_written(controller: &str) {
+pub(crate) fn status_written(controller: &str) {
     METRICS.status_writes.with_label_values(&[controller]).inc();
 }
 
 /// One script call of `function` in `script` took `took`; `error` names the kind of error it
 /// ended in, if any.
-pub fn script_call(script: &str, function: &str, took: Duration, error: Option<&str>) {
+pub(crate) fn script_call(script: &str, function: &str, took: Duration, error: Option<&str>) {
     let m = &*METRICS;
     m.script_duration
         .with_label_values(&[script, function])
@@ -133,7 +139,7 @@ pub fn script_call(script: &str, function: &str, took: Duration, error: Option<&
 }
 
 /// A script's `k8s::<verb>` call on `kind` answered `code` (0: no answer) after `took`.
-pub fn script_api_call(verb: &str, kind: &str, code: u16, took: Duration) {
+pub(crate) fn script_api_call(verb: &str, kind: &str, code: u16, took: Duration) {
     let m = &*METRICS;
     m.script_api_calls
         .with_label_values(&[verb, kind, &code.to_string()])
@@ -144,7 +150,7 @@ pub fn script_api_call(verb: &str, kind: &str, code: u16, took: Duration) {
 }
 
 /// A script call was stopped by `limit`.
-pub fn script_limit_abort(script: &str, function: &str, limit: &str) {
+pub(crate) fn script_limit_abort(script: &str, function: &str, limit: &str) {
     METRICS
         .script_limit_aborts
         .with_label_values(&[script, function, limit])
@@ -152,12 +158,12 @@ pub fn script_limit_abort(script: &str, function: &str, limit: &str) {
 }
 
 /// A watch of `kind` is running; its restart counter starts at 0.
-pub fn watch_started(kind: &str) {
+pub(crate) fn watch_started(kind: &str) {
     METRICS.watch_restarts.with_label_values(&[kind]);
 }
 
 /// A controller ended on its own, not because it was asked to stop.
-pub fn controller_failed(controller: &str) {
+pub(crate) fn controller_failed(controller: &str) {
     METRICS
         .controller_failures
         .with_label_values(&[controller])
@@ -165,7 +171,7 @@ pub fn controller_failed(controller: &str) {
 }
 
 /// A reconcile started while another of the same object ran.
-pub fn reconcile_overlap(controller: &str) {
+pub(crate) fn reconcile_overlap(controller: &str) {
     METRICS
         .reconcile_overlaps
         .with_label_values(&[controller])
@@ -173,17 +179,17 @@ pub fn reconcile_overlap(controller: &str) {
 }
 
 /// An object of `controller` was paused for a hot loop.
-pub fn hot_loop(controller: &str) {
+pub(crate) fn hot_loop(controller: &str) {
     METRICS.hot_loops.with_label_values(&[controller]).inc();
 }
 
 /// A watch of `kind` failed and is being restarted.
-pub fn watch_restarted(kind: &str) {
+pub(crate) fn watch_restarted(kind: &str) {
     METRICS.watch_restarts.with_label_values(&[kind]).inc();
 }
 
 /// Whether this replica holds the lease `name`.
-pub fn leader(name: &str, leading: bool) {
+pub(crate) fn leader(name: &str, leading: bool) {
     METRICS
         .leader
         .with_label_values(&[name])
@@ -191,7 +197,7 @@ pub fn leader(name: &str, leading: bool) {
 }
 
 /// The config that is running: its hash, where it came from and which version of that it is.
-pub fn config_loaded(hash: u64, source: &str, version: &str) {
+pub(crate) fn config_loaded(hash: u64, source: &str, version: &str) {
     let hash = hash & ((1u64 << 52) - 1);
     // A gauge is an f64: keep 52 bits so the value is exact.
     #[allow(clippy::cast_precision_loss)]
@@ -206,18 +212,18 @@ pub fn config_loaded(hash: u64, source: &str, version: &str) {
 }
 
 /// One hot reload of the config: swapped in (`true`) or rejected.
-pub fn config_reloaded(ok: bool) {
+pub(crate) fn config_reloaded(ok: bool) {
     let result = if ok { "success" } else { "failure" };
     METRICS.config_reloads.with_label_values(&[result]).inc();
 }
 
 /// A request to the API server got an answer with status `code` (`<error>`: none).
-pub fn request_sent(code: &str, method: &str) {
+pub(crate) fn request_sent(code: &str, method: &str) {
     METRICS.requests.with_label_values(&[code, method]).inc();
 }
 
 /// A request of `verb` waited `waited` for the client-side rate limiter.
-pub fn rate_limited(verb: &str, waited: Duration) {
+pub(crate) fn rate_limited(verb: &str, waited: Duration) {
     METRICS
         .rate_limiter_wait
         .with_label_values(&[verb])
@@ -226,7 +232,7 @@ pub fn rate_limited(verb: &str, waited: Duration) {
 
 /// A script's HTTP request through the allow entry `host` ended with `code` (a status, or the
 /// failure's reason) after `took`.
-pub fn http_request(host: &str, code: &str, took: Duration) {
+pub(crate) fn http_request(host: &str, code: &str, took: Duration) {
     METRICS.http_requests.with_label_values(&[host, code]).inc();
     METRICS
         .http_duration

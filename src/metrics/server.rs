@@ -25,21 +25,21 @@ use tokio::net::TcpListener;
 
 /// Connections open at once; beyond it the oldest idle one is closed (see [`crate::serve`]).
 /// Probes and scrapes each need one, briefly.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send its request headers, and how long a kept-alive
 /// connection may stay idle before it is closed.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds `addr` and creates every metric, so a taken port fails `khai run` at start and the
 /// first scrape lists every family.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     super::init();
     TcpListener::bind(addr).await
 }
 
 /// Serves connections from `listener` for the life of the process, so probes and scrapes are
 /// answered during a graceful shutdown too.
-pub async fn serve(listener: TcpListener) {
+pub(crate) async fn serve(listener: TcpListener) {
     let mut accept = Accept::new(listener, "metrics");
     // Answers are computed at once, so a request busy for longer than the header timeout is a
     // client that does not read its answer.

@@ -23,7 +23,7 @@ type Ref = ObjectRef<DynamicObject>;
 /// Primary objects that changed in a way that matters (see [`Changes`]); every change when
 /// `all` is set. `gone` is told of each object deleted, so per-object state elsewhere (backoff)
 /// can be forgotten with it.
-pub fn primary(
+pub(crate) fn primary(
     sub: Subscription,
     all: bool,
     gone: impl Fn(&DynamicObject) + Send + 'static,
@@ -44,7 +44,7 @@ pub fn primary(
 }
 
 /// Children mapped to the parent of kind `parent` that controls them.
-pub fn owners(sub: Subscription, parent: Kind) -> impl Stream<Item = Ref> + Send {
+pub(crate) fn owners(sub: Subscription, parent: Kind) -> impl Stream<Item = Ref> + Send {
     sub.into_stream()
         .filter_map(move |c| futures::future::ready(controller_of(&c.object, &parent)))
 }
@@ -53,7 +53,7 @@ pub fn owners(sub: Subscription, parent: Kind) -> impl Stream<Item = Ref> + Send
 /// is in its child's namespace; a cluster-scoped one in none, whichever namespace the child is in.
 /// An unowned child khai marked names its parent, namespace included, in an annotation
 /// ([`crate::watch::ownership`]).
-pub fn controller_of(child: &DynamicObject, parent: &Kind) -> Option<Ref> {
+pub(crate) fn controller_of(child: &DynamicObject, parent: &Kind) -> Option<Ref> {
     let r = &parent.resource;
     if let Some(p) = crate::watch::ownership::unowned_parent(child) {
         if p.kind != r.kind || p.group != r.group {
@@ -80,7 +80,11 @@ fn parent_ref(parent: &Kind, name: &str, namespace: Option<String>) -> Ref {
 
 /// Related objects mapped to the parent named by their `label` (in the same namespace, for a
 /// namespaced parent).
-pub fn by_label(sub: Subscription, label: String, parent: Kind) -> impl Stream<Item = Ref> + Send {
+pub(crate) fn by_label(
+    sub: Subscription,
+    label: String,
+    parent: Kind,
+) -> impl Stream<Item = Ref> + Send {
     sub.into_stream().filter_map(move |c| {
         let o = c.object;
         let r = o
@@ -92,7 +96,7 @@ pub fn by_label(sub: Subscription, label: String, parent: Kind) -> impl Stream<I
 }
 
 /// Related objects mapped to parents by the script function `function(obj)`.
-pub fn by_script(
+pub(crate) fn by_script(
     sub: Subscription,
     script: Script,
     function: String,
@@ -127,7 +131,7 @@ pub fn by_script(
 
 /// Reads a mapping function's answer: a name, an array of names, or maps `#{ name, namespace }`
 /// (namespace defaulting to the related object's; ignored for a cluster-scoped parent).
-pub fn parent_refs(v: &Value, default_ns: Option<String>, parent: &Kind) -> Vec<Ref> {
+pub(crate) fn parent_refs(v: &Value, default_ns: Option<String>, parent: &Kind) -> Vec<Ref> {
     let one = |v: &Value| -> Option<Ref> {
         let (name, ns) = match v {
             Value::String(n) => (n.as_str(), default_ns.clone()),
@@ -149,7 +153,7 @@ pub fn parent_refs(v: &Value, default_ns: Option<String>, parent: &Kind) -> Vec<
 }
 
 /// A tick every `period`, first one after a full period, for `reconcile_all_on`.
-pub fn resync(period: Duration) -> impl Stream<Item = ()> + Send {
+pub(crate) fn resync(period: Duration) -> impl Stream<Item = ()> + Send {
     let start = tokio::time::Instant::now() + period;
     futures::stream::unfold(
         tokio::time::interval_at(start, period),
@@ -170,7 +174,7 @@ pub fn resync(period: Duration) -> impl Stream<Item = ()> + Send {
 /// first one starts the clock. Retries and `requeue_after` run without a request and are not
 /// counted here (controller-runtime counts them only once their delay is over, too).
 #[derive(Clone)]
-pub struct Pending {
+pub(crate) struct Pending {
     controller: Arc<str>,
     waiting: Arc<Mutex<Waiting>>,
 }
@@ -179,7 +183,7 @@ pub struct Pending {
 type Waiting = HashMap<(Option<String>, String), Instant>;
 
 impl Pending {
-    pub fn new(controller: &str) -> Self {
+    pub(crate) fn new(controller: &str) -> Self {
         Self {
             controller: controller.into(),
             waiting: Arc::default(),
@@ -187,7 +191,7 @@ impl Pending {
     }
 
     /// A reconcile of `namespace/name` was requested.
-    pub fn added(&self, namespace: Option<&str>, name: &str) {
+    pub(crate) fn added(&self, namespace: Option<&str>, name: &str) {
         crate::metrics::queue_add(&self.controller, 1);
         self.update(|w| {
             w.entry((namespace.map(str::to_string), name.to_string()))
@@ -197,13 +201,13 @@ impl Pending {
     }
 
     /// The reconcile of `namespace/name` started.
-    pub fn started(&self, namespace: Option<&str>, name: &str) {
+    pub(crate) fn started(&self, namespace: Option<&str>, name: &str) {
         let key = (namespace.map(str::to_string), name.to_string());
         self.update(|w| w.remove(&key).map(|since| since.elapsed()));
     }
 
     /// The request for `namespace/name` was dropped: the object is gone.
-    pub fn dropped(&self, namespace: Option<&str>, name: &str) {
+    pub(crate) fn dropped(&self, namespace: Option<&str>, name: &str) {
         let key = (namespace.map(str::to_string), name.to_string());
         self.update(|w| {
             w.remove(&key);
@@ -212,7 +216,8 @@ impl Pending {
     }
 
     /// How many objects wait.
-    pub fn depth(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn depth(&self) -> usize {
         lock(&self.waiting).len()
     }
 
@@ -224,7 +229,7 @@ impl Pending {
 }
 
 /// What a trigger stream yields names one object to reconcile.
-pub trait Request {
+pub(crate) trait Request {
     fn key(&self) -> (Option<&str>, &str);
 }
 
@@ -246,7 +251,7 @@ impl Request for Ref {
 
 /// Per-object exponential backoff: `base`, doubling per failure, capped, reset on success.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     base: Duration,
     cap: Duration,
     failures: Mutex<HashMap<String, u32>>,
@@ -259,7 +264,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub fn new(base: Duration, cap: Duration) -> Self {
+    pub(crate) fn new(base: Duration, cap: Duration) -> Self {
         Self {
             base,
             cap,
@@ -268,7 +273,7 @@ impl Backoff {
     }
 
     /// Records a failure of `key` and returns how long to wait before the next attempt.
-    pub fn fail(&self, key: &str) -> Duration {
+    pub(crate) fn fail(&self, key: &str) -> Duration {
         let n = {
             let mut m = lock(&self.failures);
             let n = m.entry(key.to_string()).or_insert(0);
@@ -280,7 +285,7 @@ impl Backoff {
             .min(self.cap)
     }
 
-    pub fn succeed(&self, key: &str) {
+    pub(crate) fn succeed(&self, key: &str) {
         lock(&self.failures).remove(key);
     }
 }

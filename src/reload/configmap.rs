@@ -25,7 +25,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// How a ConfigMap source is written on the command line.
-pub const PREFIX: &str = "configmap:";
+pub(crate) const PREFIX: &str = "configmap:";
 
 /// The ConfigMap a config is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,7 @@ impl std::fmt::Display for Ref {
 
 /// Why the config could not be read from its ConfigMap.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// The API server refused or could not be reached.
     #[error("failed to read {target}: {message}")]
     Read {
@@ -84,7 +84,7 @@ pub enum Error {
 }
 
 /// The operator loaded from the ConfigMap, with what the watch and failure reports need.
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub operator: Operator,
     /// [`fingerprint`] of the data it was loaded from.
     pub fingerprint: u64,
@@ -93,7 +93,7 @@ pub struct Loaded {
 }
 
 /// Reads the ConfigMap and loads the operator from it (compiling scripts on the blocking pool).
-pub async fn load(client: &kube::Client, target: &Ref) -> Result<Loaded, Error> {
+pub(crate) async fn load(client: &kube::Client, target: &Ref) -> Result<Loaded, Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &target.namespace);
     let cm = api.get(&target.name).await.map_err(|source| Error::Read {
         target: target.clone(),
@@ -112,12 +112,12 @@ pub async fn load(client: &kube::Client, target: &Ref) -> Result<Loaded, Error> 
 }
 
 /// A reference to `cm` for Events (with its uid, so `kubectl describe` lists them).
-pub fn object_ref(cm: &ConfigMap) -> ObjectReference {
+pub(crate) fn object_ref(cm: &ConfigMap) -> ObjectReference {
     cm.object_ref(&())
 }
 
 /// A hash of every key and value: equal exactly when the files are.
-pub fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
+pub(crate) fn fingerprint(data: &BTreeMap<String, String>) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     data.hash(&mut h);
     h.finish()
@@ -159,7 +159,7 @@ fn watch_message(e: &watcher::Error) -> String {
 
 /// Watches the ConfigMap until `shutdown`, publishing to `tx` every version that loads.
 /// `current` is the [`fingerprint`] of the version already running.
-pub async fn watch(
+pub(crate) async fn watch(
     client: kube::Client,
     target: Ref,
     current: u64,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// How often the config directory is hashed.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// How deep below the config directory files are hashed.
 const MAX_DEPTH: usize = 4;
@@ -26,7 +26,7 @@ const MAX_DEPTH: usize = 4;
 const MAX_FILES: usize = 2_000;
 
 /// The directory that holds the config at `path` (a file, or a directory holding one).
-pub fn watched_dir(path: &Path) -> PathBuf {
+pub(crate) fn watched_dir(path: &Path) -> PathBuf {
     if path.is_dir() {
         path.to_path_buf()
     } else {
@@ -38,7 +38,7 @@ pub fn watched_dir(path: &Path) -> PathBuf {
 
 /// A hash of the name and content of every file under `root`, following symlinks. Unreadable
 /// entries count as their error, so a file appearing or disappearing changes the hash.
-pub fn fingerprint(root: &Path) -> u64 {
+pub(crate) fn fingerprint(root: &Path) -> u64 {
     let mut files = Vec::new();
     collect(root, Path::new(""), 0, &mut files);
     files.sort();
@@ -81,7 +81,7 @@ fn collect(root: &Path, rel: &Path, depth: usize, out: &mut Vec<PathBuf>) {
 /// Polls the config at `path` until `shutdown`, publishing every new version that loads to
 /// `tx` (the daemon's controllers and the webhook server follow it). `current` is the
 /// fingerprint of the version already running.
-pub async fn watch(
+pub(crate) async fn watch(
     path: PathBuf,
     current: u64,
     tx: Publisher,

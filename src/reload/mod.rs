@@ -10,10 +10,10 @@
 //! running, and the next change is tried again. This module never touches the cluster's
 //! objects.
 
-pub mod configmap;
-pub mod dir;
+pub(crate) mod configmap;
+pub(crate) mod dir;
 
-pub use dir::{fingerprint, watched_dir};
+pub(crate) use dir::{fingerprint, watched_dir};
 
 use crate::operator::Operator;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -55,13 +55,13 @@ impl std::fmt::Display for Source {
 /// the config's ConfigMap (API source), or khai's own Pod when `POD_NAME` and `POD_NAMESPACE`
 /// say which Pod that is (directory source).
 #[derive(Clone)]
-pub struct Failures {
+pub(crate) struct Failures {
     event: Option<(Recorder, ObjectReference)>,
 }
 
 impl Failures {
     /// Reads `POD_NAME` and `POD_NAMESPACE`; without both, failures are only logged and counted.
-    pub fn from_env(client: &kube::Client, operator: &str) -> Self {
+    pub(crate) fn from_env(client: &kube::Client, operator: &str) -> Self {
         let pod = std::env::var("POD_NAME").ok().filter(|s| !s.is_empty());
         let ns = std::env::var("POD_NAMESPACE")
             .ok()
@@ -78,7 +78,7 @@ impl Failures {
 
     /// Failures recorded as Events regarding `object` (the config's ConfigMap), or only logged
     /// and counted without one.
-    pub fn regarding(
+    pub(crate) fn regarding(
         client: &kube::Client,
         operator: &str,
         object: Option<ObjectReference>,
@@ -99,7 +99,7 @@ impl Failures {
 
     /// Logs `error` (whose text starts with file:line), counts a failed reload and records the
     /// Event. The running config is not touched.
-    pub async fn report(&self, error: &str) {
+    pub(crate) async fn report(&self, error: &str) {
         // Counted before it is logged, so whoever reads the log line finds the count up to date.
         crate::metrics::config_reloaded(false);
         tracing::error!(%error, "config reload failed; still running the last good config");
@@ -121,20 +121,20 @@ impl Failures {
 
 /// The newest version that loaded, as a source's watch publishes it. Only the newest counts: a
 /// follower that was busy (a standby replica, a controller draining) skips straight to it.
-pub type Versions = latest::Receiver<Option<Arc<Operator>>>;
+pub(crate) type Versions = latest::Receiver<Option<Arc<Operator>>>;
 
 /// Where a source's watch publishes each version that loads.
-pub fn versions() -> (Publisher, Versions) {
+pub(crate) fn versions() -> (Publisher, Versions) {
     latest::channel(None)
 }
 
 /// What the daemon receives from a source's running watch: each new version that loaded, and where to
 /// report a version that loaded but could not be started (an unknown kind, a CRD the API server
 /// rejected).
-pub struct Updates {
+pub(crate) struct Updates {
     pub versions: Versions,
     pub failures: Failures,
 }
 
 /// The sending side of [`Versions`].
-pub type Publisher = latest::Sender<Option<Arc<Operator>>>;
+pub(crate) type Publisher = latest::Sender<Option<Arc<Operator>>>;

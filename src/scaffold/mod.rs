@@ -12,11 +12,11 @@ use crate::config::{self, model::Model};
 use std::path::{Path, PathBuf};
 
 /// A new file: its path relative to the operator folder, and its text.
-pub type File = (PathBuf, String);
+pub(crate) type File = (PathBuf, String);
 
 /// Why scaffolding refused.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum Error {
+pub(crate) enum Error {
     #[error("{what} {value:?} {rule}")]
     Invalid {
         what: &'static str,
@@ -31,7 +31,7 @@ pub enum Error {
 
 /// The names one CRD and controller are generated from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Names {
+pub(crate) struct Names {
     /// The operator's name (`[operator] name`).
     pub operator: String,
     pub kind: String,
@@ -41,7 +41,7 @@ pub struct Names {
 
 impl Names {
     /// Names for a new operator `name`, with `--kind`/`--group` defaults filled in.
-    pub fn for_operator(
+    pub(crate) fn for_operator(
         name: &str,
         kind: Option<&str>,
         group: Option<&str>,
@@ -58,14 +58,14 @@ impl Names {
     }
 
     /// Checks the kind, group and version the way the API server would.
-    pub fn check(&self) -> Result<(), Error> {
+    pub(crate) fn check(&self) -> Result<(), Error> {
         check_kind(&self.kind)?;
         check_group(&self.group)?;
         check_version(&self.version)
     }
 
     /// Lower-case singular, used for file names: `scripts/<singular>.rhai`.
-    pub fn singular(&self) -> String {
+    pub(crate) fn singular(&self) -> String {
         self.kind.to_lowercase()
     }
 
@@ -81,7 +81,7 @@ impl Names {
 }
 
 /// `my-app` becomes `MyApp`.
-pub fn pascal_case(name: &str) -> String {
+pub(crate) fn pascal_case(name: &str) -> String {
     name.split(['-', '_', '.'])
         .filter(|p| !p.is_empty())
         .map(|p| {
@@ -165,7 +165,7 @@ fn check_version(version: &str) -> Result<(), Error> {
 }
 
 /// Every file of a new operator folder; with `webhooks`, admission webhooks for its kind too.
-pub fn operator_files(names: &Names, webhooks: bool) -> Vec<File> {
+pub(crate) fn operator_files(names: &Names, webhooks: bool) -> Vec<File> {
     let mut files = vec![
         (
             PathBuf::from("operator.toml"),
@@ -192,7 +192,7 @@ fn config_tables(webhooks: bool) -> String {
 
 /// The files one more controller brings: its script, its sample object and its test cases;
 /// with `webhooks`, the webhook script and its validate and mutate cases.
-pub fn controller_files(names: &Names, webhooks: bool) -> Vec<File> {
+pub(crate) fn controller_files(names: &Names, webhooks: bool) -> Vec<File> {
     let s = names.singular();
     let mut files = vec![
         (format!("scripts/{s}.rhai"), templates::SCRIPT),
@@ -219,7 +219,7 @@ pub fn controller_files(names: &Names, webhooks: bool) -> Vec<File> {
 /// `src` (the text of `file`) with a `[[crd]]` and a `[[controller]]` for `names` appended (and
 /// a `[[webhook]]` with `webhooks`). Refuses a kind the config already declares, and a config
 /// that does not parse.
-pub fn append_controller(
+pub(crate) fn append_controller(
     file: &Path,
     src: &str,
     names: &Names,
@@ -246,7 +246,7 @@ pub fn append_controller(
 }
 
 /// The group new controllers default to: the first CRD's, else `<operator>.example.com`.
-pub fn default_group(model: &Model) -> String {
+pub(crate) fn default_group(model: &Model) -> String {
     model.crds.first().map_or_else(
         || format!("{}.example.com", model.operator.name),
         |c| c.group.clone(),

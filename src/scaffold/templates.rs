@@ -2,7 +2,7 @@
 //! `__VERSION__`, `__SINGULAR__` (lower-case kind) and `__PLURAL__`.
 
 /// The top of a new `operator.toml`; a [`CRD_AND_CONTROLLER`] follows it.
-pub const OPERATOR_HEADER: &str = r#"# __OPERATOR__: a khai operator.
+pub(super) const OPERATOR_HEADER: &str = r#"# __OPERATOR__: a khai operator.
 #
 #   khai check .          validate this file and compile the scripts (no cluster)
 #   khai test .           run the offline test cases in tests/ (no cluster)
@@ -13,7 +13,7 @@ name = "__OPERATOR__"
 "#;
 
 /// One CRD and the controller that reconciles it; also what `khai new controller` appends.
-pub const CRD_AND_CONTROLLER: &str = r#"# A __KIND__ asks for a ConfigMap holding its message.
+pub(super) const CRD_AND_CONTROLLER: &str = r#"# A __KIND__ asks for a ConfigMap holding its message.
 [[crd]]
 group = "__GROUP__"
 kind = "__KIND__"
@@ -28,7 +28,7 @@ owns = ["v1/ConfigMap"]
 script = "scripts/__SINGULAR__.rhai"
 "#;
 
-pub const SCRIPT: &str = r#"// Level-triggered: given a __KIND__, return what should exist. khai calls this whenever the
+pub(super) const SCRIPT: &str = r#"// Level-triggered: given a __KIND__, return what should exist. khai calls this whenever the
 // __KIND__ or a ConfigMap it owns changes; it applies the children with server-side apply, makes
 // the __KIND__ their owner, deletes children no longer returned, and writes status only when it
 // changed. `khai test .` runs it against the cases in tests/ without a cluster.
@@ -53,7 +53,7 @@ fn reconcile(obj, ctx) {
 "#;
 
 /// A `[[webhook]]` for the kind; appended after [`CRD_AND_CONTROLLER`] with `--webhooks`.
-pub const WEBHOOK_CONFIG: &str = r#"
+pub(super) const WEBHOOK_CONFIG: &str = r#"
 # Admission webhooks for __KIND__: khai serves them over HTTPS (`khai run --webhook-bind`) and,
 # with `--webhook-url`, registers them with the API server itself.
 [[webhook]]
@@ -63,7 +63,7 @@ validate = "validate"
 mutate = "mutate"
 "#;
 
-pub const WEBHOOK_SCRIPT: &str = r#"// Admission webhooks for __KIND__: the API server calls them before it stores a __KIND__.
+pub(super) const WEBHOOK_SCRIPT: &str = r#"// Admission webhooks for __KIND__: the API server calls them before it stores a __KIND__.
 // `req` is the AdmissionReview request: req.operation ("CREATE", "UPDATE", ...), req.object,
 // req.oldObject (on UPDATE and DELETE), req.userInfo (username, groups), req.namespace, ...
 // `khai test .` runs them against the validate and mutate cases in tests/.
@@ -87,7 +87,7 @@ fn mutate(req) {
 }
 "#;
 
-pub const CASE_VALIDATE: &str = r#"# A validate case: the request as the API server would send it, and the expected answer.
+pub(super) const CASE_VALIDATE: &str = r#"# A validate case: the request as the API server would send it, and the expected answer.
 description: a __KIND__ with a message longer than 64 characters is denied
 validate:
   operation: CREATE
@@ -103,7 +103,7 @@ expect:
   message: spec.message must be at most 64 characters, got 73
 "#;
 
-pub const CASE_MUTATE: &str = r#"# A mutate case: `expect.object` is the object after khai's patch, as it would be stored.
+pub(super) const CASE_MUTATE: &str = r#"# A mutate case: `expect.object` is the object after khai's patch, as it would be stored.
 description: a new __KIND__ records who wrote it last
 mutate:
   operation: CREATE
@@ -124,7 +124,7 @@ expect:
       message: Hello from __OPERATOR__
 "#;
 
-pub const SAMPLE: &str = r#"apiVersion: __GROUP__/__VERSION__
+pub(super) const SAMPLE: &str = r#"apiVersion: __GROUP__/__VERSION__
 kind: __KIND__
 metadata:
   name: __SINGULAR__-sample
@@ -132,7 +132,7 @@ spec:
   message: Hello from the sample __KIND__
 "#;
 
-pub const CASE_NEW: &str = r#"# `khai test .` runs this case offline: reconcile the object below and compare the answer.
+pub(super) const CASE_NEW: &str = r#"# `khai test .` runs this case offline: reconcile the object below and compare the answer.
 # Expectations are partial: keys left out are not checked, and `key: null` means absent.
 description: a new __KIND__ gets a ConfigMap with the default message and is Pending
 object:
@@ -154,7 +154,7 @@ expect:
     configMap: first-__SINGULAR__
 "#;
 
-pub const CASE_READY: &str = r#"# `cache:` holds objects khai's caches would hold, visible through ctx.get/list/owned.
+pub(super) const CASE_READY: &str = r#"# `cache:` holds objects khai's caches would hold, visible through ctx.get/list/owned.
 description: a __KIND__ whose ConfigMap exists is Ready
 object:
   apiVersion: __GROUP__/__VERSION__
@@ -178,7 +178,7 @@ expect:
     phase: Ready
 "#;
 
-pub const README: &str = r#"# __OPERATOR__
+pub(super) const README: &str = r#"# __OPERATOR__
 
 A Kubernetes operator run by [khai](https://github.com/khai-dev/khai): `operator.toml` declares
 the `__KIND__` custom resource (`__GROUP__/__VERSION__`) and its controller, and

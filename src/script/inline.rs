@@ -16,10 +16,10 @@ use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 /// Operations a call may run on the worker thread before it moves to the blocking pool.
-pub const INLINE_OPS: u64 = 10_000;
+pub(super) const INLINE_OPS: u64 = 10_000;
 
 /// Time a call may run on the worker thread before it moves to the blocking pool.
-pub const INLINE_TIME: Duration = Duration::from_millis(1);
+pub(super) const INLINE_TIME: Duration = Duration::from_millis(1);
 
 /// The clock is read every this many operations, or sooner once the call has allocated
 /// [`CLOCK_AFTER_BYTES`] since the last reading (work on large values allocates): reading it on
@@ -54,7 +54,7 @@ thread_local! {
 
 /// Runs `f` as an inline attempt. `None` when it ran out of budget (its result is meaningless
 /// and its output dropped) or panicked: the caller runs it again on the blocking pool.
-pub fn attempt<T>(f: impl FnOnce() -> T) -> Option<T> {
+pub(super) fn attempt<T>(f: impl FnOnce() -> T) -> Option<T> {
     ATTEMPT.with(|a| *a.borrow_mut() = Some(Attempt::start()));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     let done = ATTEMPT.with(|a| a.borrow_mut().take()).unwrap_or_default();
@@ -69,7 +69,7 @@ pub fn attempt<T>(f: impl FnOnce() -> T) -> Option<T> {
 
 /// Whether the running call is an inline attempt that just used up its operation or time
 /// budget; the engine's progress hook stops the call when it is.
-pub fn over_budget(ops: u64) -> bool {
+pub(super) fn over_budget(ops: u64) -> bool {
     ATTEMPT.with(|a| {
         a.borrow_mut().as_mut().is_some_and(|a| {
             a.over_budget = a.over_budget || ops > INLINE_OPS || a.out_of_time(ops);
@@ -100,14 +100,14 @@ impl Attempt {
 }
 
 /// Whether the call running on this thread is an inline attempt.
-pub fn active() -> bool {
+pub(super) fn active() -> bool {
     ATTEMPT.with(|a| a.borrow().is_some())
 }
 
 /// Ends the running inline attempt, if the call is one, because it was about to make a side
 /// effect (see `crate::effects`): it must run again from the start on the blocking pool before
 /// anything leaves the process. Returns whether it was an inline attempt.
-pub fn leave() -> bool {
+pub(super) fn leave() -> bool {
     ATTEMPT.with(|a| {
         a.borrow_mut().as_mut().is_some_and(|a| {
             a.over_budget = true;
@@ -118,23 +118,23 @@ pub fn leave() -> bool {
 
 /// Whether the call that just ended on this thread was stopped for its inline budget (so its
 /// error is not the script's and must not be reported).
-pub fn stopped() -> bool {
+pub(super) fn stopped() -> bool {
     ATTEMPT.with(|a| a.borrow().as_ref().is_some_and(|a| a.over_budget))
 }
 
 /// `log_debug`/`log_info`/`log_warn`/`log_error` from a script: held during an inline attempt,
 /// logged otherwise.
-pub fn log(level: tracing::Level, text: &str) {
+pub(super) fn log(level: tracing::Level, text: &str) {
     hold_or_emit(Held::Log(level, text.to_string()));
 }
 
 /// `print` from a script: held during an inline attempt, logged otherwise.
-pub fn print(text: &str) {
+pub(super) fn print(text: &str) {
     hold_or_emit(Held::Print(text.to_string()));
 }
 
 /// `debug` from a script: held during an inline attempt, logged otherwise.
-pub fn debug(text: &str, source: Option<&str>, line: Option<usize>) {
+pub(super) fn debug(text: &str, source: Option<&str>, line: Option<usize>) {
     hold_or_emit(Held::Debug {
         text: text.to_string(),
         source: source.map(str::to_string),

@@ -19,7 +19,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 /// The system allocator, counting what each thread allocates and frees.
-pub struct Counting;
+pub(super) struct Counting;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -94,30 +94,30 @@ unsafe impl GlobalAlloc for Counting {
 
 /// Starts counting a call on this thread, which may grow its memory by `max` bytes (0: no
 /// bound). Ends with [`end`].
-pub fn begin(max: usize) {
+pub(super) fn begin(max: usize) {
     let start = LIVE.with(Cell::get);
     BUDGET.with(|b| b.set((max > 0).then(|| (start, signed(max)))));
 }
 
 /// Stops counting the call on this thread.
-pub fn end() {
+pub(super) fn end() {
     BUDGET.with(|b| b.set(None));
 }
 
 /// Whether the call running on this thread has built more than its budget.
-pub fn over_budget() -> bool {
+pub(super) fn over_budget() -> bool {
     BUDGET
         .with(Cell::get)
         .is_some_and(|(start, max)| LIVE.with(Cell::get).wrapping_sub(start) > max)
 }
 
 /// Bytes allocated on this thread so far, freed or not (wrapping: compare with `wrapping_sub`).
-pub fn allocated() -> usize {
+pub(super) fn allocated() -> usize {
     ALLOCATED.with(Cell::get)
 }
 
 /// "64 MiB": a budget as messages name it.
-pub fn describe(bytes: usize) -> String {
+pub(super) fn describe(bytes: usize) -> String {
     const MIB: usize = 1 << 20;
     if bytes >= MIB && bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
@@ -129,7 +129,7 @@ pub fn describe(bytes: usize) -> String {
 /// Runs `f` and returns its result with the most memory this thread held meanwhile beyond
 /// what it held before.
 #[cfg(test)]
-pub fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
+pub(super) fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let start = LIVE.with(Cell::get);
     PEAK.with(|p| p.set(start));
     let value = f();

@@ -10,15 +10,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 /// The first wait after a failed accept.
-pub const FIRST_DELAY: Duration = Duration::from_millis(5);
+pub(super) const FIRST_DELAY: Duration = Duration::from_millis(5);
 /// The longest wait between two accept attempts while they keep failing.
-pub const MAX_DELAY: Duration = Duration::from_secs(1);
+pub(super) const MAX_DELAY: Duration = Duration::from_secs(1);
 /// At most one log line per this long while accepting keeps failing.
-pub const LOG_EVERY: Duration = Duration::from_secs(10);
+pub(super) const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// A listener's accept loop for `server` (named in logs: `metrics`, `webhook`).
 #[derive(Debug)]
-pub struct Accept {
+pub(crate) struct Accept {
     listener: TcpListener,
     server: &'static str,
     delay: Option<Duration>,
@@ -26,7 +26,7 @@ pub struct Accept {
 }
 
 impl Accept {
-    pub fn new(listener: TcpListener, server: &'static str) -> Self {
+    pub(crate) fn new(listener: TcpListener, server: &'static str) -> Self {
         Self {
             listener,
             server,
@@ -37,7 +37,7 @@ impl Accept {
 
     /// The next connection, waiting out accept failures. Cancel-safe: dropping the future loses
     /// no connection.
-    pub async fn next(&mut self) -> TcpStream {
+    pub(crate) async fn next(&mut self) -> TcpStream {
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {

@@ -9,6 +9,6 @@
 mod accept;
 mod slots;
 
-pub use accept::Accept;
+pub(crate) use accept::Accept;
 pub(crate) use accept::Throttle;
-pub use slots::{Busy, Guarded, Slot, Slots};
+pub(crate) use slots::{Guarded, Slot, Slots};

@@ -21,7 +21,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// The open connections of one server.
 #[derive(Debug, Clone)]
-pub struct Slots {
+pub(crate) struct Slots {
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -72,7 +72,7 @@ impl Inner {
 impl Slots {
     /// At most `cap` connections (at least one) for `server`; a request that has been running
     /// for longer than `stale` (the server's request timeout) counts as idle.
-    pub fn new(server: &'static str, cap: usize, stale: Duration) -> Self {
+    pub(crate) fn new(server: &'static str, cap: usize, stale: Duration) -> Self {
         Self {
             inner: Arc::new(Mutex::new(Inner {
                 server,
@@ -92,7 +92,7 @@ impl Slots {
 
     /// A slot for a new connection: at the cap, the oldest idle connection is closed to make
     /// room; `None` (refuse the connection) when every connection is busy.
-    pub fn admit(&self) -> Option<Slot> {
+    pub(crate) fn admit(&self) -> Option<Slot> {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.open.len() >= inner.cap && !inner.evict_one(now) {
@@ -125,19 +125,21 @@ impl Slots {
     }
 
     /// How many connections are open.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().open.len()
     }
 
     /// Whether no connection is open.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 /// One admitted connection; it leaves the set when dropped.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     id: u64,
     slots: Slots,
     close: CancellationToken,
@@ -145,17 +147,18 @@ pub struct Slot {
 
 impl Slot {
     /// Resolves when the connection was chosen to make room: its task should drop it.
-    pub fn closed(&self) -> WaitForCancellationFutureOwned {
+    pub(crate) fn closed(&self) -> WaitForCancellationFutureOwned {
         self.close.clone().cancelled_owned()
     }
 
     /// Marks the connection busy until the returned guard is dropped.
-    pub fn busy(&self) -> Busy {
+    #[cfg(test)]
+    pub(crate) fn busy(&self) -> Busy {
         Busy::enter(self.slots.clone(), self.id)
     }
 
     /// Something the connection's service can clone and mark busy from.
-    pub fn tracker(&self) -> Tracker {
+    pub(crate) fn tracker(&self) -> Tracker {
         Tracker {
             slots: self.slots.clone(),
             id: self.id,
@@ -171,21 +174,21 @@ impl Drop for Slot {
 
 /// Marks one connection busy, from its service.
 #[derive(Debug, Clone)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     slots: Slots,
     id: u64,
 }
 
 impl Tracker {
     /// Marks the connection busy until the returned guard is dropped.
-    pub fn busy(&self) -> Busy {
+    pub(crate) fn busy(&self) -> Busy {
         Busy::enter(self.slots.clone(), self.id)
     }
 }
 
 /// A request in progress on a connection.
 #[derive(Debug)]
-pub struct Busy {
+pub(crate) struct Busy {
     slots: Slots,
     id: u64,
 }
@@ -212,13 +215,13 @@ impl Drop for Busy {
 
 /// A response body that keeps its connection marked busy until hyper has taken all of it.
 #[derive(Debug)]
-pub struct Guarded<B> {
+pub(crate) struct Guarded<B> {
     body: B,
     _busy: Busy,
 }
 
 impl<B> Guarded<B> {
-    pub fn new(body: B, busy: Busy) -> Self {
+    pub(crate) fn new(body: B, busy: Busy) -> Self {
         Self { body, _busy: busy }
     }
 }

@@ -11,7 +11,7 @@ use std::fmt;
 
 /// One difference between the expected and the actual answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mismatch {
+pub(crate) struct Mismatch {
     /// Where, e.g. `children[0].data.message` or `status.phase`.
     pub path: String,
     /// What the case expected, rendered for people.
@@ -31,7 +31,7 @@ impl fmt::Display for Mismatch {
 }
 
 impl Mismatch {
-    pub fn new(
+    pub(crate) fn new(
         path: impl Into<String>,
         expected: impl Into<String>,
         got: impl Into<String>,
@@ -45,7 +45,7 @@ impl Mismatch {
 }
 
 /// Appends to `out` every way in which `got` fails to match `expected` at `path`.
-pub fn compare(path: &str, expected: &Value, got: Option<&Value>, out: &mut Vec<Mismatch>) {
+pub(crate) fn compare(path: &str, expected: &Value, got: Option<&Value>, out: &mut Vec<Mismatch>) {
     match (expected, got) {
         (Value::Null, None | Some(Value::Null)) => {}
         (_, None) => out.push(Mismatch::new(path, render(expected), "nothing")),
@@ -73,7 +73,7 @@ fn items(n: usize) -> String {
 }
 
 /// `a.b`, or `a["app.kubernetes.io/name"]` for keys that are not plain words.
-pub fn join(path: &str, key: &str) -> String {
+pub(crate) fn join(path: &str, key: &str) -> String {
     let plain = !key.is_empty()
         && key
             .chars()
@@ -86,7 +86,7 @@ pub fn join(path: &str, key: &str) -> String {
 }
 
 /// Compact JSON, shortened past 120 characters so one wrong child does not flood the terminal.
-pub fn render(v: &Value) -> String {
+pub(crate) fn render(v: &Value) -> String {
     const MAX: usize = 120;
     let text = match v {
         Value::Null => "null".to_string(),

@@ -13,11 +13,11 @@ use crate::script::Lookup;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-pub use crate::config::kind::KindRef;
+pub(crate) use crate::config::kind::KindRef;
 
 /// The reconciled object's identity, which lookups are relative to.
 #[derive(Debug, Clone)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub kind: String,
     pub name: String,
     pub uid: String,
@@ -26,7 +26,7 @@ pub struct Owner {
 
 /// Lookups over a fixed set of objects.
 #[derive(Debug, Clone)]
-pub struct MemoryLookup {
+pub(crate) struct MemoryLookup {
     /// Kinds the controller watches, as resolved from its config.
     pub visible: Vec<KindRef>,
     pub objects: Vec<Value>,
@@ -38,13 +38,13 @@ pub struct MemoryLookup {
 /// A lookup of a kind the controller does not watch, which `khai run` could never answer.
 #[derive(Debug, thiserror::Error)]
 #[error("kind {written:?} is not watched by this controller; add it to `owns` to look it up")]
-pub struct NotWatched {
+pub(crate) struct NotWatched {
     written: String,
 }
 
 impl MemoryLookup {
     /// Whether the controller watches `kind`; the same words as the daemon's error otherwise.
-    pub fn check_visible(&self, kind: &KindRef, written: &str) -> Result<(), NotWatched> {
+    pub(crate) fn check_visible(&self, kind: &KindRef, written: &str) -> Result<(), NotWatched> {
         if self.visible.iter().any(|v| v.compatible(kind)) {
             Ok(())
         } else {

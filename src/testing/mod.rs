@@ -17,25 +17,23 @@
 //! [`crate::webhook::conversion::convert_object`]), and a mutation's patch is applied to the
 //! object, as the API server does, before it is compared.
 
-pub mod case;
-pub mod compare;
+pub(crate) mod case;
+pub(crate) mod compare;
 mod expect;
 mod handler_case;
-pub mod lookup;
+pub(crate) mod lookup;
 mod problem;
 mod reconcile_case;
 mod stubbed;
-pub mod webhook;
-
-pub use reconcile_case::plan;
+pub(crate) mod webhook;
 
 use handler_case::run_handler;
 use reconcile_case::run_reconcile;
 use stubbed::Stubbed;
 
-pub use case::{Call, Case, Expect};
-pub use compare::Mismatch;
-pub use problem::{Invalid, Problem};
+pub(crate) use case::{Call, Case};
+pub(crate) use compare::Mismatch;
+pub(crate) use problem::{Invalid, Problem};
 
 use crate::config::model::{Crd, Scope};
 use crate::operator::Operator;
@@ -46,7 +44,7 @@ use std::path::PathBuf;
 
 /// Why a case could not be run at all (as opposed to running and not matching).
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     #[error("{}: cannot read: {source}", file.display())]
     Read {
         file: PathBuf,
@@ -93,10 +91,10 @@ fn at(file: &std::path::Path, pos: Option<(usize, usize)>) -> String {
 }
 
 /// Namespace given to a namespaced object that names none, as `kubectl apply` would.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 
 /// Runs one case against a loaded operator; an empty list means it passed.
-pub fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
+pub(crate) fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Error> {
     let stubbed = Stubbed::new(op, case)?;
     let mut mismatches = match &case.call {
         Call::Reconcile => run_reconcile(op, case, &stubbed),

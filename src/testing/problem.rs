@@ -5,7 +5,7 @@
 /// A problem at one field of a case.
 #[derive(Debug, thiserror::Error)]
 #[error("{field}: {problem}")]
-pub struct Invalid {
+pub(crate) struct Invalid {
     /// The field path in the case: `object`, `cache[1]`, `expect.object`.
     pub field: String,
     #[source]
@@ -14,7 +14,7 @@ pub struct Invalid {
 
 /// What is wrong, in the case author's words.
 #[derive(Debug, thiserror::Error)]
-pub enum Problem {
+pub(crate) enum Problem {
     #[error("{0}")]
     Default(#[source] crate::schema::Error),
     #[error("metadata: expected a map")]
@@ -81,7 +81,7 @@ pub enum Problem {
 
 impl Problem {
     /// This problem, at `field` of the case.
-    pub fn at(self, field: impl Into<String>) -> Invalid {
+    pub(crate) fn at(self, field: impl Into<String>) -> Invalid {
         Invalid {
             field: field.into(),
             problem: Box::new(self),

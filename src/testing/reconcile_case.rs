@@ -229,7 +229,7 @@ pub(super) fn memory_lookup(
 }
 
 /// The engine path of one reconcile, without a cluster: call the script, validate its answer.
-pub fn plan(
+pub(crate) fn plan(
     script: &Script,
     function: &str,
     object: &Value,

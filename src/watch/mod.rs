@@ -6,13 +6,13 @@
 //! (`v1/ConfigMap`), `Kind.group` (`Deployment.apps`), or a bare built-in kind resolved through
 //! API discovery (`ConfigMap`).
 
-pub mod informer;
-pub mod ownership;
-pub mod predicate;
-pub mod subscription;
+pub(crate) mod informer;
+pub(crate) mod ownership;
+pub(crate) mod predicate;
+pub(crate) mod subscription;
 
-pub use informer::{Filter, Informer, Informers, Slot};
-pub use subscription::{Changed, Subscription};
+pub(crate) use informer::{Filter, Informer, Informers, Slot};
+pub(crate) use subscription::{Changed, Subscription};
 
 use crate::config::kind::KindRef;
 use crate::config::model::{Model, Scope};
@@ -52,7 +52,7 @@ impl Kind {
 /// Resolves `written` against the config's CRDs first, then the API server: a bare built-in
 /// kind is looked up in its group (khai's table of built-in kinds), any other bare kind across
 /// every group the server serves.
-pub async fn resolve(
+pub(crate) async fn resolve(
     client: &kube::Client,
     model: &Model,
     written: &KindRef,
@@ -104,7 +104,11 @@ pub async fn resolve(
 
 /// The `Api` for `kind` in one namespace, or across all of them. Cluster-scoped kinds ignore
 /// `namespace`, so callers need not care which scope a kind has.
-pub fn api(client: &kube::Client, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+pub(crate) fn api(
+    client: &kube::Client,
+    kind: &Kind,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
     match namespace {
         Some(ns) if kind.namespaced => Api::namespaced_with(client.clone(), ns, &kind.resource),
         _ => Api::all_with(client.clone(), &kind.resource),

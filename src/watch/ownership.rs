@@ -14,11 +14,11 @@ pub const OWNER_LABEL: &str = "khai.dev/owner";
 /// Annotation naming the parent of a child that carries no ownerReference to it:
 /// `<group>/<Kind>/<namespace>/<name>` (`<group>` empty for the core group, `<namespace>` empty
 /// for a cluster-scoped parent).
-pub const PARENT_ANNOTATION: &str = "khai.dev/parent";
+pub(crate) const PARENT_ANNOTATION: &str = "khai.dev/parent";
 
 /// The parent a child's [`PARENT_ANNOTATION`] names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParentName {
+pub(crate) struct ParentName {
     pub group: String,
     pub kind: String,
     /// `None` for a cluster-scoped parent.
@@ -28,7 +28,7 @@ pub struct ParentName {
 
 impl ParentName {
     /// The value of [`PARENT_ANNOTATION`] naming this parent.
-    pub fn annotation(&self) -> String {
+    pub(crate) fn annotation(&self) -> String {
         format!(
             "{}/{}/{}/{}",
             self.group,
@@ -39,7 +39,7 @@ impl ParentName {
     }
 
     /// Reads an annotation written by [`Self::annotation`]; `None` for anything else.
-    pub fn parse(value: &str) -> Option<Self> {
+    pub(crate) fn parse(value: &str) -> Option<Self> {
         let mut parts = value.splitn(4, '/');
         let (group, kind, namespace, name) =
             (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
@@ -57,7 +57,7 @@ impl ParentName {
 
 /// The uid of the parent `obj` belongs to: its controller owner's, or, for an object with no
 /// controller ownerReference that khai marked as an unowned child, its [`OWNER_LABEL`].
-pub fn owner_uid(obj: &DynamicObject) -> Option<String> {
+pub(crate) fn owner_uid(obj: &DynamicObject) -> Option<String> {
     if let Some(o) = obj
         .owner_references()
         .iter()
@@ -71,7 +71,7 @@ pub fn owner_uid(obj: &DynamicObject) -> Option<String> {
 
 /// The parent named by an object khai marked as an unowned child (no controller
 /// ownerReference, both the owner label and the parent annotation); `None` for anything else.
-pub fn unowned_parent(obj: &DynamicObject) -> Option<ParentName> {
+pub(crate) fn unowned_parent(obj: &DynamicObject) -> Option<ParentName> {
     if obj
         .owner_references()
         .iter()

@@ -13,19 +13,19 @@ use std::hash::{Hash, Hasher};
 
 /// Remembers the last fingerprint seen per object.
 #[derive(Debug, Default)]
-pub struct Changes {
+pub(crate) struct Changes {
     seen: HashMap<String, u64>,
 }
 
 impl Changes {
     /// Forgets `obj`, which is gone: the set holds the objects that exist, not every object
     /// ever seen.
-    pub fn forget(&mut self, obj: &DynamicObject) {
+    pub(crate) fn forget(&mut self, obj: &DynamicObject) {
         self.seen.remove(&key(obj));
     }
 
     /// Whether `obj` differs from the last version seen in a way that matters to reconcile.
-    pub fn matters(&mut self, obj: &DynamicObject) -> bool {
+    pub(crate) fn matters(&mut self, obj: &DynamicObject) -> bool {
         let meta = &obj.metadata;
         let Some(generation) = meta.generation else {
             return true;

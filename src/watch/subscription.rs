@@ -51,7 +51,7 @@ pub(super) fn channel() -> (Publisher, Subscription) {
 impl Publisher {
     /// Records `c`, replacing what was pending for the same object. `false` once the
     /// subscriber is gone.
-    pub fn send(&self, c: Changed) -> bool {
+    pub(super) fn send(&self, c: Changed) -> bool {
         let Some(pending) = self.pending.upgrade() else {
             return false;
         };

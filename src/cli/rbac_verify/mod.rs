@@ -46,7 +46,7 @@ pub struct VerifyArgs {
     pub file: Option<std::path::PathBuf>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Verify(args) => match &args.file {
             Some(file) => verify_file(&args, file),

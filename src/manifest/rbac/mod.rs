@@ -32,8 +32,8 @@ mod own;
 mod rules;
 mod workloads;
 
-pub use objects::{manifests, name};
-pub use rules::Rules;
+pub(crate) use objects::{manifests, name};
+pub(crate) use rules::Rules;
 
 use crate::config::kind::KindRef;
 use crate::config::model::Model;
@@ -41,12 +41,10 @@ use std::collections::BTreeMap;
 
 /// What RBAC is generated for.
 #[derive(Debug, Clone)]
-pub struct Input<'a> {
+pub(crate) struct Input<'a> {
     pub model: &'a Model,
     /// Per controller, in config order: whether its script defines `finalize`.
     pub finalizes: Vec<bool>,
-    /// khai's own namespace: its ServiceAccount and leader election Lease live here.
-    pub namespace: String,
     /// Namespaces watched; overrides `[operator] namespaces` when non-empty.
     pub watch_namespaces: Vec<String>,
     /// The ConfigMap in khai's namespace that khai reads its config from through the API
@@ -56,7 +54,7 @@ pub struct Input<'a> {
 
 /// A kind as RBAC sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resource {
+pub(crate) struct Resource {
     pub group: String,
     pub plural: String,
     pub namespaced: bool,
@@ -66,7 +64,7 @@ pub struct Resource {
 
 /// Resolves a kind as written in the config, without a cluster: a CRD of the config, a
 /// built-in kind khai knows, or what the spelling says.
-pub fn resolve(model: &Model, written: &KindRef) -> Resource {
+pub(crate) fn resolve(model: &Model, written: &KindRef) -> Resource {
     let offline = model.resolve_kind(written);
     let crd = model.crd_for(written);
     Resource {
@@ -97,7 +95,7 @@ pub struct Plan {
 }
 
 /// Derives the RBAC plan for `input`.
-pub fn plan(input: &Input<'_>) -> Plan {
+pub(crate) fn plan(input: &Input<'_>) -> Plan {
     let model = input.model;
     let namespaces = if input.watch_namespaces.is_empty() {
         model.operator.namespaces.clone()
@@ -160,7 +158,6 @@ script = "h.rhai"
         plan(&Input {
             model,
             finalizes: vec![finalize],
-            namespace: "ops".into(),
             watch_namespaces: ns.iter().map(|s| s.to_string()).collect(),
             config_map: None,
         })

@@ -13,12 +13,12 @@ fn labels(model: &Model) -> Value {
 }
 
 /// Name of the ServiceAccount, roles and bindings: `khai-<operator>`.
-pub fn name(model: &Model) -> String {
+pub(crate) fn name(model: &Model) -> String {
     format!("khai-{}", model.operator.name)
 }
 
 /// The ServiceAccount, ClusterRole, Roles and their bindings, in the order to apply them.
-pub fn manifests(model: &Model, namespace: &str, plan: &Plan) -> Vec<Value> {
+pub(crate) fn manifests(model: &Model, namespace: &str, plan: &Plan) -> Vec<Value> {
     let name = name(model);
     let labels = labels(model);
     let subject = json!([{ "kind": "ServiceAccount", "name": name, "namespace": namespace }]);

@@ -11,7 +11,9 @@
 mod check;
 mod read;
 
-pub use read::{find, load, parse};
+#[cfg(test)]
+pub(crate) use read::parse;
+pub(crate) use read::{find, load};
 
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -19,7 +21,7 @@ use std::path::PathBuf;
 
 /// A parsed case file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Case {
+pub(crate) struct Case {
     /// The file, as found (relative to where `khai test` was pointed).
     pub file: PathBuf,
     pub description: Option<String>,
@@ -46,7 +48,7 @@ pub struct Case {
 
 /// What a case calls.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Call {
+pub(crate) enum Call {
     /// The controller's `reconcile(obj, ctx)` with `object`.
     Reconcile,
     /// A webhook's `validate(req)`.
@@ -62,7 +64,7 @@ pub enum Call {
 /// Which handler, timer or daemon function a case calls, and what it is called with besides
 /// the object.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HandlerInput {
+pub(crate) struct HandlerInput {
     /// The function (or a handler's `id`).
     pub name: String,
     /// The object before the change, for update, field and delete handlers.
@@ -75,7 +77,7 @@ pub struct HandlerInput {
 
 impl Call {
     /// The key the case gives it under.
-    pub fn key(&self) -> &'static str {
+    pub(crate) fn key(&self) -> &'static str {
         match self {
             Call::Reconcile => "object",
             Call::Validate(_) => "validate",
@@ -90,7 +92,7 @@ impl Call {
 /// resource, name, namespace) as the API server would.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct AdmissionInput {
+pub(crate) struct AdmissionInput {
     /// `CREATE` (the default), `UPDATE`, `DELETE` or `CONNECT`.
     #[serde(default = "create")]
     pub operation: String,
@@ -114,7 +116,7 @@ fn create() -> String {
 /// The object a case converts and the version it converts to.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConvertInput {
+pub(crate) struct ConvertInput {
     pub object: Value,
     /// The desired version: `v1alpha1`, or `group/v1alpha1`.
     pub to: String,
@@ -123,7 +125,7 @@ pub struct ConvertInput {
 /// What the reconcile should answer. Every part is optional; a part left out is not checked.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Expect {
+pub(crate) struct Expect {
     /// Desired children, in order, as the script returns them (before khai adds its
     /// ownerReference, labels and annotation).
     pub children: Option<Vec<Value>>,

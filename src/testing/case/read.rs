@@ -37,7 +37,7 @@ struct CaseFile {
 }
 
 /// The case files of an operator: `<dir>/tests/*.yaml` (and `.yml`), sorted by name.
-pub fn find(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+pub(crate) fn find(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let tests = dir.join("tests");
     let entries = std::fs::read_dir(&tests).map_err(|source| Error::Read {
         file: tests.clone(),
@@ -58,7 +58,7 @@ pub fn find(dir: &Path) -> Result<Vec<PathBuf>, Error> {
 }
 
 /// Reads and parses one case file.
-pub fn load(file: &Path) -> Result<Case, Error> {
+pub(crate) fn load(file: &Path) -> Result<Case, Error> {
     let src = std::fs::read_to_string(file).map_err(|source| Error::Read {
         file: file.to_path_buf(),
         source,
@@ -67,7 +67,7 @@ pub fn load(file: &Path) -> Result<Case, Error> {
 }
 
 /// Parses case text; `file` names it in errors.
-pub fn parse(file: &Path, src: &str) -> Result<Case, Error> {
+pub(crate) fn parse(file: &Path, src: &str) -> Result<Case, Error> {
     let raw: CaseFile = serde_saphyr::from_str(src).map_err(|e| {
         let pos = e
             .location()
