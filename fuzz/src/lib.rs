@@ -232,10 +232,12 @@ pub fn plan(data: &[u8]) {
         return;
     };
     match reconcile::parse_plan(answer) {
-        Err((field, message)) => {
+        Err(e) => {
+            let message = e.problem.to_string();
             assert!(
-                !field.is_empty() && !message.is_empty(),
-                "{field}: {message}"
+                !e.field.is_empty() && !message.is_empty(),
+                "{}: {message}",
+                e.field
             );
         }
         Ok(plan) => {

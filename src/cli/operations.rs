@@ -50,7 +50,7 @@ pub struct Operations {
     pub shutdown_grace: Duration,
 }
 
-fn duration(s: &str) -> Result<Duration, String> {
+fn duration(s: &str) -> Result<Duration, crate::config::duration::ParseError> {
     crate::config::duration::parse(s)
 }
 

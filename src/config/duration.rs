@@ -27,8 +27,8 @@ impl From<Duration> for StdDuration {
 }
 
 impl std::str::FromStr for Duration {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         parse(s).map(Self)
     }
 }
@@ -74,23 +74,39 @@ impl Serialize for Duration {
     }
 }
 
+/// Why a written duration is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("expected a duration like \"30s\", got {0:?}")]
+    NotADuration(String),
+    #[error("unknown unit {unit:?} in {text:?}; use ms, s, m or h")]
+    UnknownUnit { unit: String, text: String },
+    #[error("{0:?} is too long to wait for")]
+    TooLong(String),
+}
+
 /// Parses `"250ms"`, `"30s"`, `"5m"`, `"1h"` or a plain number of seconds.
-pub fn parse(s: &str) -> Result<StdDuration, String> {
+pub fn parse(s: &str) -> Result<StdDuration, ParseError> {
     let split = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num
         .parse()
-        .map_err(|_| format!("expected a duration like \"30s\", got {s:?}"))?;
+        .map_err(|_| ParseError::NotADuration(s.into()))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "s" | "" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}; use ms, s, m or h")),
+        _ => {
+            return Err(ParseError::UnknownUnit {
+                unit: unit.into(),
+                text: s.into(),
+            });
+        }
     };
-    StdDuration::try_from_secs_f64(secs).map_err(|_| format!("{s:?} is too long to wait for"))
+    StdDuration::try_from_secs_f64(secs).map_err(|_| ParseError::TooLong(s.into()))
 }
 
 #[cfg(test)]
@@ -105,7 +121,7 @@ mod tests {
         assert_eq!(parse("2h").unwrap(), StdDuration::from_secs(7200));
         assert_eq!(parse("7").unwrap(), StdDuration::from_secs(7));
         assert_eq!(
-            parse("5 parsecs").unwrap_err(),
+            parse("5 parsecs").unwrap_err().to_string(),
             "unknown unit \" parsecs\" in \"5 parsecs\"; use ms, s, m or h"
         );
     }
@@ -133,7 +149,7 @@ mod tests {
         // `requeue_after: "377777777777777777777777730s"` panicked in Duration::from_secs_f64.
         let long = "377777777777777777777777730s";
         assert_eq!(
-            parse(long).unwrap_err(),
+            parse(long).unwrap_err().to_string(),
             format!("{long:?} is too long to wait for")
         );
         assert!(parse("99999999999999999999h").is_err());

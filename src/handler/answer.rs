@@ -21,8 +21,8 @@ pub(crate) enum AnswerError {
     #[error("status: expected a map, got {0}")]
     Status(&'static str),
     /// An event, as [`crate::reconcile::parse_plan`] reads it, is invalid.
-    #[error("{field}: {message}")]
-    Events { field: String, message: String },
+    #[error(transparent)]
+    Events(crate::reconcile::InvalidAnswer),
     #[error("{0}: unknown key; a handler returns status or events")]
     UnknownKey(String),
 }
@@ -43,7 +43,7 @@ pub(crate) fn take_result(out: Value, handled: &mut Handled) -> Result<(), Answe
     }
     if let Some(events) = map.remove("events") {
         let plan = crate::reconcile::parse_plan(json!({ "events": events }))
-            .map_err(|(field, message)| AnswerError::Events { field, message })?;
+            .map_err(AnswerError::Events)?;
         handled.events.extend(plan.events);
     }
     if let Some(key) = map.keys().next() {

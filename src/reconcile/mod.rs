@@ -48,13 +48,74 @@ pub enum Error {
     #[error(transparent)]
     InvalidChild(#[from] children::Invalid),
     /// The script ran but returned something khai cannot carry out.
-    #[error("{file}: {function} returned an invalid result: {field}: {message}")]
+    #[error("{file}: {function} returned an invalid result: {answer}")]
     InvalidResult {
         file: String,
         function: String,
-        field: String,
-        message: String,
+        answer: Box<InvalidAnswer>,
     },
+}
+
+/// What is wrong with a script's answer, and where in it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct InvalidAnswer {
+    /// The path in the answer: `children[0].metadata.name`, `requeue_after`, `"odd key"`.
+    pub field: String,
+    pub problem: Problem,
+}
+
+/// The ways an answer (or one of its fields) can be wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Problem {
+    #[error("expected {expected}, got {got}")]
+    WrongType {
+        expected: &'static str,
+        got: &'static str,
+    },
+    #[error("must be a non-empty string")]
+    Empty,
+    #[error("must be \"Normal\" or \"Warning\", got {0:?}")]
+    EventType(String),
+    #[error("must be 1 to 128 letters and digits, like \"Scaled\"")]
+    EventReason,
+    #[error("unknown key; expected children, status, events or requeue_after")]
+    UnknownKey,
+    #[error(transparent)]
+    Duration(#[from] DurationError),
+    /// A handler's answer, as `handler::answer` reads it, is invalid (`khai test`).
+    #[error("{0}")]
+    Handler(String),
+}
+
+impl Problem {
+    fn at(self, field: impl Into<String>) -> InvalidAnswer {
+        InvalidAnswer {
+            field: field.into(),
+            problem: self,
+        }
+    }
+
+    fn wrong_type(expected: &'static str, got: &Value) -> Self {
+        Self::WrongType {
+            expected,
+            got: type_name(got),
+        }
+    }
+}
+
+/// Why a duration in a script's answer is not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DurationError {
+    /// The number of seconds, as written.
+    #[error("{0} seconds is too long to wait for")]
+    TooManySeconds(String),
+    #[error("must not be negative, got {0}")]
+    Negative(f64),
+    #[error("expected a duration like \"30s\", got {0}")]
+    WrongType(&'static str),
+    #[error(transparent)]
+    Text(#[from] crate::config::duration::ParseError),
 }
 
 /// Calls `function(obj, ctx)` in `script` and validates the result into a [`Plan`].
@@ -65,25 +126,19 @@ pub async fn plan(
     ctx: ScriptCtx,
 ) -> Result<Plan, Error> {
     let out = script.call_async(function, obj, ctx).await?;
-    parse_plan(out).map_err(|(field, message)| Error::InvalidResult {
+    parse_plan(out).map_err(|answer| Error::InvalidResult {
         file: script.file().display().to_string(),
         function: function.into(),
-        field,
-        message,
+        answer: Box::new(answer),
     })
 }
 
-/// Validates a script's return value. Errors are `(field path, message)`.
-pub fn parse_plan(out: Value) -> Result<Plan, (String, String)> {
+/// Validates a script's return value.
+pub fn parse_plan(out: Value) -> Result<Plan, InvalidAnswer> {
     let mut map = match out {
         Value::Null => return Ok(Plan::default()),
         Value::Object(m) => m,
-        other => {
-            return Err((
-                "result".into(),
-                format!("expected a map or nothing, got {}", type_name(&other)),
-            ));
-        }
+        other => return Err(Problem::wrong_type("a map or nothing", &other).at("result")),
     };
     let mut plan = Plan::default();
     if let Some(children) = map.remove("children") {
@@ -92,57 +147,44 @@ pub fn parse_plan(out: Value) -> Result<Plan, (String, String)> {
     match map.remove("status") {
         None | Some(Value::Null) => {}
         Some(Value::Object(s)) => plan.status = Some(s),
-        Some(other) => {
-            return Err((
-                "status".into(),
-                format!("expected a map, got {}", type_name(&other)),
-            ));
-        }
+        Some(other) => return Err(Problem::wrong_type("a map", &other).at("status")),
     }
     if let Some(events) = map.remove("events") {
         plan.events = parse_events(events)?;
     }
     if let Some(r) = map.remove("requeue_after") {
         plan.requeue_after =
-            Some(parse_duration(&r).map_err(|m| ("requeue_after".to_string(), m))?);
+            Some(parse_duration(&r).map_err(|e| Problem::from(e).at("requeue_after"))?);
     }
     if let Some(key) = map.keys().next() {
         // A key that is not a plain name is quoted, so that an empty or odd one still shows.
         let plain = !key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_');
-        return Err((
-            if plain {
-                key.clone()
-            } else {
-                format!("{key:?}")
-            },
-            "unknown key; expected children, status, events or requeue_after".into(),
-        ));
+        let field = if plain {
+            key.clone()
+        } else {
+            format!("{key:?}")
+        };
+        return Err(Problem::UnknownKey.at(field));
     }
     Ok(plan)
 }
 
-fn parse_children(v: Value) -> Result<Vec<Value>, (String, String)> {
+fn parse_children(v: Value) -> Result<Vec<Value>, InvalidAnswer> {
     let Value::Array(items) = v else {
-        return Err((
-            "children".into(),
-            format!("expected an array, got {}", type_name(&v)),
-        ));
+        return Err(Problem::wrong_type("an array", &v).at("children"));
     };
     for (i, child) in items.iter().enumerate() {
         let field = |f: &str| format!("children[{i}].{f}");
         if !child.is_object() {
-            return Err((
-                format!("children[{i}]"),
-                format!("expected a map, got {}", type_name(child)),
-            ));
+            return Err(Problem::wrong_type("a map", child).at(format!("children[{i}]")));
         }
         for key in ["apiVersion", "kind"] {
             if child[key].as_str().is_none_or(str::is_empty) {
-                return Err((field(key), "must be a non-empty string".into()));
+                return Err(Problem::Empty.at(field(key)));
             }
         }
         if child["metadata"]["name"].as_str().is_none_or(str::is_empty) {
-            return Err((field("metadata.name"), "must be a non-empty string".into()));
+            return Err(Problem::Empty.at(field("metadata.name")));
         }
     }
     Ok(items.into_iter().map(without_nulls).collect())
@@ -165,12 +207,9 @@ fn without_nulls(v: Value) -> Value {
     }
 }
 
-fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, (String, String)> {
+fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, InvalidAnswer> {
     let Value::Array(items) = v else {
-        return Err((
-            "events".into(),
-            format!("expected an array, got {}", type_name(&v)),
-        ));
+        return Err(Problem::wrong_type("an array", &v).at("events"));
     };
     items
         .into_iter()
@@ -180,22 +219,14 @@ fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, (String, String)> {
             let warning = match e["type"].as_str().unwrap_or("Normal") {
                 "Normal" => false,
                 "Warning" => true,
-                other => {
-                    return Err((
-                        at("type"),
-                        format!("must be \"Normal\" or \"Warning\", got {other:?}"),
-                    ));
-                }
+                other => return Err(Problem::EventType(other.into()).at(at("type"))),
             };
             let reason = e["reason"].as_str().unwrap_or_default().to_string();
             if reason.is_empty()
                 || reason.len() > 128
                 || !reason.chars().all(|c| c.is_ascii_alphanumeric())
             {
-                return Err((
-                    at("reason"),
-                    "must be 1 to 128 letters and digits, like \"Scaled\"".into(),
-                ));
+                return Err(Problem::EventReason.at(at("reason")));
             }
             let message = e["message"].as_str().unwrap_or_default().to_string();
             Ok(PlannedEvent {
@@ -208,19 +239,18 @@ fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, (String, String)> {
 }
 
 /// Parses a duration written in a script's answer; see [`crate::config::duration::parse`].
-pub fn parse_duration(v: &Value) -> Result<Duration, String> {
+pub fn parse_duration(v: &Value) -> Result<Duration, DurationError> {
     if let Some(n) = v.as_f64() {
         return if n >= 0.0 {
-            Duration::try_from_secs_f64(n)
-                .map_err(|_| format!("{v} seconds is too long to wait for"))
+            Duration::try_from_secs_f64(n).map_err(|_| DurationError::TooManySeconds(v.to_string()))
         } else {
-            Err(format!("must not be negative, got {n}"))
+            Err(DurationError::Negative(n))
         };
     }
     let s = v
         .as_str()
-        .ok_or_else(|| format!("expected a duration like \"30s\", got {}", type_name(v)))?;
-    crate::config::duration::parse(s)
+        .ok_or_else(|| DurationError::WrongType(type_name(v)))?;
+    Ok(crate::config::duration::parse(s)?)
 }
 
 #[cfg(test)]
@@ -252,12 +282,11 @@ mod tests {
             json!({ "children": [{ "apiVersion": "v1", "kind": "ConfigMap", "metadata": {} }] }),
         )
         .unwrap_err();
+        assert_eq!(err.field, "children[0].metadata.name");
+        assert_eq!(err.problem, Problem::Empty);
         assert_eq!(
-            err,
-            (
-                "children[0].metadata.name".into(),
-                "must be a non-empty string".into()
-            )
+            err.to_string(),
+            "children[0].metadata.name: must be a non-empty string"
         );
     }
 
@@ -276,24 +305,24 @@ mod tests {
             }]
         );
         let err = parse_plan(json!({ "events": [{ "reason": "not pascal" }] })).unwrap_err();
-        assert_eq!(err.0, "events[0].reason");
+        assert_eq!(err.field, "events[0].reason");
         let err = parse_plan(json!({ "events": [{ "type": "Info", "reason": "X" }] })).unwrap_err();
-        assert_eq!(err.0, "events[0].type");
+        assert_eq!(err.field, "events[0].type");
     }
 
     #[test]
     fn misspelled_key_is_rejected() {
         let err = parse_plan(json!({ "stauts": {} })).unwrap_err();
-        assert_eq!(err.0, "stauts");
+        assert_eq!(err.field, "stauts");
     }
 
     #[test]
     fn an_unknown_key_that_is_empty_or_not_a_name_is_shown_quoted() {
         // Found by fuzzing (`scripts/fuzz plan`): `#{ "": 1 }` was reported as ": unknown key".
         let err = parse_plan(json!({ "": 1 })).unwrap_err();
-        assert_eq!(err.0, r#""""#);
+        assert_eq!(err.field, r#""""#);
         let err = parse_plan(json!({ "a b\n": 1 })).unwrap_err();
-        assert_eq!(err.0, r#""a b\n""#);
+        assert_eq!(err.field, r#""a b\n""#);
     }
 
     #[test]
@@ -335,9 +364,12 @@ mod tests {
     fn a_requeue_too_long_to_represent_is_rejected_not_a_panic() {
         // Found by fuzzing (`scripts/fuzz plan`): these panicked in Duration::from_secs_f64.
         let err = parse_plan(json!({ "requeue_after": 1e300 })).unwrap_err();
-        assert_eq!(err.0, "requeue_after");
-        assert_eq!(err.1, "1e+300 seconds is too long to wait for");
+        assert_eq!(err.field, "requeue_after");
+        assert_eq!(
+            err.problem.to_string(),
+            "1e+300 seconds is too long to wait for"
+        );
         let err = parse_plan(json!({ "requeue_after": "377777777777777777777777730s" }));
-        assert_eq!(err.unwrap_err().0, "requeue_after");
+        assert_eq!(err.unwrap_err().field, "requeue_after");
     }
 }

@@ -113,8 +113,10 @@ pub(super) fn run_handler(
             taken.map_err(|e| reconcile::Error::InvalidResult {
                 file: script.file().display().to_string(),
                 function: function.clone(),
-                field: "result".into(),
-                message: e.to_string(),
+                answer: Box::new(reconcile::InvalidAnswer {
+                    field: "result".into(),
+                    problem: reconcile::Problem::Handler(e.to_string()),
+                }),
             })?;
             Ok(Plan {
                 children: Vec::new(),

@@ -70,7 +70,7 @@ pub(crate) enum Problem {
     #[error("the patch khai sends does not apply to the object: {0}")]
     PatchDoesNotApply(#[source] json_patch::PatchError),
     #[error("{0}")]
-    RequeueAfter(String),
+    RequeueAfter(#[source] crate::reconcile::DurationError),
     #[error(
         "Secret {namespace}/{name} is not in [operator] secrets, so ctx.secret could never read it"
     )]

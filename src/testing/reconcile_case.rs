@@ -236,10 +236,9 @@ pub(crate) fn plan(
     ctx: ScriptCtx,
 ) -> Result<Plan, reconcile::Error> {
     let out = script.call_with_ctx(function, object, ctx)?;
-    reconcile::parse_plan(out).map_err(|(field, message)| reconcile::Error::InvalidResult {
+    reconcile::parse_plan(out).map_err(|answer| reconcile::Error::InvalidResult {
         file: script.file().display().to_string(),
         function: function.into(),
-        field,
-        message,
+        answer: Box::new(answer),
     })
 }

@@ -83,7 +83,10 @@ pub async fn start<T: Served>(
     let model = &op.config().model;
     let server = &model.webhook_server;
     let duration = |key: &'static str, value: &str| {
-        crate::config::duration::parse(value).map_err(|message| Error::Setting { key, message })
+        crate::config::duration::parse(value).map_err(|e| Error::Setting {
+            key,
+            message: e.to_string(),
+        })
     };
     let timeout = duration("webhook_server.request_timeout", &server.request_timeout)?;
     let target = target(op, &settings);

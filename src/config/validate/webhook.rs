@@ -151,7 +151,7 @@ fn check_server(model: &Model, report: &mut Report) {
         ("request_timeout", &server.request_timeout),
     ] {
         match crate::config::duration::parse(value) {
-            Err(e) => report(&at(key), e),
+            Err(e) => report(&at(key), e.to_string()),
             Ok(d) if d.is_zero() => report(&at(key), "must be more than zero".into()),
             Ok(_) => {}
         }

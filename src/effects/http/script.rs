@@ -163,14 +163,18 @@ pub fn read_request(opts: Map) -> RhaiResult<HttpRequest> {
             "body" => req.body = Some(text("body", value)?.into_bytes()),
             "json" => json = Some(value),
             "timeout" => {
-                let d = if value.is_string() {
-                    crate::config::duration::parse(&value.into_string()?)
+                let text = if value.is_string() {
+                    value.into_string()?
                 } else if let Ok(n) = value.as_int() {
-                    crate::config::duration::parse(&n.to_string())
+                    n.to_string()
                 } else {
-                    Err("expected a duration like \"5s\"".into())
+                    return Err(wrong(
+                        "http::request: timeout: expected a duration like \"5s\"".into(),
+                    ));
                 };
-                req.timeout = Some(d.map_err(|e| wrong(format!("http::request: timeout: {e}")))?);
+                let d = crate::config::duration::parse(&text)
+                    .map_err(|e| wrong(format!("http::request: timeout: {e}")))?;
+                req.timeout = Some(d);
             }
             other => {
                 return Err(wrong(format!(
