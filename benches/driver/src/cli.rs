@@ -36,12 +36,30 @@ impl Contender {
     }
 }
 
-#[derive(Debug, clap::Parser)]
+/// Which workload the driver runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workload {
+    /// cache-bench: create, idle, update and delete Caches (`--n`, `--reps`, `--idle`).
+    Cache,
+    /// N Tickers whose timer counts its ticks in status, each contender alone for `--duration`.
+    Timer,
+}
+
+#[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "khai-bench",
     about = "Runs the cache-bench workload against khai, kube-rs, Kopf and the API server's floor"
 )]
 pub struct Args {
+    /// The workload (docs/benchmarks.md describes both).
+    #[arg(long, value_enum, default_value = "cache")]
+    pub workload: Workload,
+    /// Timer workload: the timer's interval.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub interval: Duration,
+    /// Timer workload: how long each contender runs with its timers.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub duration: Duration,
     /// Object counts, comma-separated; every contender runs every count.
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     pub n: Vec<usize>,

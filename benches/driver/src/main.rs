@@ -7,6 +7,8 @@ mod cli;
 mod contender;
 mod report;
 mod run;
+mod timer;
+mod timer_report;
 mod track;
 mod workload;
 mod writes;
@@ -42,6 +44,9 @@ async fn run(args: Args) -> Result<ExitCode> {
         .await
         .context("connecting to the cluster in KUBECONFIG")?;
     workload::install_crd(&client, &args.crd).await?;
+    if args.workload == cli::Workload::Timer {
+        return timer::run(&args, client).await;
+    }
     let mut report = Report {
         environment: environment(&args, &client).await,
         contenders: args.contenders.clone(),
@@ -66,7 +71,7 @@ async fn run(args: Args) -> Result<ExitCode> {
     let md = report.markdown();
     println!("\n{md}");
     if let Some(doc) = &args.publish {
-        publish(doc, &md)?;
+        publish(doc, &md, START_MARKER, END_MARKER)?;
         eprintln!("bench: results published to {}", doc.display());
     }
     eprintln!("bench: wrote {}", args.out.display());
@@ -185,22 +190,23 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Replaces what lies between the markers in `doc` with `md`.
-fn publish(doc: &Path, md: &str) -> Result<()> {
+/// Replaces what lies between the markers `open` and `close` in `doc` with `md`.
+fn publish(doc: &Path, md: &str, open: &str, close: &str) -> Result<()> {
     let text =
         std::fs::read_to_string(doc).with_context(|| format!("reading {}", doc.display()))?;
-    let spliced = splice(&text, md).with_context(|| format!("publishing to {}", doc.display()))?;
+    let spliced = splice(&text, md, open, close)
+        .with_context(|| format!("publishing to {}", doc.display()))?;
     write(doc, &spliced)
 }
 
-fn splice(text: &str, md: &str) -> Result<String> {
-    let (Some(start), Some(end)) = (text.find(START_MARKER), text.find(END_MARKER)) else {
-        bail!("no {START_MARKER} ... {END_MARKER} section");
+fn splice(text: &str, md: &str, open: &str, close: &str) -> Result<String> {
+    let (Some(start), Some(end)) = (text.find(open), text.find(close)) else {
+        bail!("no {open} ... {close} section");
     };
     if end < start {
-        bail!("{END_MARKER} comes before {START_MARKER}");
+        bail!("{close} comes before {open}");
     }
-    let head = &text[..start + START_MARKER.len()];
+    let head = &text[..start + open.len()];
     Ok(format!("{head}\n{md}\n{}", &text[end..]))
 }
 
@@ -274,13 +280,13 @@ mod tests {
     #[test]
     fn publishing_replaces_only_the_marked_section() {
         let doc = format!("# B\n\n{START_MARKER}\nold\n{END_MARKER}\nafter\n");
-        let out = splice(&doc, "new table").ok();
+        let out = splice(&doc, "new table", START_MARKER, END_MARKER).ok();
         assert_eq!(
             out,
             Some(format!(
                 "# B\n\n{START_MARKER}\nnew table\n{END_MARKER}\nafter\n"
             ))
         );
-        assert!(splice("# no markers", "x").is_err());
+        assert!(splice("# no markers", "x", START_MARKER, END_MARKER).is_err());
     }
 }

@@ -249,25 +249,16 @@ impl Report {
             e.idle_s,
             e.parallelism
         );
-        for (c, why) in &self.skipped {
-            let _ = writeln!(md, "- **{c} skipped**: {why}");
-        }
-        for o in &self.runs {
-            if let Outcome::Failed {
+        let failed = self.runs.iter().filter_map(|o| match o {
+            Outcome::Failed {
                 contender,
                 n,
                 rep,
                 error,
-            } = o
-            {
-                let first = error.lines().next().unwrap_or_default();
-                let _ = writeln!(
-                    md,
-                    "- **{} failed** (N={n}, run {rep}): {first}",
-                    contender.name()
-                );
-            }
-        }
+            } => Some((*contender, *n, *rep, error.as_str())),
+            Outcome::Done(_) => None,
+        });
+        not_measured(&mut md, &self.skipped, failed);
         for &n in &self.counts {
             self.section(&mut md, n);
         }
@@ -367,7 +358,26 @@ fn table_header(md: &mut String, first: &str) {
     let _ = writeln!(md, "|---|{}", "---:|".repeat(METRICS.len()));
 }
 
-fn cell(v: Option<f64>, decimals: usize) -> String {
+/// The list above the tables: contenders skipped, and runs that failed (first line of the error).
+pub fn not_measured<'a>(
+    md: &mut String,
+    skipped: &BTreeMap<String, String>,
+    failed: impl Iterator<Item = (Contender, usize, usize, &'a str)>,
+) {
+    for (c, why) in skipped {
+        let _ = writeln!(md, "- **{c} skipped**: {why}");
+    }
+    for (contender, n, rep, error) in failed {
+        let first = error.lines().next().unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "- **{} failed** (N={n}, run {rep}): {first}",
+            contender.name()
+        );
+    }
+}
+
+pub fn cell(v: Option<f64>, decimals: usize) -> String {
     v.map_or_else(|| "—".into(), |v| format!("{v:.decimals$}"))
 }
 
@@ -387,7 +397,7 @@ fn median_writes<'a>(runs: impl Iterator<Item = &'a Writes>) -> Writes {
         .collect()
 }
 
-fn describe(w: &Writes) -> String {
+pub fn describe(w: &Writes) -> String {
     if w.is_empty() {
         return "0".into();
     }

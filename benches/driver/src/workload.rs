@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 pub const OBJECT_PREFIX: &str = "c-";
 pub const WARMUP: &str = "warmup";
 const GROUP: &str = "bench.khai.dev";
-const CRD_NAME: &str = "caches.bench.khai.dev";
 const FLOOR_MANAGER: &str = "khai-bench-floor";
 
 pub fn object_name(i: usize) -> String {
@@ -32,26 +31,30 @@ fn cache_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1", "Cache"), "caches")
 }
 
-/// Installs the shared CRD (server-side apply from the `khai generate crds` manifest) and waits
-/// until it is Established, so every contender sees the identical CRD from the start.
+/// Installs the shared CRD (server-side apply from the `khai generate crds` manifest, one CRD) and
+/// waits until it is Established, so every contender sees the identical CRD from the start.
 pub async fn install_crd(client: &kube::Client, manifest: &Path) -> Result<()> {
     let text = std::fs::read_to_string(manifest)
         .with_context(|| format!("reading {}", manifest.display()))?;
     let crd: Value = serde_saphyr::from_str(&text)
         .with_context(|| format!("parsing {} as YAML", manifest.display()))?;
+    let name = crd["metadata"]["name"]
+        .as_str()
+        .ok_or_else(|| anyhow!("{}: no metadata.name", manifest.display()))?
+        .to_string();
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.patch(
-        CRD_NAME,
+        &name,
         &PatchParams::apply("khai-bench").force(),
         &Patch::Apply(&crd),
     )
     .await
-    .context("applying the Cache CRD")?;
-    let established = await_condition(api, CRD_NAME, conditions::is_crd_established());
+    .with_context(|| format!("applying the CRD {name}"))?;
+    let established = await_condition(api, &name, conditions::is_crd_established());
     tokio::time::timeout(Duration::from_secs(60), established)
         .await
-        .context("the Cache CRD was not Established within 60s")?
-        .context("watching the Cache CRD")?;
+        .with_context(|| format!("the CRD {name} was not Established within 60s"))?
+        .with_context(|| format!("watching the CRD {name}"))?;
     Ok(())
 }
 
