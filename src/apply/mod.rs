@@ -20,12 +20,14 @@
 mod child;
 mod compare;
 mod delete;
+mod echoes;
 mod hash;
 mod owner;
 mod status;
 
 pub use compare::{is_subset, status_differs};
 pub use delete::Progress;
+pub use echoes::Echoes;
 pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
 use owner::{Mark, applied_by};
 
@@ -175,7 +177,9 @@ impl Applier {
     }
 
     /// Applies `plan` for `parent` (of kind `parent_kind`) against `caches`, which make change
-    /// detection and pruning free of API reads.
+    /// detection and pruning free of API reads. With `echoes` (the reconcile that made `plan`
+    /// read nothing but `parent`), each child write is recorded there before it is sent, so its
+    /// watch event need not reconcile the parent again.
     pub async fn apply(
         &self,
         parent: &DynamicObject,
@@ -183,6 +187,7 @@ impl Applier {
         plan: &Plan,
         caches: Caches<'_>,
         policy: Policy,
+        echoes: Option<&Echoes>,
     ) -> Result<Outcome, Error> {
         let mut resolved = HashMap::new();
         for child in &plan.children {
@@ -224,7 +229,7 @@ impl Applier {
                 order: policy.ordered.then_some(index + 1),
             };
             match self
-                .apply_child(parent, parent_kind, child, key, kind, cache, mark)
+                .apply_child(parent, parent_kind, child, key, kind, cache, mark, echoes)
                 .await
             {
                 Ok(true) => outcome.children_applied += 1,
@@ -387,7 +392,7 @@ mod tests {
                 namespaces: &[],
             };
             let err = applier
-                .apply(&parent, &app, &plan, caches, Policy::default())
+                .apply(&parent, &app, &plan, caches, Policy::default(), None)
                 .await
                 .unwrap_err();
             assert!(

@@ -29,6 +29,9 @@ pub(crate) async fn reconcile_one(
     let _only = Exclusive::enter(&controller, &obj);
     let started = std::time::Instant::now();
     let result = async move {
+        // The echoes expected from the last reconcile go: what this one reads is not known yet,
+        // and a child's event meanwhile must queue the object again.
+        ctx.echoes.forget(&obj.uid().unwrap_or_default());
         // A finalizer of khai's that no controller of this kind uses any more (the config
         // changed) goes first, or the object would hang on deletion for ever.
         let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
@@ -341,6 +344,7 @@ mod tests {
             released: Default::default(),
             finalized: Default::default(),
             forbidden: Default::default(),
+            echoes: Default::default(),
         }
     }
 

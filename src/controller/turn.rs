@@ -137,13 +137,12 @@ async fn apply(
     function: &str,
     key: &str,
 ) -> Result<Option<std::time::Duration>, ReconcileError> {
-    let mut plan = crate::reconcile::plan(
-        &ctx.spec.script,
-        function,
-        object_view(obj)?,
-        ctx.script_ctx(obj),
-    )
-    .await?;
+    let (script_ctx, reads) = ctx.tracked_ctx(obj);
+    let mut plan =
+        crate::reconcile::plan(&ctx.spec.script, function, object_view(obj)?, script_ctx).await?;
+    // A plan made from the object alone is the same whatever its children look like: the watch
+    // events of the children it writes need not reconcile it again.
+    let echoes = (!reads.any() && ctx.plan_alone_decides()).then_some(&ctx.echoes);
     if ctx.spec.manage_status {
         let mut status = plan.status.take().unwrap_or_default();
         conditions::set(&mut status, obj, Health::Ready);
@@ -158,6 +157,7 @@ async fn apply(
             &plan,
             ctx.caches.for_apply(),
             ctx.spec.children,
+            echoes,
         )
         .await?;
     crate::metrics::applied(
