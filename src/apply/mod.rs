@@ -406,6 +406,48 @@ mod tests {
             );
         }
 
+        /// Issue 16: the child khai sends is expected back before the request goes; a child
+        /// already as desired sends nothing and expects nothing.
+        #[tokio::test]
+        async fn a_child_sent_is_expected_back_and_an_unchanged_one_is_not() {
+            let api = FakeApi::default();
+            let applier = Applier::new(api.client(), crate::config::Model::default());
+            lock(&applier.kinds).insert("v1/ConfigMap".into(), configmaps());
+            let plan = Plan {
+                children: vec![json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": { "name": "c" }, "data": { "k": "v" } })],
+                ..Plan::default()
+            };
+            let app = Kind {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("x.dev", "v1", "App"),
+                    "apps",
+                ),
+                namespaced: true,
+            };
+            let primary = Informer::with_objects(app.clone(), None, vec![]);
+            let (echoes, parent) = (Echoes::default(), parent());
+            let apply = async |owned: &[Arc<Informer>]| {
+                let caches = Caches {
+                    primary: &primary,
+                    owned,
+                    namespaces: &[],
+                };
+                let p = Policy::default();
+                let r = applier.apply(&parent, &app, &plan, caches, p, Some(&echoes));
+                r.await.unwrap()
+            };
+            let sent = apply(&[Informer::with_objects(configmaps(), None, vec![])]).await;
+            assert_eq!(sent.children_applied, 1);
+            let stored = api.get("/api/v1/namespaces/ns/configmaps/c").unwrap();
+            let stored: DynamicObject = serde_json::from_value(stored).unwrap();
+            assert_eq!(echoes.len(), 1);
+            assert!(echoes.is_echo(&configmaps(), &stored, false));
+            let cached = [Informer::with_objects(configmaps(), None, vec![stored])];
+            assert_eq!(apply(&cached).await.children_unchanged, 1);
+            assert!(echoes.is_empty(), "nothing sent, nothing to expect");
+        }
+
         /// Issue 11: pruning logged "pruned child" even when the delete found the child gone
         /// (404) or replaced (409).
         #[tokio::test]
