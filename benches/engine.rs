@@ -8,6 +8,8 @@
 //!   the `Value`.
 //! - `status`: the change-only checks of `khai::apply` (`status_differs` for status,
 //!   `is_subset` for children) on an unchanged object, against `Value` equality.
+//! - `echo`: recognising the watch event of a child khai just applied (`khai::apply::Echoes`,
+//!   issue 16), against the script call of the reconcile that event used to cost.
 //!
 //! `cargo bench --bench engine` (add `-- --quick` for a fast pass).
 
@@ -196,5 +198,67 @@ fn bench_status(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_reconcile, bench_convert, bench_status);
+fn bench_echo(c: &mut Criterion) {
+    let obj = cache_object();
+    let op = operator();
+    let script = op.scripts[0].clone();
+    let function = op.config.model.controllers[0].reconcile.clone();
+    let ctx = || ScriptCtx::detached("bench-cache", "Cache", Some("default"));
+    // The child as khai sends it (marked as the Cache's), and as its watch event brings it back.
+    let mut sent = reconcile_by_hand(&obj).children[0].clone();
+    sent["metadata"]["namespace"] = json!("default");
+    sent["metadata"]["labels"] = json!({ "khai.dev/owner": obj.metadata.uid });
+    sent["metadata"]["ownerReferences"] = json!([{ "apiVersion": "bench.khai.dev/v1",
+        "kind": "Cache", "name": "example", "uid": obj.metadata.uid, "controller": true,
+        "blockOwnerDeletion": true }]);
+    let mut seen = sent.clone();
+    seen["metadata"]["resourceVersion"] = json!("41522");
+    seen["metadata"]["uid"] = json!("0b0c6c1e-3e57-4a36-9b37-51b3d4f0a7aa");
+    let seen: DynamicObject = serde_json::from_value(seen).unwrap();
+    let configmaps = khai::watch::Kind {
+        resource: kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        ),
+        namespaced: true,
+    };
+    let uid = obj.metadata.uid.clone().unwrap();
+    let sent = std::sync::Arc::new(sent);
+    let echoes = khai::apply::Echoes::default();
+    let expect = || {
+        echoes.expect(
+            &uid,
+            &configmaps,
+            Some("default"),
+            "example-config",
+            sent.clone(),
+        )
+    };
+    expect();
+    assert!(echoes.is_echo(&configmaps, &seen, false));
+
+    let mut g = c.benchmark_group("echo");
+    g.bench_function("expect_and_skip", |b| {
+        b.iter(|| {
+            expect();
+            echoes.is_echo(&configmaps, black_box(&seen), false)
+        })
+    });
+    g.bench_function("reconcile_script_it_saves", |b| {
+        b.iter(|| {
+            let view = object_view(black_box(&obj)).unwrap();
+            let out = script.call_with_ctx(&function, &view, ctx()).unwrap();
+            reconcile::parse_plan(out).unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_reconcile,
+    bench_convert,
+    bench_status,
+    bench_echo
+);
 criterion_main!(benches);

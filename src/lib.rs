@@ -16,8 +16,9 @@
 //! [`reload`] watches the config directory and hands the daemon each new version that loads.
 //!
 //! Public modules are the ones khai's own tests, benches and fuzz targets reach into (`apply`,
-//! `cli`, `config`, `effects`, `operator`, `reconcile`, `schema`, `script`, `webhook`); the rest
-//! are crate-private, and `unreachable_pub` keeps every item inside them `pub(crate)`.
+//! `cli`, `config`, `effects`, `operator`, `reconcile`, `schema`, `script`, `watch`,
+//! `webhook`); the rest are crate-private, and `unreachable_pub` keeps every item inside them
+//! `pub(crate)`.
 
 #![warn(unreachable_pub)]
 
@@ -47,5 +48,5 @@ pub(crate) mod tasks;
 #[cfg(test)]
 mod test_logs;
 pub(crate) mod testing;
-pub(crate) mod watch;
+pub mod watch;
 pub mod webhook;

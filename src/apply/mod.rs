@@ -17,27 +17,28 @@
 //! controller ownerReference or khai's unowned-child annotation, and only with a uid
 //! precondition: nothing khai did not create is touched.
 
+mod child;
 mod compare;
 mod delete;
+mod echoes;
 mod hash;
 mod owner;
+mod status;
 
-use compare::{as_stored, difference};
 pub use compare::{is_subset, status_differs};
 pub use delete::Progress;
-use hash::{content_hash, status_hash};
+pub use echoes::Echoes;
 pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
-use owner::{Mark, applied_by, own};
+use owner::{Mark, applied_by};
 
 use crate::client::ApiError;
 use crate::reconcile::Plan;
 use crate::reconcile::children::{self, ChildKey, Parent};
 use crate::sync::lock;
-use crate::watch::{self, Informer, Kind, Slot};
+use crate::watch::{self, Informer, Kind};
 use kube::ResourceExt;
-use kube::api::{DynamicObject, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
-use serde_json::{Map, Value, json};
+use kube::api::DynamicObject;
+use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -176,7 +177,9 @@ impl Applier {
     }
 
     /// Applies `plan` for `parent` (of kind `parent_kind`) against `caches`, which make change
-    /// detection and pruning free of API reads.
+    /// detection and pruning free of API reads. With `echoes` (the reconcile that made `plan`
+    /// read nothing but `parent`), each child write is recorded there before it is sent, so its
+    /// watch event need not reconcile the parent again.
     pub async fn apply(
         &self,
         parent: &DynamicObject,
@@ -184,6 +187,7 @@ impl Applier {
         plan: &Plan,
         caches: Caches<'_>,
         policy: Policy,
+        echoes: Option<&Echoes>,
     ) -> Result<Outcome, Error> {
         let mut resolved = HashMap::new();
         for child in &plan.children {
@@ -225,7 +229,7 @@ impl Applier {
                 order: policy.ordered.then_some(index + 1),
             };
             match self
-                .apply_child(parent, parent_kind, child, key, kind, cache, mark)
+                .apply_child(parent, parent_kind, child, key, kind, cache, mark, echoes)
                 .await
             {
                 Ok(true) => outcome.children_applied += 1,
@@ -309,95 +313,6 @@ impl Applier {
         lock(&self.kinds).insert(key, resolved.clone());
         Ok(resolved)
     }
-
-    /// Applies one placed child unless the cache shows it already as desired. Returns whether a
-    /// request was sent.
-    #[allow(clippy::too_many_arguments)] // one child: what it is, where it goes, how it is marked
-    async fn apply_child(
-        &self,
-        parent: &DynamicObject,
-        parent_kind: &Kind,
-        mut child: Value,
-        key: &ChildKey,
-        kind: &Kind,
-        cache: Option<&Arc<Informer>>,
-        mark: Mark,
-    ) -> Result<bool, Error> {
-        let (_, kind_name, ns, name) = key;
-        own(&mut child, parent, parent_kind, mark);
-        let cached = cache.and_then(|i| {
-            let r = ObjectRef::new_with(name, kind.resource.clone());
-            i.store().get(&match ns {
-                Some(ns) => r.within(ns),
-                None => r,
-            })
-        });
-        let seen_rv = cached
-            .as_ref()
-            .and_then(|c| c.resource_version())
-            .unwrap_or_default();
-        let hash = content_hash(&child);
-        if let Some(inf) = cache
-            && inf.already_written(ns.as_deref(), name, Slot::Object, &seen_rv, &hash)
-        {
-            return Ok(false);
-        }
-        if let Some(current) = &cached
-            && let Ok(cur) = serde_json::to_value(&**current)
-        {
-            match difference(&as_stored(&child), &cur, String::new()) {
-                None => return Ok(false),
-                Some(at) => {
-                    tracing::debug!(child.kind = %kind_name, child.name = %name, differs_at = %at, "child differs from the cache")
-                }
-            }
-        }
-        let api = watch::api(&self.client, kind, ns.as_deref());
-        let mut params = PatchParams::apply(&self.field_manager);
-        params.force = self.model.operator.force_apply;
-        api.patch(name, &params, &Patch::Apply(&child))
-            .await
-            .map_err(|source| Error::ApplyChild {
-                kind: kind_name.clone(),
-                name: name.clone(),
-                source: source.into(),
-            })?;
-        if let Some(inf) = cache {
-            inf.remember_write(ns.as_deref(), name, Slot::Object, &seen_rv, &hash);
-        }
-        tracing::debug!(child.kind = %kind_name, child.name = %name, "applied child");
-        Ok(true)
-    }
-
-    /// Writes `desired` into `.status` with a merge patch, unless it is already there.
-    async fn write_status(
-        &self,
-        parent: &DynamicObject,
-        kind: &Kind,
-        desired: &Map<String, Value>,
-        primary: &Informer,
-    ) -> Result<bool, Error> {
-        let ns = parent.namespace().filter(|_| kind.namespaced);
-        let name = parent.name_any();
-        let seen_rv = parent.resource_version().unwrap_or_default();
-        // The script's inputs are this very version of the object, so what it wants now is
-        // what khai already wrote for it (give or take a timestamp).
-        let hash = status_hash(desired);
-        if primary.already_written(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash) {
-            return Ok(false);
-        }
-        let current = parent.data.get("status").cloned().unwrap_or(Value::Null);
-        if !status_differs(&current, desired) {
-            return Ok(false);
-        }
-        let api = watch::api(&self.client, kind, ns.as_deref());
-        let patch = json!({ "status": desired });
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::Status(e.into()))?;
-        primary.remember_write(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash);
-        Ok(true)
-    }
 }
 
 #[cfg(test)]
@@ -406,6 +321,7 @@ mod tests {
         use super::super::*;
         use crate::fake_api::FakeApi;
         use kube::core::{ApiResource, GroupVersionKind};
+        use serde_json::json;
 
         fn configmaps() -> Kind {
             Kind {
@@ -476,7 +392,7 @@ mod tests {
                 namespaces: &[],
             };
             let err = applier
-                .apply(&parent, &app, &plan, caches, Policy::default())
+                .apply(&parent, &app, &plan, caches, Policy::default(), None)
                 .await
                 .unwrap_err();
             assert!(
@@ -488,6 +404,48 @@ mod tests {
                 api.get("/api/v1/namespaces/ns/configmaps/copy").is_some(),
                 "the sibling after the refused child was not applied"
             );
+        }
+
+        /// Issue 16: the child khai sends is expected back before the request goes; a child
+        /// already as desired sends nothing and expects nothing.
+        #[tokio::test]
+        async fn a_child_sent_is_expected_back_and_an_unchanged_one_is_not() {
+            let api = FakeApi::default();
+            let applier = Applier::new(api.client(), crate::config::Model::default());
+            lock(&applier.kinds).insert("v1/ConfigMap".into(), configmaps());
+            let plan = Plan {
+                children: vec![json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": { "name": "c" }, "data": { "k": "v" } })],
+                ..Plan::default()
+            };
+            let app = Kind {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("x.dev", "v1", "App"),
+                    "apps",
+                ),
+                namespaced: true,
+            };
+            let primary = Informer::with_objects(app.clone(), None, vec![]);
+            let (echoes, parent) = (Echoes::default(), parent());
+            let apply = async |owned: &[Arc<Informer>]| {
+                let caches = Caches {
+                    primary: &primary,
+                    owned,
+                    namespaces: &[],
+                };
+                let p = Policy::default();
+                let r = applier.apply(&parent, &app, &plan, caches, p, Some(&echoes));
+                r.await.unwrap()
+            };
+            let sent = apply(&[Informer::with_objects(configmaps(), None, vec![])]).await;
+            assert_eq!(sent.children_applied, 1);
+            let stored = api.get("/api/v1/namespaces/ns/configmaps/c").unwrap();
+            let stored: DynamicObject = serde_json::from_value(stored).unwrap();
+            assert_eq!(echoes.len(), 1);
+            assert!(echoes.is_echo(&configmaps(), &stored, false));
+            let cached = [Informer::with_objects(configmaps(), None, vec![stored])];
+            assert_eq!(apply(&cached).await.children_unchanged, 1);
+            assert!(echoes.is_empty(), "nothing sent, nothing to expect");
         }
 
         /// Issue 11: pruning logged "pruned child" even when the delete found the child gone

@@ -9,7 +9,7 @@ use crate::handler::index::IndexSet;
 use crate::queue;
 use crate::reconcile::lookup::CacheLookup;
 use crate::script::Script;
-use crate::script::ScriptCtx;
+use crate::script::{Indexes, Reads, ScriptCtx};
 use crate::watch::{Informer, Kind};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -39,6 +39,8 @@ pub(crate) struct Ctx {
     /// reported with a `Forbidden` Event: said once, not at every retry.
     pub forbidden:
         std::sync::Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>,
+    /// The watch events of its own child writes it expects back, which need no reconcile.
+    pub echoes: crate::apply::Echoes,
 }
 
 /// The handlers, timers and daemons of the controller's kind, and the config's indexes.
@@ -122,6 +124,7 @@ impl Ctx {
         crate::sync::lock(&self.released).remove(&key);
         crate::sync::lock(&self.finalized).remove(&key);
         crate::sync::lock(&self.forbidden).remove(&key);
+        self.echoes.forget(&key);
         crate::handler::memos().forget(&key);
         if let Some(h) = &self.beside.handlers {
             h.forget(&key);
@@ -133,18 +136,39 @@ impl Ctx {
             .unwrap_or_default()
     }
 
+    /// Whether `reconcile` alone decides what the controller does for an object, so that a
+    /// reconcile whose script read nothing but the object does not depend on its children
+    /// ([`crate::apply::Echoes`]): no handlers, timers or daemons, which read through calls of
+    /// their own, and no `when(obj, ctx)`, which may look at the children.
+    pub(crate) fn plan_alone_decides(&self) -> bool {
+        self.beside.handlers.is_none()
+            && self.beside.clock.is_none()
+            && self
+                .spec
+                .when
+                .as_ref()
+                .is_none_or(|w| !self.spec.script.has_function(w, 2))
+    }
+
     /// The `ctx` a script called about `obj` sees.
     pub(crate) fn script_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
-        self.ctx_for(obj, true)
+        self.ctx_for(obj, true, Reads::default())
+    }
+
+    /// [`Self::script_ctx`], and what tells whether the call read anything through it besides
+    /// `obj` ([`Reads`]).
+    pub(crate) fn tracked_ctx(&self, obj: &DynamicObject) -> (ScriptCtx, Reads) {
+        let reads = Reads::tracked();
+        (self.ctx_for(obj, true, reads.clone()), reads)
     }
 
     /// The `ctx` of a call about `obj` that is not one of the controller's objects (a watch's
     /// `map`): the same lookups, and no memo (memos are kept per object of the controller).
     pub(crate) fn related_ctx(&self, obj: &DynamicObject) -> ScriptCtx {
-        self.ctx_for(obj, false)
+        self.ctx_for(obj, false, Reads::default())
     }
 
-    fn ctx_for(&self, obj: &DynamicObject, memo: bool) -> ScriptCtx {
+    fn ctx_for(&self, obj: &DynamicObject, memo: bool, reads: Reads) -> ScriptCtx {
         let uid = obj.uid().unwrap_or_default();
         ScriptCtx {
             operator: self.spec.operator.clone(),
@@ -156,15 +180,43 @@ impl Ctx {
                 uid,
                 namespace: obj.namespace(),
                 informers: self.caches.visible.clone(),
+                reads: reads.clone(),
             }),
             attempt: None,
             indexes: self
                 .beside
                 .indexes
                 .clone()
-                .map(|i| i as Arc<dyn crate::script::Indexes>),
+                .map(|i| match reads.is_tracked() {
+                    true => Arc::new(TrackedIndexes {
+                        inner: i,
+                        reads: reads.clone(),
+                    }) as Arc<dyn Indexes>,
+                    false => i as Arc<dyn Indexes>,
+                }),
             // A watch's `map` (no memo) computes; it makes no calls.
-            effects: memo.then(|| self.spec.effects.clone()),
+            effects: memo.then(|| match reads.is_tracked() {
+                true => self.spec.effects.tracked(reads.clone()),
+                false => self.spec.effects.clone(),
+            }),
         }
+    }
+}
+
+/// The config's indexes, telling a call's [`Reads`] of each read.
+struct TrackedIndexes {
+    inner: Arc<dyn Indexes>,
+    reads: Reads,
+}
+
+impl Indexes for TrackedIndexes {
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String> {
+        self.reads.mark();
+        self.inner.get(index, key)
+    }
+
+    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, String> {
+        self.reads.mark();
+        self.inner.all(index)
     }
 }

@@ -88,8 +88,9 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
         Controller::for_shared_stream_with(trigger, p.primary.store(), parent.resource.clone())
             .with_config(ControllerConfig::default().concurrency(p.concurrency));
     for inf in &ctx.caches.owned {
+        let echo = echo_of(&ctx, &inf.kind);
         c = c.reconcile_on(
-            queue::owners(inf.subscribe(), parent.clone()).inspect(requested(&pending)),
+            queue::owners(inf.subscribe(), parent.clone(), echo).inspect(requested(&pending)),
         );
     }
     for (inf, w) in &p.related {
@@ -145,6 +146,27 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
             clock.stop(s, c)
         });
         futures::future::join_all(stops).await;
+    }
+}
+
+/// Tells whether a change of a child of kind `kind` is the echo of khai's own write, which
+/// needs no reconcile ([`crate::apply::Echoes`]); counts and logs the skipped ones.
+fn echo_of(
+    ctx: &Ctx,
+    kind: &crate::watch::Kind,
+) -> impl Fn(&crate::watch::Changed) -> bool + Send + 'static {
+    let (echoes, kind, controller) = (
+        ctx.echoes.clone(),
+        kind.clone(),
+        ctx.spec.controller.clone(),
+    );
+    move |c| {
+        let echo = echoes.is_echo(&kind, &c.object, c.deleted);
+        if echo {
+            tracing::debug!(controller = %controller, child.kind = %kind.resource.kind, child.name = %c.object.metadata.name.as_deref().unwrap_or_default(), "the watch event of khai's own child write; no reconcile needed");
+            crate::metrics::echo_skipped(&controller);
+        }
+        echo
     }
 }
 

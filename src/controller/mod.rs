@@ -1,6 +1,6 @@
 //! One controller of the config at run time: prepared from its `[[controller]]` entry
 //! ([`prepare`]), driven by kube-runtime's `Controller` and its triggers ([`drive`]), reconciling
-//! one object at a time ([`reconcile`]) and reporting what fails ([`report`]). [`context`] is
+//! one object at a time ([`reconcile`], whose normal path is [`turn`]) and reporting what fails ([`report`]). [`context`] is
 //! what its reconciles share.
 
 mod beside;
@@ -12,6 +12,7 @@ mod prepare;
 mod reconcile;
 mod report;
 mod spin;
+mod turn;
 
 pub(crate) use drive::start;
 pub(crate) use finalizers::release_abandoned;

@@ -399,6 +399,7 @@ impl Env<'_> {
             released: Default::default(),
             finalized: Default::default(),
             forbidden: Default::default(),
+            echoes: Default::default(),
             beside: Beside {
                 handlers: self.beside.as_ref().and_then(|(h, _)| h.clone()),
                 clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),

@@ -2,19 +2,15 @@
 //! its plan carried out, or (for an object on its way out) `finalize` until it lets go.
 
 use super::context::Ctx;
-use super::report::{
-    FORBIDDEN, ReconcileError, object_span, publish, report_failure, result_label,
-};
-use super::spin::{Recorded, Verdict};
+use super::report::{ReconcileError, object_span, report_failure, result_label};
+use super::turn::{beside_turn, carry_out, turn};
 use crate::apply::Progress;
-use crate::handler::{Handled, Turn};
-use crate::reconcile::conditions::{self, Health};
+use crate::handler::Handled;
 use crate::script::object_view;
 use crate::watch;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use serde_json::Value;
 use std::sync::Arc;
@@ -33,6 +29,9 @@ pub(crate) async fn reconcile_one(
     let _only = Exclusive::enter(&controller, &obj);
     let started = std::time::Instant::now();
     let result = async move {
+        // The echoes expected from the last reconcile go: what this one reads is not known yet,
+        // and a child's event meanwhile must queue the object again.
+        ctx.echoes.forget(&obj.uid().unwrap_or_default());
         // A finalizer of khai's that no controller of this kind uses any more (the config
         // changed) goes first, or the object would hang on deletion for ever.
         let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
@@ -200,184 +199,6 @@ async fn selected(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, ReconcileError
     }
 }
 
-/// The normal path: the object's handlers, timers and daemons, then `reconcile` and its plan
-/// carried out. Asks to be woken for the earliest of: a handler's retry, the next timer or
-/// daemon tick, the script's `requeue_after`.
-async fn turn(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    if let Verdict::CoolDown(left) = ctx.spin.check(&key) {
-        tracing::debug!(retry_in = ?left, "cooling down after a hot loop; not reconciling yet");
-        return Ok(Action::requeue(left));
-    }
-    let mut wake = Vec::new();
-    if ctx.beside.handlers.is_some() || ctx.beside.clock.is_some() {
-        let t = beside_turn(obj, ctx)?;
-        let mut handled = match &ctx.beside.handlers {
-            Some(h) => h.on_change(&t).await?,
-            None => Handled::default(),
-        };
-        if let Some(c) = &ctx.beside.clock {
-            wake.push(c.run(&t, &mut handled).await);
-        }
-        wake.push(handled.retry_in);
-        carry_out(obj, ctx, handled).await?;
-    }
-    if let Some(function) = &ctx.spec.function {
-        wake.push(apply(obj, ctx, function, &key).await?);
-    }
-    Ok(wake
-        .into_iter()
-        .flatten()
-        .min()
-        .map_or_else(Action::await_change, Action::requeue))
-}
-
-/// What handlers, timers and daemons see of `obj`.
-fn beside_turn<'a>(obj: &'a DynamicObject, ctx: &Ctx) -> Result<Turn<'a>, ReconcileError> {
-    Ok(Turn {
-        obj,
-        view: object_view(obj)?,
-        ctx: ctx.script_ctx(obj),
-        api: watch::api(
-            &ctx.services.client,
-            &ctx.spec.kind,
-            obj.namespace().as_deref(),
-        ),
-    })
-}
-
-/// Writes the status handlers, timers and daemons returned (a merge patch of the status, only
-/// when it changes something) and records their events.
-async fn carry_out(obj: &DynamicObject, ctx: &Ctx, handled: Handled) -> Result<(), ReconcileError> {
-    if let Some(status) = handled.status
-        && status
-            .iter()
-            .any(|(k, v)| obj.data["status"].get(k) != Some(v))
-    {
-        let api = watch::api(
-            &ctx.services.client,
-            &ctx.spec.kind,
-            obj.namespace().as_deref(),
-        );
-        let params = kube::api::PatchParams {
-            field_manager: Some(HANDLERS_MANAGER.into()),
-            ..Default::default()
-        };
-        let patch = serde_json::json!({ "status": status });
-        api.patch_status(&obj.name_any(), &params, &kube::api::Patch::Merge(&patch))
-            .await
-            .map_err(|e| ReconcileError::HandlerStatus(e.into()))?;
-    }
-    for e in &handled.events {
-        let kind = if e.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        if e.warning && crate::effects::k8s::error::is_forbidden(&e.message) {
-            // A call khai's RBAC does not allow fails the same way at every retry until someone
-            // changes the RBAC or the config: one `Forbidden` Event per object and message, as
-            // for `reconcile` (`report`), not a series.
-            if first_refusal(ctx, obj, &e.message) {
-                publish(ctx, obj, kind, FORBIDDEN, &e.message).await;
-            }
-            continue;
-        }
-        publish(ctx, obj, kind, &e.reason, &e.message).await;
-    }
-    Ok(())
-}
-
-/// Whether the refusal `message` about `obj` is new, and so to be reported; remembered until
-/// the object is forgotten.
-fn first_refusal(ctx: &Ctx, obj: &DynamicObject, message: &str) -> bool {
-    /// Distinct refusals remembered per object, so a script naming ever new objects cannot grow
-    /// this without bound (past it, each is reported again).
-    const MAX: usize = 64;
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    let mut said = crate::sync::lock(&ctx.forbidden);
-    let seen = said.entry(key).or_default();
-    if seen.contains(message) {
-        return false;
-    }
-    if seen.len() >= MAX {
-        seen.clear();
-    }
-    seen.insert(message.to_string())
-}
-
-/// The field manager of the status handlers, timers and daemons return: apart from khai's
-/// server-side apply of `reconcile`'s status, so neither takes away the other's fields.
-const HANDLERS_MANAGER: &str = "khai-handlers";
-
-/// `reconcile` and its plan carried out; returns when the script asked to run again.
-async fn apply(
-    obj: &DynamicObject,
-    ctx: &Ctx,
-    function: &str,
-    key: &str,
-) -> Result<Option<std::time::Duration>, ReconcileError> {
-    let mut plan = crate::reconcile::plan(
-        &ctx.spec.script,
-        function,
-        object_view(obj)?,
-        ctx.script_ctx(obj),
-    )
-    .await?;
-    if ctx.spec.manage_status {
-        let mut status = plan.status.take().unwrap_or_default();
-        conditions::set(&mut status, obj, Health::Ready);
-        plan.status = Some(status);
-    }
-    let outcome = ctx
-        .services
-        .applier
-        .apply(
-            obj,
-            &ctx.spec.kind,
-            &plan,
-            ctx.caches.for_apply(),
-            ctx.spec.children,
-        )
-        .await?;
-    crate::metrics::applied(
-        &ctx.spec.controller,
-        outcome.children_applied,
-        outcome.children_unchanged,
-        outcome.children_pruned,
-        outcome.status_written,
-    );
-    ctx.backoff.succeed(key);
-    let wrote = outcome.children_applied + outcome.children_pruned > 0 || outcome.status_written;
-    if let Recorded::Hot { writes, cooldown } = ctx.spin.record(key, wrote) {
-        let message = format!(
-            "{writes} reconciles wrote within {}s: something this object's reconcile writes \
-             triggers it again (a child or label it changes every time?); pausing it for {}s",
-            super::spin::WINDOW.as_secs(),
-            cooldown.as_secs()
-        );
-        tracing::warn!(writes, cooldown = ?cooldown, "hot loop: {message}");
-        crate::metrics::hot_loop(&ctx.spec.controller);
-        publish(ctx, obj, EventType::Warning, "HotLoop", &message).await;
-    }
-    for e in &plan.events {
-        let kind = if e.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        publish(ctx, obj, kind, &e.reason, &e.message).await;
-    }
-    tracing::info!(
-        applied = outcome.children_applied,
-        unchanged = outcome.children_unchanged,
-        pruned = outcome.children_pruned,
-        status_written = outcome.status_written,
-        "reconciled"
-    );
-    Ok(plan.requeue_after)
-}
-
 /// Removes khai's finalizers `names` from `obj` ([`super::finalizers::remove`]).
 async fn release_finalizers(
     obj: &DynamicObject,
@@ -523,6 +344,7 @@ mod tests {
             released: Default::default(),
             finalized: Default::default(),
             forbidden: Default::default(),
+            echoes: Default::default(),
         }
     }
 

@@ -51,6 +51,8 @@ pub struct Effects {
     pub http: Arc<http::Client>,
     /// The Secrets `ctx.secret` may read (`[operator] secrets`); none by default.
     pub secrets: Arc<secrets::Secrets>,
+    /// Told of every side effect and Secret read, when one call's reads are tracked.
+    pub reads: crate::script::Reads,
 }
 
 impl std::fmt::Debug for Effects {
@@ -70,7 +72,16 @@ impl Effects {
             stubs: None,
             http: Arc::default(),
             secrets: Arc::default(),
+            reads: crate::script::Reads::default(),
         }
+    }
+
+    /// These effects for one call whose reads `reads` tracks.
+    pub fn tracked(&self, reads: crate::script::Reads) -> Arc<Effects> {
+        Arc::new(Effects {
+            reads,
+            ..self.clone()
+        })
     }
 
     /// These effects with another budget (a handler's own).
@@ -240,6 +251,8 @@ pub fn io<T>(
             let Some(current) = c.as_mut() else {
                 return Err(Refused::NoEffects { what: what.into() });
             };
+            // What comes back may depend on anything, the caller's own children included.
+            current.effects.reads.mark();
             if current.inline {
                 current.left_inline = true;
                 return Err(Refused::Inline);
@@ -318,6 +331,18 @@ mod tests {
             io("k8s::get", |_, _| Ok(())).is_err(),
             "no effects after the call"
         );
+    }
+
+    /// Issue 16: a reconcile whose script reads its children through `k8s::get` must not have
+    /// the watch events of those children skipped.
+    #[tokio::test]
+    async fn a_side_effect_counts_as_a_read_of_the_tracked_call() {
+        let reads = crate::script::Reads::tracked();
+        let e = effects(1).tracked(reads.clone());
+        let _call = Call::enter(&e, Instant::now() + Duration::from_secs(5), false);
+        assert!(!reads.any());
+        io("k8s::get", |_, _| Ok(())).unwrap();
+        assert!(reads.any());
     }
 
     #[tokio::test]

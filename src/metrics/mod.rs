@@ -11,10 +11,10 @@ mod record;
 pub(crate) mod server;
 
 pub(crate) use record::{
-    applied, config_loaded, config_reloaded, controller_failed, controller_started, hot_loop,
-    http_request, leader, queue_add, queue_retry, queue_state, rate_limited, reconcile_finished,
-    reconcile_overlap, reconcile_started, request_sent, script_api_call, script_call,
-    script_limit_abort, status_written, watch_restarted, watch_started,
+    applied, config_loaded, config_reloaded, controller_failed, controller_started, echo_skipped,
+    hot_loop, http_request, leader, queue_add, queue_retry, queue_state, rate_limited,
+    reconcile_finished, reconcile_overlap, reconcile_started, request_sent, script_api_call,
+    script_call, script_limit_abort, status_written, watch_restarted, watch_started,
 };
 
 use prometheus::core::Collector;
@@ -52,6 +52,7 @@ struct Metrics {
     controller_failures: IntCounterVec,
     reconcile_overlaps: IntCounterVec,
     hot_loops: IntCounterVec,
+    echo_skips: IntCounterVec,
     leader: IntGaugeVec,
     config_reloads: IntCounterVec,
     config_hash: Gauge,
@@ -274,6 +275,12 @@ impl Metrics {
                 &r,
                 "khai_hot_loops_total",
                 "Objects paused because their reconciles kept writing (each pause counts once)",
+                ctl,
+            ),
+            echo_skips: counter(
+                &r,
+                "khai_echo_skips_total",
+                "Watch events of a child khai had just applied that reconciled nothing: the child held what khai sent and its parent's reconcile read nothing else",
                 ctl,
             ),
             leader: gauge(

@@ -22,6 +22,7 @@ pub(crate) fn controller_started(controller: &str, concurrency: u16) {
         &m.controller_failures,
         &m.reconcile_overlaps,
         &m.hot_loops,
+        &m.echo_skips,
     ] {
         c.with_label_values(&[controller]);
     }
@@ -181,6 +182,11 @@ pub(crate) fn reconcile_overlap(controller: &str) {
 /// An object of `controller` was paused for a hot loop.
 pub(crate) fn hot_loop(controller: &str) {
     METRICS.hot_loops.with_label_values(&[controller]).inc();
+}
+
+/// `controller` skipped the watch event of a child it had just applied: no reconcile needed.
+pub(crate) fn echo_skipped(controller: &str) {
+    METRICS.echo_skips.with_label_values(&[controller]).inc();
 }
 
 /// A watch of `kind` failed and is being restarted.

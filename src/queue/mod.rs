@@ -8,7 +8,7 @@
 use crate::script::Script;
 use crate::sync::lock;
 use crate::watch::predicate::Changes;
-use crate::watch::{Kind, Subscription};
+use crate::watch::{Changed, Kind, Subscription};
 use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -43,10 +43,20 @@ pub(crate) fn primary(
     })
 }
 
-/// Children mapped to the parent of kind `parent` that controls them.
-pub(crate) fn owners(sub: Subscription, parent: Kind) -> impl Stream<Item = Ref> + Send {
-    sub.into_stream()
-        .filter_map(move |c| futures::future::ready(controller_of(&c.object, &parent)))
+/// Children mapped to the parent of kind `parent` that controls them, minus the changes `echo`
+/// says need no reconcile (the watch events of khai's own writes, `crate::apply::Echoes`).
+pub(crate) fn owners(
+    sub: Subscription,
+    parent: Kind,
+    echo: impl Fn(&Changed) -> bool + Send + 'static,
+) -> impl Stream<Item = Ref> + Send {
+    sub.into_stream().filter_map(move |c| {
+        let r = match echo(&c) {
+            true => None,
+            false => controller_of(&c.object, &parent),
+        };
+        futures::future::ready(r)
+    })
 }
 
 /// Maps a child to the parent of kind `parent` that controls it, if any. A namespaced parent

@@ -4,7 +4,7 @@
 //! as one that does not. Only kinds the controller watches (its own kind and its `owns`) can be
 //! looked up; asking for another kind is an error that says how to fix it.
 
-use crate::script::{Lookup, object_view};
+use crate::script::{Lookup, Reads, object_view};
 use crate::watch::Informer;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -19,11 +19,15 @@ pub struct CacheLookup {
     pub uid: String,
     pub namespace: Option<String>,
     pub informers: Vec<Arc<Informer>>,
+    /// Told of every lookup ([`Reads`]).
+    pub reads: Reads,
 }
 
 impl CacheLookup {
     /// The informers of `kind` this controller reads (one, or one per watched namespace).
+    /// Every lookup goes through here, and so is told to [`Self::reads`].
     fn informers(&self, kind: &str) -> Result<Vec<&Arc<Informer>>, String> {
+        self.reads.mark();
         let written: crate::config::kind::KindRef = kind.parse().map_err(|e| format!("{e}"))?;
         let found: Vec<_> = self
             .informers
@@ -289,6 +293,7 @@ mod tests {
                 Some("ns"),
                 vec![broken, fine],
             )],
+            reads: Reads::tracked(),
         };
         let expected = "cannot read ConfigMap ns/broken from khai's cache: \
                         can only flatten structs and maps (got a string)";
@@ -335,7 +340,9 @@ mod tests {
             uid: "p1".into(),
             namespace: Some("a".into()),
             informers: vec![informer("a", &["one"]), informer("b", &["two", "three"])],
+            reads: Reads::tracked(),
         };
+        assert!(!lookup.reads.any());
         let names = |ns: Option<&str>| -> Vec<String> {
             let found = lookup.list("ConfigMap", None, ns).unwrap();
             found
@@ -350,6 +357,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(names(None), ["a/one"]);
+        assert!(lookup.reads.any(), "a lookup is a read (issue 16)");
         assert_eq!(names(Some("b")), ["b/three", "b/two"]);
         assert_eq!(names(Some("*")), ["a/one", "b/three", "b/two"]);
         assert_eq!(

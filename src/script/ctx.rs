@@ -136,6 +136,7 @@ fn secret(c: &ScriptCtx, namespace: Option<&str>, name: &str, key: &str) -> Rhai
                 .into(),
         ));
     };
+    effects.reads.mark();
     let namespace = namespace.or(c.namespace.as_deref());
     match effects.secrets.read(namespace, name, key) {
         Ok(Some(v)) => Ok(v.into()),
