@@ -98,19 +98,17 @@ fn round_trip_inline(handler: &Handler, kind: Kind, body: &[u8]) -> Vec<u8> {
             meta.remove("managedFields");
         }
     }
-    let (function, original) = match kind {
-        Kind::Validate => (handler.hook.validate.as_deref(), None),
-        Kind::Mutate => (
-            handler.hook.mutate.as_deref(),
-            Some(request["object"].clone()),
-        ),
+    let function = match kind {
+        Kind::Validate => handler.hook.validate.as_deref(),
+        Kind::Mutate => handler.hook.mutate.as_deref(),
     };
     let uid = request["uid"].clone();
     let out = handler
         .script
         .call(function.unwrap(), std::slice::from_ref(&request))
         .unwrap();
-    let verdict = admission::interpret(kind, original.as_ref(), out);
+    let original = (kind == Kind::Mutate).then(|| &request["object"]);
+    let verdict = admission::interpret(kind, original, out);
     let answer = admission::respond(doc["apiVersion"].as_str().unwrap(), uid, verdict);
     serde_json::to_vec(&answer).unwrap()
 }

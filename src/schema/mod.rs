@@ -7,8 +7,10 @@
 //! only in being served and stored. Generation is pure (`khai generate crds` prints it without a
 //! cluster); [`install`] is the only I/O here.
 
+mod current;
 mod defaults;
 
+pub use current::MANIFEST_HASH;
 pub use defaults::{apply_defaults, default_object};
 
 use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Scale, Scope};
@@ -72,7 +74,7 @@ pub fn crd_manifest(crd: &Crd) -> Result<Value, Error> {
             ver
         })
         .collect();
-    Ok(json!({
+    let mut manifest = json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": { "name": crd.crd_name(), "labels": { MANAGED_BY.0: MANAGED_BY.1 } },
@@ -82,7 +84,9 @@ pub fn crd_manifest(crd: &Crd) -> Result<Value, Error> {
             "scope": match crd.scope { Scope::Namespaced => "Namespaced", Scope::Cluster => "Cluster" },
             "versions": versions,
         }
-    }))
+    });
+    current::stamp(&mut manifest);
+    Ok(manifest)
 }
 
 fn names(crd: &Crd) -> Value {
@@ -270,7 +274,8 @@ fn number(n: f64) -> Value {
     }
 }
 
-/// Applies every CRD with server-side apply and waits until each is Established.
+/// Applies every CRD with server-side apply, unless the cluster already holds it as khai would
+/// apply it (see [`current`]), and waits until each is Established.
 pub async fn install(
     client: &kube::Client,
     crds: &[Crd],
@@ -281,7 +286,15 @@ pub async fn install(
     let params = PatchParams::apply(field_manager).force();
     for crd in crds {
         let name = crd.crd_name();
-        api.patch(&name, &params, &Patch::Apply(crd_manifest(crd)?))
+        let manifest = crd_manifest(crd)?;
+        // A failed read just means applying, as before.
+        if let Ok(Some(live)) = api.get_opt(&name).await
+            && serde_json::to_value(&live).is_ok_and(|l| current::is_current(&l, &manifest))
+        {
+            tracing::info!(crd = %name, "CustomResourceDefinition is up to date");
+            continue;
+        }
+        api.patch(&name, &params, &Patch::Apply(manifest))
             .await
             .map_err(|source| Error::Apply {
                 name: name.clone(),

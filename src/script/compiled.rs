@@ -243,14 +243,17 @@ impl Script {
     }
 
     /// [`Self::call`] without blocking the runtime, for one-argument helpers such as
-    /// `when(obj)` and webhook functions.
+    /// `when(obj)` and webhook functions. An argument the caller reads again afterwards (a
+    /// mutating webhook compares the answer with the request's object) is passed as an `Arc`,
+    /// shared with the call instead of copied.
     pub async fn call_one_async(
         &self,
         function: &str,
-        arg: serde_json::Value,
+        arg: impl Into<Arc<serde_json::Value>>,
     ) -> Result<serde_json::Value, ScriptError> {
+        let arg = arg.into();
         self.off_runtime(function, move |s, name| {
-            s.call(name, std::slice::from_ref(&arg))
+            s.call(name, std::slice::from_ref(&*arg))
         })
         .await
     }

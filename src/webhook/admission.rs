@@ -11,6 +11,7 @@ use crate::script::ScriptError;
 use crate::script::type_name;
 use base64::Engine as _;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 /// Which admission function a path calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,13 +88,12 @@ pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
 pub async fn review(handler: &Handler, kind: Kind, review: Review) -> Value {
     let verdict = match prepare(handler, kind, review.request) {
         Prepared::Done(verdict) => verdict,
-        Prepared::Call {
-            function,
-            request,
-            original,
-        } => {
-            let answer = handler.script.call_one_async(function, request).await;
-            conclude(kind, original.as_ref(), answer)
+        Prepared::Call { function, request } => {
+            let answer = handler
+                .script
+                .call_one_async(function, request.clone())
+                .await;
+            conclude(kind, &request, answer)
         }
     };
     if let Verdict::Deny { message, .. } = &verdict {
@@ -106,15 +106,11 @@ pub async fn review(handler: &Handler, kind: Kind, review: Review) -> Value {
 pub fn decide_blocking(handler: &Handler, kind: Kind, request: Value) -> Verdict {
     match prepare(handler, kind, request) {
         Prepared::Done(verdict) => verdict,
-        Prepared::Call {
-            function,
-            request,
-            original,
-        } => {
+        Prepared::Call { function, request } => {
             let answer = handler
                 .script
-                .call(function, std::slice::from_ref(&request));
-            conclude(kind, original.as_ref(), answer)
+                .call(function, std::slice::from_ref(&*request));
+            conclude(kind, &request, answer)
         }
     }
 }
@@ -123,41 +119,43 @@ pub fn decide_blocking(handler: &Handler, kind: Kind, request: Value) -> Verdict
 enum Prepared<'h> {
     /// Decided without a script.
     Done(Verdict),
-    /// Call `function(request)`; a mutate's answer is compared with `original`.
+    /// Call `function(request)`; a mutate's answer is compared with the request's object. The
+    /// request is shared with the call rather than the object copied for the comparison (a deep
+    /// copy of the whole object per review, issue 16).
     Call {
         function: &'h str,
-        request: Value,
-        original: Option<Value>,
+        request: Arc<Value>,
     },
 }
 
 fn prepare(handler: &Handler, kind: Kind, request: Value) -> Prepared<'_> {
     let request = strip_managed_fields(request);
-    let (function, original) = match kind {
-        Kind::Validate => (handler.hook.validate.as_deref(), None),
-        Kind::Mutate => (
-            handler.hook.mutate.as_deref(),
-            request.get("object").cloned(),
-        ),
+    let function = match kind {
+        Kind::Validate => handler.hook.validate.as_deref(),
+        Kind::Mutate => handler.hook.mutate.as_deref(),
     };
     let Some(function) = function else {
         return Prepared::Done(allow());
     };
     // Nothing to mutate on DELETE: there is no new object.
-    if kind == Kind::Mutate && original.as_ref().is_none_or(Value::is_null) {
+    if kind == Kind::Mutate && request.get("object").is_none_or(Value::is_null) {
         return Prepared::Done(allow());
     }
     Prepared::Call {
         function,
-        request,
-        original,
+        request: Arc::new(request),
     }
 }
 
-fn conclude(kind: Kind, original: Option<&Value>, answer: Result<Value, ScriptError>) -> Verdict {
+fn conclude(kind: Kind, request: &Value, answer: Result<Value, ScriptError>) -> Verdict {
     match answer {
         Err(e) => script_failed(&e),
-        Ok(value) => interpret(kind, original, value),
+        Ok(value) => {
+            let original = (kind == Kind::Mutate)
+                .then(|| request.get("object"))
+                .flatten();
+            interpret(kind, original, value)
+        }
     }
 }
 
@@ -195,8 +193,7 @@ pub fn interpret(kind: Kind, original: Option<&Value>, value: Value) -> Verdict 
             patch: None,
         },
         None if kind == Kind::Mutate && value.is_object() => {
-            let original = original.cloned().unwrap_or(Value::Null);
-            let patch = json_patch::diff(&original, &value);
+            let patch = json_patch::diff(original.unwrap_or(&Value::Null), &value);
             Verdict::Allow {
                 warnings: Vec::new(),
                 patch: (!patch.0.is_empty()).then_some(patch),

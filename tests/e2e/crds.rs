@@ -451,3 +451,65 @@ async fn the_reference_crd_example_installs_with_its_columns_and_scale() {
         );
     }
 }
+
+/// Restarting khai (issue 16) must not write its CRDs again when the cluster already holds them
+/// as khai would apply them; a CRD edited by hand is applied again.
+#[tokio::test]
+async fn installing_an_up_to_date_crd_again_writes_nothing_and_a_hand_edit_is_reverted() {
+    const WIDGET: &str = r#"
+[[crd]]
+group = "again.crds.khai.dev"
+kind = "Widget"
+versions = ["v1"]
+spec.size = { type = "integer", minimum = 0 }
+"#;
+    let name = "widgets.again.crds.khai.dev";
+    let client = crate::support::client().await;
+    let config = install(&client, &[("operator.toml", WIDGET)]).await;
+    let ours = |e: &Value| {
+        e["objectRef"]["name"] == name
+            && e["requestURI"]
+                .as_str()
+                .is_some_and(|u| u.contains("fieldManager=khai-test"))
+    };
+    let install_again = || {
+        khai::schema::install(
+            &client,
+            &config.model.crds,
+            "khai-test",
+            crate::support::DEADLINE,
+        )
+    };
+
+    let from = crate::support::audit::mark();
+    install_again().await.unwrap();
+    // A hand edit: the minimum khai set is gone.
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let edit = json!([{ "op": "remove",
+        "path": "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/size/minimum" }]);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::<()>::Json(serde_json::from_value(edit).unwrap()),
+    )
+    .await
+    .unwrap();
+    install_again().await.unwrap();
+    // The log is complete up to the apply after the edit, so it shows the first install's too,
+    // had there been one.
+    crate::support::audit::wait_for_entry(from, "khai applying the edited CRD", ours).await;
+    let writes = crate::support::audit::writes(from, ours);
+    assert_eq!(
+        writes,
+        crate::support::audit::Writes::from([("patch customresourcedefinitions".into(), 1)]),
+        "only the install after the hand edit writes"
+    );
+    let stored = stored_crd(&client, name).await;
+    assert_eq!(
+        stored["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["size"]["minimum"]
+            .as_f64(),
+        Some(0.0),
+        "the hand edit is reverted"
+    );
+}

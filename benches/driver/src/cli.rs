@@ -102,7 +102,7 @@ pub struct Args {
     #[arg(long)]
     pub publish: Option<PathBuf>,
     /// Exit 1 unless khai wrote exactly 2 times per Cache on create and on update and 0 times
-    /// while idle (CI's regression check).
+    /// while idle and on restart (CI's regression check).
     #[arg(long)]
     pub smoke_check: bool,
     /// The command line to print in the report (scripts/bench passes its own).

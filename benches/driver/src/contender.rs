@@ -32,13 +32,18 @@ pub fn launch(contender: Contender, args: &Args) -> Launch {
                 .args(["--metrics-bind", "127.0.0.1:0"])
                 // No client-side rate limit (khai's default is 20 requests a second), as the
                 // kube-rs baseline and Kopf have none: the bench compares the engines.
-                .args(["--kube-api-qps", "0"]);
+                .args(["--kube-api-qps", "0"])
+                // One `reconciled` line per finished reconcile: the restart phase counts them.
+                .args(["--log-level", "info"])
+                .env_remove("RUST_LOG");
             (c, args.khai_bin.clone())
         }
-        Contender::KubeRs => (
-            tokio::process::Command::new(&args.kube_rs_bin),
-            args.kube_rs_bin.clone(),
-        ),
+        Contender::KubeRs => {
+            let mut c = tokio::process::Command::new(&args.kube_rs_bin);
+            // Its `reconciled` line at info, as khai's; everything else at its default, warn.
+            c.env("RUST_LOG", "warn,kube_rs_baseline=info");
+            (c, args.kube_rs_bin.clone())
+        }
         Contender::Kopf => {
             let Some(kopf) = &args.kopf_bin else {
                 return Launch::Skip("no --kopf-bin given".into());
@@ -100,18 +105,16 @@ impl Process {
         self.pid
     }
 
-    /// Resolves (with a description) when the process has exited; never while it runs.
-    pub async fn died(&self) -> anyhow::Error {
-        let mut rx = self.exited.clone();
-        let status = match rx.wait_for(Option::is_some).await {
-            Ok(s) => s.clone().unwrap_or_default(),
-            Err(_) => "unknown status".into(),
-        };
-        anyhow!(
-            "the operator exited ({status}); last lines of {}:\n{}",
-            self.log.display(),
-            tail(&self.log, 15)
-        )
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// A handle that notices the exit without borrowing the process.
+    pub fn exit(&self) -> Exit {
+        Exit {
+            exited: self.exited.clone(),
+            log: self.log.clone(),
+        }
     }
 
     /// SIGTERM, then SIGKILL after [`STOP_GRACE`].
@@ -140,6 +143,27 @@ impl Process {
             bail!("did not exit within {STOP_GRACE:?} of SIGTERM; killed");
         }
         Ok(())
+    }
+}
+
+/// Watches one process for its exit.
+pub struct Exit {
+    exited: watch::Receiver<Option<String>>,
+    log: PathBuf,
+}
+
+impl Exit {
+    /// Resolves (with a description) when the process has exited; never while it runs.
+    pub async fn died(mut self) -> anyhow::Error {
+        let status = match self.exited.wait_for(Option::is_some).await {
+            Ok(s) => s.clone().unwrap_or_default(),
+            Err(_) => "unknown status".into(),
+        };
+        anyhow!(
+            "the operator exited ({status}); last lines of {}:\n{}",
+            self.log.display(),
+            tail(&self.log, 15)
+        )
     }
 }
 

@@ -6,6 +6,7 @@ mod chart;
 mod cli;
 mod contender;
 mod report;
+mod restart;
 mod run;
 mod timer;
 mod timer_report;
@@ -96,7 +97,7 @@ async fn run_one(settings: &Settings<'_>, report: &mut Report, c: Contender, n: 
         Ok(outcome) => {
             match &outcome {
                 Outcome::Done(r) => eprintln!(
-                    "bench: {} N={n} run {rep}: create {:.2}s, update {:.2}s, delete {:.2}s, writes create {} idle {} update {}",
+                    "bench: {} N={n} run {rep}: create {:.2}s, update {:.2}s, delete {:.2}s, writes create {} idle {} update {}{}",
                     c.name(),
                     r.create_s,
                     r.update_s,
@@ -104,6 +105,11 @@ async fn run_one(settings: &Settings<'_>, report: &mut Report, c: Contender, n: 
                     writes::total(&r.create.writes),
                     writes::total(&r.idle.writes),
                     writes::total(&r.update.writes),
+                    r.restart.as_ref().map_or(String::new(), |x| format!(
+                        ", restart {:.2}s with {} writes",
+                        x.confirmed_s,
+                        writes::total(&x.cost.writes)
+                    )),
                 ),
                 Outcome::Failed { error, .. } => {
                     eprintln!("bench: {} N={n} run {rep} FAILED: {error}", c.name());
@@ -125,7 +131,7 @@ fn verdict(args: &Args, report: &Report) -> ExitCode {
     }
     if problems.is_empty() {
         eprintln!(
-            "bench: smoke check passed: khai writes 2 per Cache on create and update, 0 idle"
+            "bench: smoke check passed: khai writes 2 per Cache on create and update, 0 idle, 0 on restart"
         );
         ExitCode::SUCCESS
     } else {

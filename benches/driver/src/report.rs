@@ -79,6 +79,34 @@ pub const METRICS: &[Metric] = &[
         get: |r| Some(writes::total(&r.idle.writes) as f64),
     },
     Metric {
+        key: "restart_s",
+        label: "restart: all confirmed (s)",
+        decimals: 2,
+        get: |r| r.restart.as_ref().map(|x| x.confirmed_s),
+    },
+    Metric {
+        key: "restart_writes",
+        label: "restart writes",
+        decimals: 0,
+        get: |r| {
+            r.restart
+                .as_ref()
+                .map(|x| writes::total(&x.cost.writes) as f64)
+        },
+    },
+    Metric {
+        key: "restart_cpu_s",
+        label: "restart CPU (s)",
+        decimals: 2,
+        get: |r| r.restart.as_ref().map(|x| x.cost.cpu_s),
+    },
+    Metric {
+        key: "restart_peak_rss_mib",
+        label: "restart peak RSS (MiB)",
+        decimals: 1,
+        get: |r| r.restart.as_ref().and_then(|x| x.peak_rss_mib),
+    },
+    Metric {
         key: "peak_rss_mib",
         label: "peak RSS (MiB)",
         decimals: 1,
@@ -86,7 +114,7 @@ pub const METRICS: &[Metric] = &[
     },
     Metric {
         key: "cpu_s",
-        label: "CPU (s)",
+        label: "CPU (s), restart excluded",
         decimals: 2,
         get: |r| {
             (r.contender != Contender::Floor)
@@ -297,22 +325,30 @@ impl Report {
         let _ = writeln!(
             md,
             "\nWrites by the contender, by verb and resource (median over runs):\n\n\
-             | contender | create | idle | update | delete |\n|---|---|---|---|---|"
+             | contender | create | idle | update | restart | delete |\n|---|---|---|---|---|---|"
         );
         for &c in &self.contenders {
             let runs = self.done(c, n);
             if runs.is_empty() {
                 continue;
             }
-            let phases: [fn(&RunResult) -> &Writes; 4] = [
-                |r| &r.create.writes,
-                |r| &r.idle.writes,
-                |r| &r.update.writes,
-                |r| &r.delete.writes,
+            let phases: [fn(&RunResult) -> Option<&Writes>; 5] = [
+                |r| Some(&r.create.writes),
+                |r| Some(&r.idle.writes),
+                |r| Some(&r.update.writes),
+                |r| r.restart.as_ref().map(|x| &x.cost.writes),
+                |r| Some(&r.delete.writes),
             ];
             let cells: Vec<String> = phases
                 .iter()
-                .map(|phase| describe(&median_writes(runs.iter().map(|r| phase(r)))))
+                .map(|phase| {
+                    let measured: Vec<&Writes> = runs.iter().filter_map(|r| phase(r)).collect();
+                    if measured.is_empty() {
+                        "—".into()
+                    } else {
+                        describe(&median_writes(measured.into_iter()))
+                    }
+                })
                 .collect();
             let _ = writeln!(md, "| {} | {} |", c.name(), cells.join(" | "));
         }
@@ -345,6 +381,14 @@ impl Report {
                         "N={n}: khai idle writes {:?}, want none",
                         r.idle.writes
                     ));
+                }
+                match &r.restart {
+                    None => problems.push(format!("N={n}: khai was not restarted")),
+                    Some(x) if !x.cost.writes.is_empty() => problems.push(format!(
+                        "N={n}: khai restart writes {:?}, want none",
+                        x.cost.writes
+                    )),
+                    Some(_) => {}
                 }
             }
         }

@@ -1,13 +1,16 @@
 //! One run: one contender, one object count, one repetition. Start the operator, warm it up,
-//! then the measured phases (a) create, (b) idle, (c) update, (d) delete, then clean up.
+//! then the measured phases (a) create, (b) idle, (c) update, (d) restart, (e) delete, then
+//! clean up.
 
 use crate::cli::{Args, Contender};
 use crate::contender::{self, Launch, Process, Usage};
+use crate::restart::{self, Restart};
 use crate::track::Tracker;
 use crate::workload::{self, WARMUP, Workload};
 use crate::writes::{self, Writes};
 use anyhow::Result;
 use serde::Serialize;
+use std::cell::RefCell;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -44,7 +47,10 @@ pub struct RunResult {
     pub idle: PhaseCost,
     pub update: PhaseCost,
     pub delete: PhaseCost,
-    /// Peak RSS (VmHWM) of the operator over its whole life, MiB; None for the floor.
+    /// Stopping the operator and starting it again over the n Caches; None for the floor.
+    pub restart: Option<Restart>,
+    /// Peak RSS (VmHWM) of the operator, MiB, the larger of its two lives (before and after the
+    /// restart); None for the floor.
     pub peak_rss_mib: Option<f64>,
 }
 
@@ -73,35 +79,49 @@ pub struct Settings<'a> {
 impl Settings<'_> {
     /// Runs `contender` at `n` objects; Err only when the contender is skipped.
     pub async fn run(&self, contender: Contender, n: usize, rep: usize) -> Result<Outcome, String> {
-        let process = match contender::launch(contender, self.args) {
-            Launch::Skip(why) => return Err(why),
-            Launch::Nothing => None,
-            Launch::Run(cmd) => {
-                let log = self.args.out.join("logs").join(format!(
-                    "{}-n{n}-r{rep}.log",
-                    contender.name().to_lowercase()
-                ));
-                match Process::spawn(cmd, log) {
-                    Ok(p) => Some(p),
-                    Err(e) => return Ok(failed(contender, n, rep, &e)),
-                }
-            }
+        let process = match self.spawn(contender, n, rep, "") {
+            Err(why) => return Err(why),
+            Ok(Err(e)) => return Ok(failed(contender, n, rep, &e)),
+            Ok(Ok(p)) => p,
         };
         let namespace = format!(
             "bench-{}-n{n}-r{rep}-{}",
             contender.name().to_lowercase(),
             self.tag
         );
-        let outcome = match self.measure(contender, n, rep, &namespace, &process).await {
+        let guard = Guard(RefCell::new(process));
+        let outcome = match self.measure(contender, n, rep, &namespace, &guard).await {
             Ok(r) => Outcome::Done(Box::new(r)),
             Err(e) => failed(contender, n, rep, &e),
         };
-        if let Some(p) = process
+        if let Some(p) = guard.0.into_inner()
             && let Err(e) = p.stop().await
         {
             eprintln!("bench: stopping {}: {e:#}", contender.name());
         }
         Ok(outcome)
+    }
+
+    /// Starts `contender`'s process, logging to `<name>-n<n>-r<rep><suffix>.log`: Err when the
+    /// contender is skipped, Ok(Err) when it failed to start, Ok(Ok(None)) for the floor.
+    pub fn spawn(
+        &self,
+        contender: Contender,
+        n: usize,
+        rep: usize,
+        suffix: &str,
+    ) -> Result<Result<Option<Process>>, String> {
+        match contender::launch(contender, self.args) {
+            Launch::Skip(why) => Err(why),
+            Launch::Nothing => Ok(Ok(None)),
+            Launch::Run(cmd) => {
+                let log = self.args.out.join("logs").join(format!(
+                    "{}-n{n}-r{rep}{suffix}.log",
+                    contender.name().to_lowercase()
+                ));
+                Ok(Process::spawn(cmd, log).map(Some))
+            }
+        }
     }
 
     async fn measure(
@@ -110,7 +130,7 @@ impl Settings<'_> {
         n: usize,
         rep: usize,
         namespace: &str,
-        process: &Option<Process>,
+        guard: &Guard,
     ) -> Result<RunResult> {
         let floor = contender == Contender::Floor;
         let wl = Workload::new(
@@ -120,9 +140,7 @@ impl Settings<'_> {
             self.args.parallelism,
         )
         .await?;
-        let result = self
-            .phases(contender, n, rep, &wl, &Guard(process.as_ref()))
-            .await;
+        let result = self.phases(contender, n, rep, &wl, guard).await;
         // Clean up even after a failure, so the next contender starts with an empty cluster;
         // the first error is the one reported.
         let cleaned = wl.clean_up().await;
@@ -137,7 +155,7 @@ impl Settings<'_> {
         n: usize,
         rep: usize,
         wl: &Workload,
-        guard: &Guard<'_>,
+        guard: &Guard,
     ) -> Result<RunResult> {
         let timeout = self.args.phase_timeout;
         let tracker = Tracker::start(wl.caches.clone(), wl.configmaps.clone());
@@ -155,9 +173,12 @@ impl Settings<'_> {
         let idle_cost = meter.close(wl).await?;
         let update_s = guard.watch(update_phase(wl, &tracker, n, timeout)).await?;
         let update_cost = meter.close(wl).await?;
+        let first_peak = guard.usage(self.clock_ticks)?.map(|u| u.peak_rss);
+        let restart = restart::phase(self, contender, n, rep, wl, guard, &mut meter).await?;
         let delete_s = guard.watch(delete_phase(wl, &tracker, n, timeout)).await?;
         let delete_cost = meter.close(wl).await?;
-        let peak = guard.usage(self.clock_ticks)?.map(|u| u.peak_rss);
+        let second_peak = guard.usage(self.clock_ticks)?.map(|u| u.peak_rss);
+        let peak = first_peak.max(second_peak);
 
         Ok(RunResult {
             contender,
@@ -173,9 +194,14 @@ impl Settings<'_> {
             idle: idle_cost,
             update: update_cost,
             delete: delete_cost,
-            peak_rss_mib: peak.map(|b| b as f64 / (1024.0 * 1024.0)),
+            restart,
+            peak_rss_mib: peak.map(mib),
         })
     }
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
 }
 
 fn failed(contender: Contender, n: usize, rep: usize, e: &anyhow::Error) -> Outcome {
@@ -187,40 +213,53 @@ fn failed(contender: Contender, n: usize, rep: usize, e: &anyhow::Error) -> Outc
     }
 }
 
-/// The operator process, if any: phases race its exit, and its /proc entry gives its usage.
-struct Guard<'a>(Option<&'a Process>);
+/// The operator process, if any: phases race its exit, and its /proc entry gives its usage. The
+/// restart phase swaps it for a new one.
+pub struct Guard(RefCell<Option<Process>>);
 
-impl Guard<'_> {
+impl Guard {
     /// `fut`, or an error as soon as the operator exits.
-    async fn watch<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
-        match self.0 {
+    pub async fn watch<T>(&self, fut: impl Future<Output = Result<T>>) -> Result<T> {
+        let exit = self.0.borrow().as_ref().map(Process::exit);
+        match exit {
             None => fut.await,
-            Some(p) => tokio::select! {
+            Some(exit) => tokio::select! {
                 r = fut => r,
-                e = p.died() => Err(e),
+                e = exit.died() => Err(e),
             },
         }
     }
 
-    fn usage(&self, clock_ticks: f64) -> Result<Option<Usage>> {
+    pub fn usage(&self, clock_ticks: f64) -> Result<Option<Usage>> {
         self.0
+            .borrow()
+            .as_ref()
             .map(|p| contender::usage(p.pid(), clock_ticks))
             .transpose()
+    }
+
+    /// Takes the process out (to stop it); the guard watches nothing until [`Guard::put`].
+    pub fn take(&self) -> Option<Process> {
+        self.0.borrow_mut().take()
+    }
+
+    pub fn put(&self, process: Process) {
+        *self.0.borrow_mut() = Some(process);
     }
 }
 
 /// Phase boundaries: the server's write counts and the operator's CPU time at the last one.
-struct Meter<'a> {
+pub struct Meter<'a> {
     client: kube::Client,
     clock_ticks: f64,
-    guard: &'a Guard<'a>,
+    guard: &'a Guard,
     writes: Writes,
     cpu: f64,
 }
 
 impl<'a> Meter<'a> {
     /// Opens the first phase once the warm-up's writes have settled.
-    async fn start(settings: &Settings<'_>, guard: &'a Guard<'a>) -> Result<Meter<'a>> {
+    async fn start(settings: &Settings<'_>, guard: &'a Guard) -> Result<Meter<'a>> {
         let writes = writes::settle(&settings.client).await?;
         let cpu = guard.usage(settings.clock_ticks)?.map_or(0.0, |u| u.cpu);
         Ok(Meter {
@@ -232,8 +271,13 @@ impl<'a> Meter<'a> {
         })
     }
 
+    /// The operator process was replaced: its CPU time starts again from zero.
+    pub fn restarted(&mut self) {
+        self.cpu = 0.0;
+    }
+
     /// Closes the current phase once its writes have settled and opens the next.
-    async fn close(&mut self, wl: &Workload) -> Result<PhaseCost> {
+    pub async fn close(&mut self, wl: &Workload) -> Result<PhaseCost> {
         let now = writes::settle(&self.client).await?;
         let cpu = self.guard.usage(self.clock_ticks)?.map_or(0.0, |u| u.cpu);
         let own = wl.own.take();

@@ -235,7 +235,7 @@ impl One<'_> {
             () = tokio::time::sleep(self.args.duration) => {
                 contender::usage(process.pid(), contender::clock_ticks())
             }
-            e = process.died() => Err(e),
+            e = process.exit().died() => Err(e),
         };
         let load_after = Load::now();
         let stopped = process.stop().await;

@@ -4,7 +4,8 @@
 //! and a status `{phase: Ready, configMap, observedGeneration}`. Reads come from informer caches;
 //! writes happen only when something differs.
 //!
-//! Environment: `KUBECONFIG` (or in-cluster config), `RUST_LOG` (default `warn`), and
+//! Environment: `KUBECONFIG` (or in-cluster config), `RUST_LOG` (default `warn`; scripts/bench
+//! sets `warn,kube_rs_baseline=info` for one `reconciled` line per finished reconcile), and
 //! `BASELINE_RESYNC_SECS` to reconcile every Cache again at that interval (off by default, like
 //! khai's `resync`).
 
@@ -31,6 +32,8 @@ use crate::{
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        // Colours only on a terminal, as khai does: scripts/bench reads the log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let client = Client::try_default().await?;
     let resync = resync_interval()?;
