@@ -111,9 +111,14 @@ pub struct Attempt {
 /// Answers `ctx.index(name, key)`: the values the index holds under `key`, and `ctx.index(name)`:
 /// every key with its values.
 pub trait Indexes: Send + Sync {
-    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String>;
-    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, String>;
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, NoIndex>;
+    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, NoIndex>;
 }
+
+/// `ctx.index` named an index the config does not declare.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no index named {0:?} in this config")]
+pub struct NoIndex(pub String);
 
 impl ScriptCtx {
     /// A context with no lookups, for tests and tools.
