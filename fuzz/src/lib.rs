@@ -8,7 +8,7 @@
 
 use khai::config::{self, model::Crd};
 use khai::reconcile::{self, conditions};
-use khai::script::{self, Limits, Lookup, Script, ScriptCtx, ScriptError};
+use khai::script::{self, Limits, Lookup, LookupError, Script, ScriptCtx, ScriptError};
 use khai::webhook::{admission, conversion};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -309,13 +309,13 @@ fn assert_clean_error(input: &Value, e: &ScriptError) {
 struct Echo(Value);
 
 impl Lookup for Echo {
-    fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, String> {
+    fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, LookupError> {
         Ok(Some(self.0.clone()))
     }
-    fn list(&self, _: &str, _: Option<&str>, _: Option<&str>) -> Result<Vec<Value>, String> {
+    fn list(&self, _: &str, _: Option<&str>, _: Option<&str>) -> Result<Vec<Value>, LookupError> {
         Ok(vec![self.0.clone()])
     }
-    fn owned(&self, _: &str) -> Result<Vec<Value>, String> {
+    fn owned(&self, _: &str) -> Result<Vec<Value>, LookupError> {
         Ok(vec![self.0.clone()])
     }
 }

@@ -210,12 +210,12 @@ struct TrackedIndexes {
 }
 
 impl Indexes for TrackedIndexes {
-    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String> {
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, crate::script::NoIndex> {
         self.reads.mark();
         self.inner.get(index, key)
     }
 
-    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, String> {
+    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, crate::script::NoIndex> {
         self.reads.mark();
         self.inner.all(index)
     }

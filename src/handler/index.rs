@@ -9,7 +9,7 @@
 //! object in the cache: it grows with the cluster, not with time.
 
 use crate::config::handlers::Index;
-use crate::script::{CallArg, Script};
+use crate::script::{CallArg, NoIndex, Script};
 use crate::watch::{Changed, Informer};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -122,12 +122,12 @@ impl IndexSet {
 }
 
 impl crate::script::Indexes for IndexSet {
-    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String> {
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, NoIndex> {
         let table = self.tables.get(index).ok_or_else(|| unknown(index))?;
         Ok(crate::sync::read(table).get(key))
     }
 
-    fn all(&self, index: &str) -> Result<Map<String, Value>, String> {
+    fn all(&self, index: &str) -> Result<Map<String, Value>, NoIndex> {
         let table = self.tables.get(index).ok_or_else(|| unknown(index))?;
         let table = crate::sync::read(table);
         Ok(table
@@ -138,8 +138,8 @@ impl crate::script::Indexes for IndexSet {
     }
 }
 
-fn unknown(index: &str) -> String {
-    format!("no index named {index:?} in this config")
+fn unknown(index: &str) -> NoIndex {
+    NoIndex(index.into())
 }
 
 /// One index following one cache.
@@ -296,7 +296,7 @@ impl Fixed {
 }
 
 impl crate::script::Indexes for Fixed {
-    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String> {
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, NoIndex> {
         Ok(self
             .tables
             .get(index)
@@ -304,7 +304,7 @@ impl crate::script::Indexes for Fixed {
             .get(key))
     }
 
-    fn all(&self, index: &str) -> Result<Map<String, Value>, String> {
+    fn all(&self, index: &str) -> Result<Map<String, Value>, NoIndex> {
         let table = self.tables.get(index).ok_or_else(|| unknown(index))?;
         Ok(table
             .by_key

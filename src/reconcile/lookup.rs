@@ -4,7 +4,7 @@
 //! as one that does not. Only kinds the controller watches (its own kind and its `owns`) can be
 //! looked up; asking for another kind is an error that says how to fix it.
 
-use crate::script::{Lookup, Reads, object_view};
+use crate::script::{Lookup, LookupError, Reads, object_view};
 use crate::watch::Informer;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -26,18 +26,16 @@ pub struct CacheLookup {
 impl CacheLookup {
     /// The informers of `kind` this controller reads (one, or one per watched namespace).
     /// Every lookup goes through here, and so is told to [`Self::reads`].
-    fn informers(&self, kind: &str) -> Result<Vec<&Arc<Informer>>, String> {
+    fn informers(&self, kind: &str) -> Result<Vec<&Arc<Informer>>, LookupError> {
         self.reads.mark();
-        let written: crate::config::kind::KindRef = kind.parse().map_err(|e| format!("{e}"))?;
+        let written: crate::config::kind::KindRef = kind.parse()?;
         let found: Vec<_> = self
             .informers
             .iter()
             .filter(|i| i.kind.matches(&written))
             .collect();
         if found.is_empty() {
-            return Err(format!(
-                "kind {kind:?} is not watched by this controller; add it to `owns` to look it up"
-            ));
+            return Err(LookupError::NotWatched(kind.into()));
         }
         Ok(found)
     }
@@ -51,7 +49,7 @@ impl CacheLookup {
 fn sorted_views<'a>(
     kind: &str,
     objs: impl Iterator<Item = &'a Arc<DynamicObject>>,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, LookupError> {
     let mut out: Vec<Value> = objs.map(|o| view(kind, o)).collect::<Result<_, _>>()?;
     let key = |v: &Value| {
         (
@@ -64,13 +62,17 @@ fn sorted_views<'a>(
 }
 
 /// The script view of one cached object; an error names the object.
-fn view(kind: &str, obj: &DynamicObject) -> Result<Value, String> {
-    object_view(obj).map_err(|e| {
+fn view(kind: &str, obj: &DynamicObject) -> Result<Value, LookupError> {
+    object_view(obj).map_err(|source| {
         let name = match obj.namespace() {
             Some(ns) => format!("{ns}/{}", obj.name_any()),
             None => obj.name_any(),
         };
-        format!("cannot read {kind} {name} from khai's cache: {e}")
+        LookupError::Unreadable {
+            kind: kind.into(),
+            name,
+            source,
+        }
     })
 }
 
@@ -80,7 +82,7 @@ impl Lookup for CacheLookup {
         kind: &str,
         name: &str,
         namespace: Option<&str>,
-    ) -> Result<Option<Value>, String> {
+    ) -> Result<Option<Value>, LookupError> {
         let found = self.informers(kind)?;
         let namespaced = found[0].kind.namespaced;
         let ns = namespace
@@ -88,18 +90,16 @@ impl Lookup for CacheLookup {
             .or_else(|| self.namespace.clone())
             .filter(|_| namespaced);
         if namespaced && ns.is_none() {
-            return Err(format!(
-                "{kind} is namespaced: name the namespace, ctx.get({kind:?}, {name:?}, namespace)"
-            ));
+            return Err(LookupError::NeedsNamespace {
+                kind: kind.into(),
+                name: name.into(),
+            });
         }
         let Some(inf) = found
             .iter()
             .find(|i| i.namespace.is_none() || i.namespace == ns)
         else {
-            return Err(format!(
-                "namespace {:?} is not watched by khai",
-                ns.unwrap_or_default()
-            ));
+            return Err(LookupError::NamespaceNotWatched(ns.unwrap_or_default()));
         };
         let key = ObjectRef::new_with(name, inf.kind.resource.clone());
         let key = match ns {
@@ -114,7 +114,7 @@ impl Lookup for CacheLookup {
         kind: &str,
         selector: Option<&str>,
         namespace: Option<&str>,
-    ) -> Result<Vec<Value>, String> {
+    ) -> Result<Vec<Value>, LookupError> {
         let found = self.informers(kind)?;
         let selector = selector.map(parse_selector).transpose()?;
         let namespaced = found[0].kind.namespaced;
@@ -127,7 +127,7 @@ impl Lookup for CacheLookup {
                     .iter()
                     .any(|i| i.namespace.is_none() || i.namespace.as_deref() == Some(ns))
                 {
-                    return Err(format!("namespace {ns:?} is not watched by khai"));
+                    return Err(LookupError::NamespaceNotWatched(ns.into()));
                 }
                 Some(ns.to_string())
             }
@@ -149,7 +149,7 @@ impl Lookup for CacheLookup {
         )
     }
 
-    fn owned(&self, kind: &str) -> Result<Vec<Value>, String> {
+    fn owned(&self, kind: &str) -> Result<Vec<Value>, LookupError> {
         let found = self.informers(kind)?;
         let children: Vec<_> = found
             .iter()
@@ -185,13 +185,16 @@ impl Req {
 
 /// Whether `labels` satisfy the label selector `selector` (as `kubectl -l` writes it); shared
 /// with `khai test`'s in-memory lookups so both read selectors the same way.
-pub fn selector_matches(selector: &str, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub fn selector_matches(
+    selector: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, LookupError> {
     Ok(parse_selector(selector)?.iter().all(|r| r.matches(labels)))
 }
 
 /// Parses `a=b,c!=d,e,!f,g in (x,y),h notin (z)`.
-fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
-    let bad = || format!("invalid label selector {s:?}");
+fn parse_selector(s: &str) -> Result<Vec<Req>, LookupError> {
+    let bad = || LookupError::InvalidSelector(s.into());
     let mut parts = Vec::new();
     let (mut depth, mut start) = (0usize, 0usize);
     for (i, c) in s.char_indices() {
@@ -206,7 +209,7 @@ fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
         }
     }
     parts.push(&s[start..]);
-    let set = |rest: &str| -> Result<Vec<String>, String> {
+    let set = |rest: &str| -> Result<Vec<String>, LookupError> {
         let inner = rest
             .trim()
             .strip_prefix('(')
@@ -297,10 +300,19 @@ mod tests {
         };
         let expected = "cannot read ConfigMap ns/broken from khai's cache: \
                         can only flatten structs and maps (got a string)";
-        assert_eq!(lookup.list("ConfigMap", None, None).unwrap_err(), expected);
-        assert_eq!(lookup.owned("ConfigMap").unwrap_err(), expected);
         assert_eq!(
-            lookup.get("ConfigMap", "broken", None).unwrap_err(),
+            lookup
+                .list("ConfigMap", None, None)
+                .unwrap_err()
+                .to_string(),
+            expected
+        );
+        assert_eq!(lookup.owned("ConfigMap").unwrap_err().to_string(), expected);
+        assert_eq!(
+            lookup
+                .get("ConfigMap", "broken", None)
+                .unwrap_err()
+                .to_string(),
             expected
         );
         assert_eq!(
@@ -361,7 +373,10 @@ mod tests {
         assert_eq!(names(Some("b")), ["b/three", "b/two"]);
         assert_eq!(names(Some("*")), ["a/one", "b/three", "b/two"]);
         assert_eq!(
-            lookup.list("ConfigMap", None, Some("c")).unwrap_err(),
+            lookup
+                .list("ConfigMap", None, Some("c"))
+                .unwrap_err()
+                .to_string(),
             "namespace \"c\" is not watched by khai"
         );
     }

@@ -34,12 +34,17 @@ pub struct Ref {
     pub name: String,
 }
 
+/// A `configmap:` source that does not name a ConfigMap; holds what followed the prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected {PREFIX}NAMESPACE/NAME, got {PREFIX}{0}")]
+pub struct BadRef(String);
+
 impl std::str::FromStr for Ref {
-    type Err = String;
+    type Err = BadRef;
 
     /// Parses `NAMESPACE/NAME` (what follows `configmap:`).
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("expected {PREFIX}NAMESPACE/NAME, got {PREFIX}{s}");
+    fn from_str(s: &str) -> Result<Self, BadRef> {
+        let bad = || BadRef(s.into());
         let (namespace, name) = s.split_once('/').ok_or_else(bad)?;
         let valid = |part: &str| {
             !part.is_empty()
@@ -220,7 +225,7 @@ mod tests {
         assert_eq!(r.to_string(), "configmap:ops/khai-cache-config");
         for bad in ["ops", "/x", "ops/", "ops/a/b", "Ops/x"] {
             assert_eq!(
-                bad.parse::<Ref>().unwrap_err(),
+                bad.parse::<Ref>().unwrap_err().to_string(),
                 format!("expected configmap:NAMESPACE/NAME, got configmap:{bad}")
             );
         }

@@ -32,9 +32,9 @@ pub enum Source {
 }
 
 impl std::str::FromStr for Source {
-    type Err = String;
+    type Err = configmap::BadRef;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, configmap::BadRef> {
         match s.strip_prefix(configmap::PREFIX) {
             Some(rest) => rest.parse().map(Source::ConfigMap),
             None => Ok(Source::Path(PathBuf::from(s))),

@@ -11,12 +11,39 @@ use serde_json::Value;
 use std::sync::Arc;
 use tracing::Level;
 
+/// Why a lookup failed. The message is for the script's author: it becomes the script's error
+/// at the line of the `ctx` call.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error(transparent)]
+    Kind(#[from] crate::config::kind::ParseError),
+    #[error("kind {0:?} is not watched by this controller; add it to `owns` to look it up")]
+    NotWatched(String),
+    #[error("{kind} is namespaced: name the namespace, ctx.get({kind:?}, {name:?}, namespace)")]
+    NeedsNamespace { kind: String, name: String },
+    #[error("namespace {0:?} is not watched by khai")]
+    NamespaceNotWatched(String),
+    #[error("invalid label selector {0:?}")]
+    InvalidSelector(String),
+    /// A cached object has no script view (see [`super::object_view`]).
+    #[error("cannot read {kind} {name} from khai's cache: {source}")]
+    Unreadable {
+        kind: String,
+        name: String,
+        source: serde_json::Error,
+    },
+}
+
 /// Answers a script's lookups. Kinds are written as in the config (`ConfigMap`, `v1/ConfigMap`,
-/// `apps/v1/Deployment`, `Deployment.apps`). Errors are messages for the script's author.
+/// `apps/v1/Deployment`, `Deployment.apps`).
 pub trait Lookup: Send + Sync {
     /// One object by name; `namespace` defaults to the reconciled object's.
-    fn get(&self, kind: &str, name: &str, namespace: Option<&str>)
-    -> Result<Option<Value>, String>;
+    fn get(
+        &self,
+        kind: &str,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> Result<Option<Value>, LookupError>;
     /// Objects of a kind, optionally by label selector, in `namespace`: `None` for the
     /// reconciled object's (every watched one for a cluster-scoped object), [`ALL_NAMESPACES`]
     /// for every watched namespace, or one namespace by name (an error if khai does not watch
@@ -26,9 +53,9 @@ pub trait Lookup: Send + Sync {
         kind: &str,
         selector: Option<&str>,
         namespace: Option<&str>,
-    ) -> Result<Vec<Value>, String>;
+    ) -> Result<Vec<Value>, LookupError>;
     /// Objects of a kind that the reconciled object controls (its observed children).
-    fn owned(&self, kind: &str) -> Result<Vec<Value>, String>;
+    fn owned(&self, kind: &str) -> Result<Vec<Value>, LookupError>;
 }
 
 /// `ctx.list(kind, #{ namespace: "*" })`: every namespace khai watches.
@@ -39,13 +66,13 @@ pub const ALL_NAMESPACES: &str = "*";
 pub struct NoLookup;
 
 impl Lookup for NoLookup {
-    fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, String> {
+    fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, LookupError> {
         Ok(None)
     }
-    fn list(&self, _: &str, _: Option<&str>, _: Option<&str>) -> Result<Vec<Value>, String> {
+    fn list(&self, _: &str, _: Option<&str>, _: Option<&str>) -> Result<Vec<Value>, LookupError> {
         Ok(Vec::new())
     }
-    fn owned(&self, _: &str) -> Result<Vec<Value>, String> {
+    fn owned(&self, _: &str) -> Result<Vec<Value>, LookupError> {
         Ok(Vec::new())
     }
 }
@@ -84,9 +111,14 @@ pub struct Attempt {
 /// Answers `ctx.index(name, key)`: the values the index holds under `key`, and `ctx.index(name)`:
 /// every key with its values.
 pub trait Indexes: Send + Sync {
-    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, String>;
-    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, String>;
+    fn get(&self, index: &str, key: &str) -> Result<Vec<Value>, NoIndex>;
+    fn all(&self, index: &str) -> Result<serde_json::Map<String, Value>, NoIndex>;
 }
+
+/// `ctx.index` named an index the config does not declare.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no index named {0:?} in this config")]
+pub struct NoIndex(pub String);
 
 impl ScriptCtx {
     /// A context with no lookups, for tests and tools.
@@ -111,8 +143,11 @@ fn to_dyn(v: &Value) -> RhaiResult<Dynamic> {
     Ok(super::convert::to_dynamic(v))
 }
 
-fn fail_with(message: String) -> Box<EvalAltResult> {
-    Box::new(EvalAltResult::ErrorRuntime(message.into(), Position::NONE))
+fn fail_with(message: impl std::fmt::Display) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(
+        message.to_string().into(),
+        Position::NONE,
+    ))
 }
 
 fn get(ctx: &mut ScriptCtx, kind: &str, name: &str, ns: Option<&str>) -> RhaiResult<Dynamic> {
@@ -132,8 +167,7 @@ fn secret(c: &ScriptCtx, namespace: Option<&str>, name: &str, key: &str) -> Rhai
     let Some(effects) = &c.effects else {
         return Err(fail_with(
             "ctx.secret is not available here: only reconcile, finalize, handlers, timers and \
-             daemons may read Secrets"
-                .into(),
+             daemons may read Secrets",
         ));
     };
     effects.reads.mark();
@@ -141,7 +175,7 @@ fn secret(c: &ScriptCtx, namespace: Option<&str>, name: &str, key: &str) -> Rhai
     match effects.secrets.read(namespace, name, key) {
         Ok(Some(v)) => Ok(v.into()),
         Ok(None) => Ok(Dynamic::UNIT),
-        Err(e) => Err(fail_with(e.to_string())),
+        Err(e) => Err(fail_with(e)),
     }
 }
 

@@ -17,7 +17,7 @@ mod memory;
 mod reads;
 
 pub use compiled::{CallArg, Script};
-pub use ctx::{ALL_NAMESPACES, Attempt, Indexes, Lookup, ScriptCtx};
+pub use ctx::{ALL_NAMESPACES, Attempt, Indexes, Lookup, LookupError, NoIndex, ScriptCtx};
 pub use engine::{LARGEST_OBJECT, Limits, engine};
 pub use error::{Problem, ScriptError, param_list};
 pub use reads::Reads;

@@ -9,7 +9,7 @@
 
 use crate::config::Model;
 use crate::reconcile::lookup::selector_matches;
-use crate::script::Lookup;
+use crate::script::{Lookup, LookupError};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -35,31 +35,22 @@ pub(crate) struct MemoryLookup {
     pub model: Model,
 }
 
-/// A lookup of a kind the controller does not watch, which `khai run` could never answer.
-#[derive(Debug, thiserror::Error)]
-#[error("kind {written:?} is not watched by this controller; add it to `owns` to look it up")]
-pub(crate) struct NotWatched {
-    written: String,
-}
-
 impl MemoryLookup {
     /// Whether the controller watches `kind`; the same words as the daemon's error otherwise.
-    pub(crate) fn check_visible(&self, kind: &KindRef, written: &str) -> Result<(), NotWatched> {
+    /// A lookup of a kind the controller does not watch is one `khai run` could never answer.
+    pub(crate) fn check_visible(&self, kind: &KindRef, written: &str) -> Result<(), LookupError> {
         if self.visible.iter().any(|v| v.compatible(kind)) {
             Ok(())
         } else {
-            Err(NotWatched {
-                written: written.to_string(),
-            })
+            Err(LookupError::NotWatched(written.to_string()))
         }
     }
 
     /// Objects of `written` kind, after checking the controller may see it.
-    fn of_kind(&self, written: &str) -> Result<impl Iterator<Item = &Value>, String> {
-        let kind: KindRef = written.parse().map_err(|e| format!("{e}"))?;
+    fn of_kind(&self, written: &str) -> Result<impl Iterator<Item = &Value>, LookupError> {
+        let kind: KindRef = written.parse()?;
         let kind = self.model.complete_kind(&kind);
-        self.check_visible(&kind, written)
-            .map_err(|e| e.to_string())?;
+        self.check_visible(&kind, written)?;
         Ok(self
             .objects
             .iter()
@@ -111,7 +102,7 @@ impl Lookup for MemoryLookup {
         kind: &str,
         name: &str,
         namespace: Option<&str>,
-    ) -> Result<Option<Value>, String> {
+    ) -> Result<Option<Value>, LookupError> {
         let ns = namespace.or(self.owner.namespace.as_deref());
         Ok(self
             .of_kind(kind)?
@@ -124,7 +115,7 @@ impl Lookup for MemoryLookup {
         kind: &str,
         selector: Option<&str>,
         namespace: Option<&str>,
-    ) -> Result<Vec<Value>, String> {
+    ) -> Result<Vec<Value>, LookupError> {
         let all = namespace == Some(crate::script::ALL_NAMESPACES);
         let ns = namespace.or(self.owner.namespace.as_deref());
         let mut out = Vec::new();
@@ -139,7 +130,7 @@ impl Lookup for MemoryLookup {
         Ok(sorted(out))
     }
 
-    fn owned(&self, kind: &str) -> Result<Vec<Value>, String> {
+    fn owned(&self, kind: &str) -> Result<Vec<Value>, LookupError> {
         let items = self.of_kind(kind)?.filter(|o| self.owned_by_owner(o));
         Ok(sorted(items.cloned().collect()))
     }
@@ -194,7 +185,7 @@ mod tests {
     fn unwatched_kind_is_the_same_error_as_in_the_daemon() {
         let err = lookup(Vec::new()).get("Secret", "x", None).unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "kind \"Secret\" is not watched by this controller; add it to `owns` to look it up"
         );
     }

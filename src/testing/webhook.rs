@@ -64,7 +64,8 @@ pub(super) fn run_conversion(
         format!("{group}/{}", input.to)
     };
     let function = handler.hook.convert.as_deref().unwrap_or("convert");
-    let answer = conversion::convert_object(&handler.script, function, object, &desired);
+    let answer = conversion::convert_object(&handler.script, function, object, &desired)
+        .map_err(|e| e.to_string());
     let expect = &case.expect;
     Ok(match (answer, &expect.error) {
         (Err(e), Some(want)) if e.contains(want.as_str()) => Vec::new(),

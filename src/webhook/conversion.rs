@@ -15,7 +15,7 @@
 
 use super::admission::BadReview;
 use super::script_api::Handler;
-use crate::script::Script;
+use crate::script::{Script, ScriptError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -58,6 +58,26 @@ pub struct Review<'a> {
     objects: Vec<&'a RawValue>,
 }
 
+/// Why a review's objects could not all be converted: the message of its `Failure` result.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error("webhook {0} has no convert function")]
+    NoFunction(String),
+    #[error("conversion did not finish in time ({done} of {total} objects converted)")]
+    TooSlow { done: usize, total: usize },
+    #[error("objects[{index}]: not an object: {source}")]
+    NotAnObject {
+        index: usize,
+        source: serde_json::Error,
+    },
+    #[error("cannot write the answer: {0}")]
+    Write(#[source] serde_json::Error),
+    #[error("{0}")]
+    Script(#[from] ScriptError),
+    #[error("{function} must return the converted object, got {got}")]
+    NotConverted { function: String, got: &'static str },
+}
+
 /// Parses and checks a ConversionReview body.
 pub fn parse(body: &[u8]) -> Result<Review<'_>, BadReview> {
     let bad = |m: &str| BadReview(format!("malformed ConversionReview: {m}"));
@@ -88,9 +108,10 @@ pub fn answer(handler: &Handler, body: &[u8], deadline: Instant) -> Result<Vec<u
     let mut out = Vec::with_capacity(body.len() + 256);
     let converted = match handler.hook.convert.as_deref() {
         Some(function) => write_success(&mut out, &handler.script, function, &review, deadline),
-        None => Err(format!("webhook {} has no convert function", handler.name)),
+        None => Err(ConvertError::NoFunction(handler.name.clone())),
     };
-    if let Err(message) = converted {
+    if let Err(e) = converted {
+        let message = e.to_string();
         tracing::warn!(webhook = %handler.name, %message, "conversion failed");
         let doc = json!({
             "apiVersion": review.api_version, "kind": "ConversionReview",
@@ -111,9 +132,9 @@ fn write_success(
     function: &str,
     review: &Review<'_>,
     deadline: Instant,
-) -> Result<(), String> {
+) -> Result<(), ConvertError> {
     let json = |out: &mut Vec<u8>, v: &str| {
-        serde_json::to_writer(&mut *out, v).map_err(|e| format!("cannot write the answer: {e}"))
+        serde_json::to_writer(&mut *out, v).map_err(ConvertError::Write)
     };
     out.extend_from_slice(b"{\"apiVersion\":");
     json(out, &review.api_version)?;
@@ -122,25 +143,23 @@ fn write_success(
     out.extend_from_slice(b",\"convertedObjects\":[");
     for (i, raw) in review.objects.iter().enumerate() {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "conversion did not finish in time ({i} of {} objects converted)",
-                review.objects.len()
-            ));
+            return Err(ConvertError::TooSlow {
+                done: i,
+                total: review.objects.len(),
+            });
         }
         if i > 0 {
             out.push(b',');
         }
-        let head: Head<'_> = serde_json::from_str(raw.get())
-            .map_err(|e| format!("objects[{i}]: not an object: {e}"))?;
+        let not_an_object = |source| ConvertError::NotAnObject { index: i, source };
+        let head: Head<'_> = serde_json::from_str(raw.get()).map_err(not_an_object)?;
         if head.api_version.as_deref() == Some(&*review.desired) {
             out.extend_from_slice(raw.get().as_bytes());
             continue;
         }
-        let obj: Value = serde_json::from_str(raw.get())
-            .map_err(|e| format!("objects[{i}]: not an object: {e}"))?;
+        let obj: Value = serde_json::from_str(raw.get()).map_err(not_an_object)?;
         let converted = convert_object(script, function, obj, &review.desired)?;
-        serde_json::to_writer(&mut *out, &converted)
-            .map_err(|e| format!("cannot write the answer: {e}"))?;
+        serde_json::to_writer(&mut *out, &converted).map_err(ConvertError::Write)?;
     }
     out.extend_from_slice(b"],\"result\":{\"status\":\"Success\"}}}");
     Ok(())
@@ -154,24 +173,22 @@ pub fn convert_object(
     function: &str,
     obj: Value,
     desired: &str,
-) -> Result<Value, String> {
+) -> Result<Value, ConvertError> {
     if obj.get("apiVersion").and_then(Value::as_str) == Some(desired) {
         return Ok(obj);
     }
     let to_version = desired.rsplit('/').next().unwrap_or(desired);
-    let out = script
-        .call(function, &[obj, json!(to_version)])
-        .map_err(|e| e.to_string())?;
+    let out = script.call(function, &[obj, json!(to_version)])?;
     finish(out, desired, function)
 }
 
 /// Checks a script's converted object and stamps the desired `apiVersion` on it.
-fn finish(mut out: Value, desired: &str, function: &str) -> Result<Value, String> {
+fn finish(mut out: Value, desired: &str, function: &str) -> Result<Value, ConvertError> {
     let Some(map) = out.as_object_mut() else {
-        return Err(format!(
-            "{function} must return the converted object, got {}",
-            crate::script::type_name(&out)
-        ));
+        return Err(ConvertError::NotConverted {
+            function: function.into(),
+            got: crate::script::type_name(&out),
+        });
     };
     map.insert("apiVersion".into(), json!(desired));
     Ok(out)
@@ -296,7 +313,9 @@ mod tests {
         .unwrap();
         assert_eq!(out["apiVersion"], "g/v2");
         assert_eq!(
-            finish(Value::Null, "g/v2", "convert").unwrap_err(),
+            finish(Value::Null, "g/v2", "convert")
+                .unwrap_err()
+                .to_string(),
             "convert must return the converted object, got nothing"
         );
     }
