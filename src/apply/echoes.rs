@@ -10,7 +10,7 @@
 //!
 //! - it is not a deletion (a deleted child always triggers, and is recreated);
 //! - its parent's last reconcile recorded it: that reconcile read nothing but its object
-//!   (`crate::script::Reads`), so the child's state cannot change its plan;
+//!   (`crate::effects::Reads`), so the child's state cannot change its plan;
 //! - the child holds everything khai sent, as the applier's own "nothing to write" compare
 //!   sees it ([`super::compare`]). Someone else's edit of a field khai manages fails this and
 //!   triggers, so drift is repaired as before.

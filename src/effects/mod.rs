@@ -22,6 +22,7 @@
 pub mod http;
 pub mod k8s;
 pub mod literals;
+mod reads;
 pub mod secrets;
 pub mod stub;
 
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 /// How much one call of a script may do beyond computing: `budget` of `[[controller]]`,
 /// `[[handler]]`, `[[timer]]` and `[[daemon]]`.
 pub use crate::config::model::Budget;
+pub use reads::Reads;
 
 /// What calls of one controller's (or handler's) scripts may reach, and how much of it.
 ///
@@ -52,7 +54,7 @@ pub struct Effects {
     /// The Secrets `ctx.secret` may read (`[operator] secrets`); none by default.
     pub secrets: Arc<secrets::Secrets>,
     /// Told of every side effect and Secret read, when one call's reads are tracked.
-    pub reads: crate::script::Reads,
+    pub reads: Reads,
 }
 
 impl std::fmt::Debug for Effects {
@@ -72,12 +74,12 @@ impl Effects {
             stubs: None,
             http: Arc::default(),
             secrets: Arc::default(),
-            reads: crate::script::Reads::default(),
+            reads: Reads::default(),
         }
     }
 
     /// These effects for one call whose reads `reads` tracks.
-    pub fn tracked(&self, reads: crate::script::Reads) -> Arc<Effects> {
+    pub fn tracked(&self, reads: Reads) -> Arc<Effects> {
         Arc::new(Effects {
             reads,
             ..self.clone()
@@ -337,7 +339,7 @@ mod tests {
     /// the watch events of those children skipped.
     #[tokio::test]
     async fn a_side_effect_counts_as_a_read_of_the_tracked_call() {
-        let reads = crate::script::Reads::tracked();
+        let reads = Reads::tracked();
         let e = effects(1).tracked(reads.clone());
         let _call = Call::enter(&e, Instant::now() + Duration::from_secs(5), false);
         assert!(!reads.any());

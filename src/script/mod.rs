@@ -14,13 +14,12 @@ mod error;
 mod inline;
 pub mod memo;
 mod memory;
-mod reads;
 
+pub use crate::effects::Reads;
 pub use compiled::{CallArg, Script};
 pub use ctx::{ALL_NAMESPACES, Attempt, Indexes, Lookup, LookupError, NoIndex, ScriptCtx};
 pub use engine::{LARGEST_OBJECT, Limits, engine};
 pub use error::{Problem, ScriptError, param_list};
-pub use reads::Reads;
 
 use std::path::Path;
 
