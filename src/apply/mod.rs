@@ -324,13 +324,7 @@ mod tests {
         use serde_json::json;
 
         fn configmaps() -> Kind {
-            Kind {
-                resource: ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk("", "v1", "ConfigMap"),
-                    "configmaps",
-                ),
-                namespaced: true,
-            }
+            Kind::configmaps()
         }
 
         fn parent() -> DynamicObject {

@@ -260,13 +260,7 @@ mod tests {
     }
 
     fn configmaps() -> crate::watch::Kind {
-        crate::watch::Kind {
-            resource: kube::api::ApiResource::from_gvk_with_plural(
-                &kube::api::GroupVersionKind::gvk("", "v1", "ConfigMap"),
-                "configmaps",
-            ),
-            namespaced: true,
-        }
+        crate::watch::Kind::configmaps()
     }
 
     fn configmap(name: &str, data: Value) -> DynamicObject {

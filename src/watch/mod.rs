@@ -27,6 +27,20 @@ pub struct Kind {
     pub namespaced: bool,
 }
 
+#[cfg(test)]
+impl Kind {
+    /// ConfigMaps (`v1`, namespaced): the kind most unit tests read and write.
+    pub(crate) fn configmaps() -> Self {
+        Self {
+            resource: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+                "configmaps",
+            ),
+            namespaced: true,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("unknown kind {0:?}: not a CRD of this config and not served by the API server")]
