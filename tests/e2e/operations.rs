@@ -336,9 +336,12 @@ async fn of_two_replicas_one_reconciles_and_a_crash_or_sigterm_hands_over() {
         )
         .await;
     }
-    let lead_body = http_get(&addrs[leader], "/metrics").await.1;
+    // A reconcile is counted when it returns, just after its status write: wait for the count.
+    metrics_until(&addrs[leader], "the leader's three reconciles", |b| {
+        sum(b, "controller_runtime_reconcile_total") >= 3.0
+    })
+    .await;
     let standby_body = http_get(&addrs[standby], "/metrics").await.1;
-    assert!(sum(&lead_body, "controller_runtime_reconcile_total") >= 3.0);
     assert_eq!(
         sum(&standby_body, "controller_runtime_reconcile_total"),
         0.0,
@@ -393,7 +396,9 @@ async fn of_two_replicas_one_reconciles_and_a_crash_or_sigterm_hands_over() {
         took <= Duration::from_secs(2),
         "took {took:?} after SIGTERM, more than 2 s"
     );
-    let body = http_get(&third_addr, "/metrics").await.1;
+    let body = metrics_until(&third_addr, "the new leader's first reconcile", |b| {
+        sum(b, "controller_runtime_reconcile_total") >= 1.0
+    })
+    .await;
     assert_eq!(leading(&body), 1.0);
-    assert!(sum(&body, "controller_runtime_reconcile_total") >= 1.0);
 }
