@@ -38,7 +38,6 @@ use crate::sync::lock;
 use crate::watch::{self, Informer, Kind};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
@@ -244,21 +243,10 @@ impl Applier {
         outcome.children_pruned = self.prune(parent, &placed, caches.owned).await?;
         if let Some(status) = &plan.status {
             outcome.status_written = self
-                .write_status(parent, parent_kind, status, caches.primary)
+                .status(parent, parent_kind, status, caches.primary)
                 .await?;
         }
         Ok(outcome)
-    }
-
-    /// Writes `desired` into `.status` if it differs from what `parent` has.
-    pub async fn status(
-        &self,
-        parent: &DynamicObject,
-        kind: &Kind,
-        desired: &Map<String, Value>,
-        primary: &Informer,
-    ) -> Result<bool, Error> {
-        self.write_status(parent, kind, desired, primary).await
     }
 
     /// Deletes children of `parent` in the owned caches that are not in `desired`.
@@ -364,7 +352,10 @@ mod tests {
                                 "metadata": { "name": "copy", "namespace": ns } })
                     })
                     .collect(),
-                status: Some(Map::from_iter([("phase".into(), json!("Ready"))])),
+                status: Some(serde_json::Map::from_iter([(
+                    "phase".into(),
+                    json!("Ready"),
+                )])),
                 requeue_after: None,
                 events: vec![],
             };

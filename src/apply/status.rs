@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 impl Applier {
     /// Writes `desired` into `.status` with a merge patch, unless it is already there.
-    pub(super) async fn write_status(
+    pub async fn status(
         &self,
         parent: &DynamicObject,
         kind: &Kind,
