@@ -50,6 +50,37 @@ impl fmt::Display for Diagnostic {
     }
 }
 
+/// serde's "unknown field `KEY`, expected …" with an odd KEY made readable. A key that runs long
+/// or holds quotes or control characters (a multi-line YAML scalar, say) is shown escaped, in
+/// double quotes, cut to its first [`KEY_SHOWN`] characters, with its length: backticks inside
+/// the key no longer end its quotes early, and the message stays one readable line. Other
+/// messages pass unchanged.
+pub fn tidy_unknown_field(message: &str) -> String {
+    let tidy = || {
+        let rest = message.strip_prefix("unknown field `")?;
+        let end = rest
+            .rfind("`, expected ")
+            .or_else(|| rest.rfind("`, there are no fields"))?;
+        let (key, tail) = (rest.get(..end)?, rest.get(end + 1..)?);
+        let chars = key.chars().count();
+        let odd =
+            chars > KEY_SHOWN || key.contains(['`', '"']) || key.chars().any(char::is_control);
+        if !odd {
+            return None;
+        }
+        let shown: String = key.chars().take(KEY_SHOWN).collect();
+        Some(if chars > KEY_SHOWN {
+            format!("unknown field {shown:?}… ({chars} characters){tail}")
+        } else {
+            format!("unknown field {shown:?}{tail}")
+        })
+    };
+    tidy().unwrap_or_else(|| message.to_string())
+}
+
+/// How much of an odd unknown key [`tidy_unknown_field`] shows.
+const KEY_SHOWN: usize = 60;
+
 /// Turns a byte offset into a 1-based (line, column), counting columns in characters.
 pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(src.len());
@@ -111,6 +142,30 @@ mod tests {
         assert_eq!(line_col(src, 0), (1, 1));
         assert_eq!(line_col(src, 6), (2, 1));
         assert_eq!(line_col(src, 9), (2, 4));
+    }
+
+    /// Found by fuzzing (`config_yaml`, 2026-11-26): a 2,000-character YAML key holding
+    /// backticks was quoted whole in backticks, so the message's quoting broke.
+    #[test]
+    fn an_odd_unknown_key_is_shown_escaped_and_short() {
+        let plain = "unknown field `own`, expected one of `for`, `owns`";
+        assert_eq!(tidy_unknown_field(plain), plain);
+        assert_eq!(
+            tidy_unknown_field("unknown field `a`b\nc`, expected `for`"),
+            r#"unknown field "a`b\nc", expected `for`"#
+        );
+        let long = format!("unknown field `{}`, there are no fields", "x".repeat(100));
+        assert_eq!(
+            tidy_unknown_field(&long),
+            format!(
+                "unknown field \"{}\"… (100 characters), there are no fields",
+                "x".repeat(60)
+            )
+        );
+        assert_eq!(
+            tidy_unknown_field("invalid type: string"),
+            "invalid type: string"
+        );
     }
 
     #[test]

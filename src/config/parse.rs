@@ -28,7 +28,7 @@ fn parse_toml(file: &Path, src: &str) -> Result<Model, Diagnostic> {
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = field_path(e.path());
         let inner = e.into_inner();
-        Diagnostic::new(file, first_line(inner.message()))
+        Diagnostic::new(file, first_line(&diag::tidy_unknown_field(inner.message())))
             .at(locate(&inner))
             .field(path)
     })
@@ -78,6 +78,7 @@ pub fn yaml_message(e: &serde_saphyr::Error) -> String {
                 .to_string()
         }
     };
+    let message = diag::tidy_unknown_field(&message);
     let mut shown = String::with_capacity(message.len());
     for c in message.chars() {
         if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
