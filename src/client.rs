@@ -9,6 +9,7 @@
 //! controller-runtime's), counted in khai's metrics.
 
 pub(crate) mod rate_limit;
+pub(crate) mod write;
 
 pub(crate) use rate_limit::{Bucket, Limits};
 use std::sync::Arc;

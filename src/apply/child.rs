@@ -2,12 +2,13 @@
 //! and sent with server-side apply only when something khai would write is not there yet; what
 //! is sent is recorded as an expected echo first, when the parent's reconcile allows it.
 
-use super::compare::{as_stored, difference};
+use super::compare::{as_stored, object_difference};
 use super::hash::content_hash;
 use super::owner::{Mark, own};
 use super::{Applier, Echoes, Error};
+use crate::client::write;
 use crate::reconcile::children::ChildKey;
-use crate::watch::{self, Informer, Kind, Slot};
+use crate::watch::{Informer, Kind, Slot};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
@@ -52,17 +53,14 @@ impl Applier {
         {
             return Ok(false);
         }
-        if let Some(current) = &cached
-            && let Ok(cur) = serde_json::to_value(&**current)
-        {
-            match difference(&stored, &cur, String::new()) {
+        if let Some(current) = &cached {
+            match object_difference(&stored, current) {
                 None => return Ok(false),
                 Some(at) => {
                     tracing::debug!(child.kind = %kind_name, child.name = %name, differs_at = %at, "child differs from the cache")
                 }
             }
         }
-        let api = watch::api(&self.client, kind, ns.as_deref());
         let mut params = PatchParams::apply(&self.field_manager);
         params.force = self.model.operator.force_apply;
         // Recorded before the request goes: its watch event may arrive before its response.
@@ -73,7 +71,13 @@ impl Applier {
             };
             echoes.expect(&uid, kind, ns.as_deref(), name, sent);
         }
-        api.patch(name, &params, &Patch::Apply(&*child))
+        let target = write::Target {
+            resource: &kind.resource,
+            namespace: ns.as_deref().filter(|_| kind.namespaced),
+            name,
+            subresource: None,
+        };
+        write::patch(&self.client, target, &params, &Patch::Apply(&*child))
             .await
             .map_err(|source| Error::ApplyChild {
                 kind: kind_name.clone(),

@@ -4,10 +4,11 @@
 use super::compare::status_differs;
 use super::hash::status_hash;
 use super::{Applier, Error};
-use crate::watch::{self, Informer, Kind, Slot};
+use crate::client::write;
+use crate::watch::{Informer, Kind, Slot};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 impl Applier {
     /// Writes `desired` into `.status` with a merge patch, unless it is already there.
@@ -27,15 +28,30 @@ impl Applier {
         if primary.already_written(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash) {
             return Ok(false);
         }
-        let current = parent.data.get("status").cloned().unwrap_or(Value::Null);
-        if !status_differs(&current, desired) {
+        let current = parent.data.get("status").unwrap_or(&Value::Null);
+        if !status_differs(current, desired) {
             return Ok(false);
         }
-        let api = watch::api(&self.client, kind, ns.as_deref());
-        let patch = json!({ "status": desired });
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::Status(e.into()))?;
+        let target = write::Target {
+            resource: &kind.resource,
+            namespace: ns.as_deref(),
+            name: &name,
+            subresource: Some("status"),
+        };
+        // Serialised from the plan as it is, not copied into a new JSON tree first.
+        #[derive(serde::Serialize)]
+        struct StatusPatch<'a> {
+            status: &'a Map<String, Value>,
+        }
+        let patch = StatusPatch { status: desired };
+        write::patch(
+            &self.client,
+            target,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| Error::Status(e.into()))?;
         primary.remember_write(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash);
         Ok(true)
     }

@@ -12,11 +12,12 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use std::sync::Arc;
 
 /// The normal path: the object's handlers, timers and daemons, then `reconcile` and its plan
 /// carried out. Asks to be woken for the earliest of: a handler's retry, the next timer or
 /// daemon tick, the script's `requeue_after`.
-pub(super) async fn turn(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
+pub(super) async fn turn(obj: &Arc<DynamicObject>, ctx: &Ctx) -> Result<Action, ReconcileError> {
     let key = obj.uid().unwrap_or_else(|| obj.name_any());
     if let Verdict::CoolDown(left) = ctx.spin.check(&key) {
         tracing::debug!(retry_in = ?left, "cooling down after a hot loop; not reconciling yet");
@@ -74,19 +75,26 @@ pub(super) async fn carry_out(
             .iter()
             .any(|(k, v)| obj.data["status"].get(k) != Some(v))
     {
-        let api = watch::api(
-            &ctx.services.client,
-            &ctx.spec.kind,
-            obj.namespace().as_deref(),
-        );
+        let (name, namespace) = (obj.name_any(), obj.namespace());
+        let target = crate::client::write::Target {
+            resource: &ctx.spec.kind.resource,
+            namespace: namespace.as_deref().filter(|_| ctx.spec.kind.namespaced),
+            name: &name,
+            subresource: Some("status"),
+        };
         let params = kube::api::PatchParams {
             field_manager: Some(HANDLERS_MANAGER.into()),
             ..Default::default()
         };
         let patch = serde_json::json!({ "status": status });
-        api.patch_status(&obj.name_any(), &params, &kube::api::Patch::Merge(&patch))
-            .await
-            .map_err(|e| ReconcileError::HandlerStatus(e.into()))?;
+        crate::client::write::patch(
+            &ctx.services.client,
+            target,
+            &params,
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| ReconcileError::HandlerStatus(e.into()))?;
     }
     for e in &handled.events {
         let kind = if e.warning {
@@ -132,14 +140,15 @@ const HANDLERS_MANAGER: &str = "khai-handlers";
 
 /// `reconcile` and its plan carried out; returns when the script asked to run again.
 async fn apply(
-    obj: &DynamicObject,
+    obj: &Arc<DynamicObject>,
     ctx: &Ctx,
     function: &str,
     key: &str,
 ) -> Result<Option<std::time::Duration>, ReconcileError> {
     let (script_ctx, reads) = ctx.tracked_ctx(obj);
+    crate::script::has_view(obj)?;
     let mut plan =
-        crate::reconcile::plan(&ctx.spec.script, function, object_view(obj)?, script_ctx).await?;
+        crate::reconcile::plan(&ctx.spec.script, function, obj.clone(), script_ctx).await?;
     // A plan made from the object alone is the same whatever its children look like: the watch
     // events of the children it writes need not reconcile it again.
     let echoes = (!reads.any() && ctx.plan_alone_decides()).then_some(&ctx.echoes);
