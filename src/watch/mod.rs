@@ -6,11 +6,13 @@
 //! (`v1/ConfigMap`), `Kind.group` (`Deployment.apps`), or a bare built-in kind resolved through
 //! API discovery (`ConfigMap`).
 
+mod decode;
 pub(crate) mod informer;
 pub(crate) mod ownership;
 pub(crate) mod predicate;
 pub(crate) mod subscription;
 
+pub use decode::decode_object;
 pub(crate) use informer::{Filter, Informer, Informers, Slot};
 pub(crate) use subscription::{Changed, Subscription};
 

@@ -33,11 +33,9 @@ impl Changes {
         let key = key(obj);
         let mut h = DefaultHasher::new();
         generation.hash(&mut h);
-        format!(
-            "{:?}{:?}{:?}",
-            meta.labels, meta.annotations, meta.finalizers
-        )
-        .hash(&mut h);
+        meta.labels.hash(&mut h);
+        meta.annotations.hash(&mut h);
+        meta.finalizers.hash(&mut h);
         meta.deletion_timestamp.is_some().hash(&mut h);
         let print = h.finish();
         self.seen.insert(key, print) != Some(print)

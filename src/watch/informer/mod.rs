@@ -283,7 +283,10 @@ impl Informers {
             written: Arc::default(),
             synced: synced_rx,
         });
-        let api = super::api(&self.client, kind, namespace.as_deref());
+        let api = match namespace.as_deref() {
+            Some(ns) => kube::Api::namespaced_with(self.client.clone(), ns, &kind.resource),
+            None => kube::Api::all_with(self.client.clone(), &kind.resource),
+        };
         let mut config = watcher::Config::default();
         if let Some(l) = &filter.labels {
             config = config.labels(l);

@@ -5,8 +5,9 @@ use super::backoff::WatchBackoff;
 use super::controlled::{Controlled, Name};
 use super::{Key, Memo, Subscribers, forget};
 use crate::sync::{lock, write};
+use crate::watch::decode::Watched;
 use crate::watch::subscription::Changed;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::store::Writer;
@@ -27,7 +28,7 @@ pub(super) struct Shared {
 /// A panic while handling an event (a bug) must not stop the watch for good, leaving a cache
 /// that never changes again: it is logged and the watch starts over with a fresh list.
 pub(super) async fn run(
-    api: kube::Api<DynamicObject>,
+    api: kube::Api<Watched>,
     config: watcher::Config,
     mut writer: Writer<DynamicObject>,
     shared: Shared,
@@ -50,7 +51,7 @@ pub(super) async fn run(
 
 /// One watch, until its stream ends.
 async fn watch(
-    api: kube::Api<DynamicObject>,
+    api: kube::Api<Watched>,
     config: watcher::Config,
     writer: &mut Writer<DynamicObject>,
     shared: &Shared,
@@ -63,9 +64,10 @@ async fn watch(
         synced,
     } = shared;
     let forget = |o: &DynamicObject| forget(written, o);
-    // `metadata.managedFields` is often the larger half of an object and nothing in khai reads
-    // it (scripts never see it, change detection compares fields): not caching it is the
-    // biggest memory saving a cache of many objects can have.
+    // Objects are decoded by `Watched` in one pass and without `metadata.managedFields`, often
+    // the larger half of an object, which nothing in khai reads (scripts never see it, change
+    // detection compares fields): not decoding or caching it is the biggest saving in CPU and
+    // memory a cache of many objects can have.
     //
     // Objects in a list response carry no `apiVersion` and `kind` (watch events do), so after a
     // (re)list every cached child would look different from what khai applies and be written
@@ -76,8 +78,8 @@ async fn watch(
     };
     let mut events = watcher(api, config)
         .backoff(WatchBackoff::default())
+        .map_ok(unwrap)
         .modify(move |o| {
-            o.managed_fields_mut().clear();
             if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
                 o.types = Some(types.clone());
             }
@@ -174,4 +176,16 @@ struct Failing {
     since: std::time::Instant,
     count: u32,
     error: String,
+}
+
+/// The event with the object [`Watched`] decoded.
+fn unwrap(event: watcher::Event<Watched>) -> watcher::Event<DynamicObject> {
+    use watcher::Event as E;
+    match event {
+        E::Apply(Watched(o)) => E::Apply(o),
+        E::Delete(Watched(o)) => E::Delete(o),
+        E::Init => E::Init,
+        E::InitApply(Watched(o)) => E::InitApply(o),
+        E::InitDone => E::InitDone,
+    }
 }
