@@ -1,6 +1,8 @@
 //! No I/O: whether what khai would write is already in the cluster, for children (a subset of
 //! the cached copy, as the server stores it) and for status (would a merge change it).
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::DynamicObject;
 use serde_json::{Map, Value};
 
 /// `child` as the API server stores it, for comparing with the cache. A Secret's `stringData`
@@ -51,6 +53,74 @@ pub(super) fn difference(want: &Value, have: &Value, at: String) -> Option<Strin
     }
 }
 
+/// The first path at which `want` is not a subset of the cached object `have` ([`is_subset`]),
+/// if any, read in place: `apiVersion` and `kind` against its type, `metadata` against its
+/// metadata, every other field against its body. Serialising the whole cached object first
+/// copied every field of it for each compare, and a child's watch event is compared too
+/// ([`super::Echoes`]).
+pub fn object_difference(want: &Value, have: &DynamicObject) -> Option<String> {
+    let Value::Object(want) = want else {
+        return Some(".".into());
+    };
+    want.iter().find_map(|(k, w)| {
+        let at = || format!(".{k}");
+        let types = have.types.as_ref();
+        match k.as_str() {
+            "apiVersion" => (w.as_str() != types.map(|t| t.api_version.as_str())).then(at),
+            "kind" => (w.as_str() != types.map(|t| t.kind.as_str())).then(at),
+            "metadata" => metadata_difference(w, &have.metadata),
+            _ => match have.data.get(k) {
+                Some(h) => (!is_subset(w, h)).then(|| difference(w, h, at()).unwrap_or_else(at)),
+                None => Some(at()),
+            },
+        }
+    })
+}
+
+/// [`object_difference`] for the metadata: the fields khai sets on every child (name, namespace,
+/// labels, annotations) read in place, any other through its JSON.
+fn metadata_difference(want: &Value, have: &ObjectMeta) -> Option<String> {
+    let Value::Object(want) = want else {
+        return Some(".metadata".into());
+    };
+    let mut json: Option<Value> = None;
+    want.iter().find_map(|(k, w)| {
+        let at = || format!(".metadata.{k}");
+        // As in the JSON: a field the object lacks differs from anything, `null` included.
+        let text = |have: &Option<String>| match (w, have) {
+            (Value::String(w), Some(h)) if w == h => None,
+            _ => Some(at()),
+        };
+        let strings = |have: &Option<std::collections::BTreeMap<String, String>>| {
+            let (Value::Object(w), Some(have)) = (w, have) else {
+                return Some(at());
+            };
+            w.iter()
+                .find(|(k, v)| {
+                    v.as_str()
+                        .is_none_or(|v| have.get(*k).is_none_or(|h| h != v))
+                })
+                .map(|(key, _)| format!("{}.{key}", at()))
+        };
+        match k.as_str() {
+            "name" => text(&have.name),
+            "namespace" => text(&have.namespace),
+            "labels" => strings(&have.labels),
+            "annotations" => strings(&have.annotations),
+            _ => {
+                let json =
+                    json.get_or_insert_with(|| serde_json::to_value(have).unwrap_or(Value::Null));
+                match json.get(k) {
+                    Some(h) => {
+                        (!is_subset(w, h)).then(|| difference(w, h, at()).unwrap_or_else(at))
+                    }
+                    None => Some(at()),
+                }
+            }
+        }
+    })
+}
+
 /// Whether every field of `want` is present with the same value in `have`. Arrays must match
 /// element by element; numbers compare by value (1 == 1.0).
 pub fn is_subset(want: &Value, have: &Value) -> bool {
@@ -69,16 +139,17 @@ pub fn is_subset(want: &Value, have: &Value) -> bool {
 /// Whether merging `desired` into `current` (JSON merge patch semantics) would change it.
 pub fn status_differs(current: &Value, desired: &Map<String, Value>) -> bool {
     let empty = Map::new();
-    let current = current.as_object().unwrap_or(&empty);
+    merge_changes(current.as_object().unwrap_or(&empty), desired)
+}
+
+fn merge_changes(current: &Map<String, Value>, desired: &Map<String, Value>) -> bool {
     desired
         .iter()
         .any(|(k, want)| match (current.get(k), want) {
             (None, Value::Null) => false,
             (None, _) => true,
             (Some(_), Value::Null) => true,
-            (Some(Value::Object(have)), Value::Object(want)) => {
-                status_differs(&Value::Object(have.clone()), want)
-            }
+            (Some(Value::Object(have)), Value::Object(want)) => merge_changes(have, want),
             (Some(have), want) => !same_value(have, want),
         })
 }
@@ -122,6 +193,94 @@ mod tests {
             &json!({ "list": [1] }),
             &json!({ "list": [1, 2] })
         ));
+    }
+
+    /// Comparing with the cached object in place gives what serialising it first gave.
+    #[test]
+    fn a_child_compares_with_the_cached_object_in_place_as_with_its_json() {
+        let cached: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "7",
+                          "labels": { "k": "v", "other": "x" } },
+            "data": { "size": "1", "image": "redis" },
+        }))
+        .unwrap();
+        let json = serde_json::to_value(&cached).unwrap();
+        let same = json!({ "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "a", "labels": { "k": "v" } }, "data": { "size": "1" } });
+        let cases = [
+            (same, None),
+            (json!({ "apiVersion": "v2" }), Some(".apiVersion")),
+            (json!({ "kind": "Secret" }), Some(".kind")),
+            (
+                json!({ "metadata": { "labels": { "k": "w" } } }),
+                Some(".metadata.labels.k"),
+            ),
+            (
+                json!({ "metadata": { "annotations": { "a": "b" } } }),
+                Some(".metadata.annotations"),
+            ),
+            (
+                json!({ "metadata": { "labels": { "x": "y" } } }),
+                Some(".metadata.labels.x"),
+            ),
+            (
+                json!({ "metadata": { "labels": { "k": 1 } } }),
+                Some(".metadata.labels.k"),
+            ),
+            (
+                json!({ "metadata": { "labels": "k" } }),
+                Some(".metadata.labels"),
+            ),
+            (
+                json!({ "metadata": { "name": "b" } }),
+                Some(".metadata.name"),
+            ),
+            (
+                json!({ "metadata": { "namespace": null } }),
+                Some(".metadata.namespace"),
+            ),
+            (
+                json!({ "metadata": { "uid": "u", "resourceVersion": "7" } }),
+                None,
+            ),
+            (json!({ "metadata": { "uid": "v" } }), Some(".metadata.uid")),
+            (
+                json!({ "metadata": { "finalizers": ["f"] } }),
+                Some(".metadata.finalizers"),
+            ),
+            (json!({ "metadata": "m" }), Some(".metadata")),
+            (
+                json!({ "metadata": { "labels": { "k": null } } }),
+                Some(".metadata.labels.k"),
+            ),
+            (
+                json!({ "metadata": { "annotations": {} } }),
+                Some(".metadata.annotations"),
+            ),
+            (json!({ "metadata": { "labels": {} } }), None),
+            (
+                json!({ "metadata": { "generateName": null } }),
+                Some(".metadata.generateName"),
+            ),
+            (json!({ "data": { "size": "2" } }), Some(".data.size")),
+            (json!({ "data": { "new": "1" } }), Some(".data.new")),
+            (json!({ "binaryData": {} }), Some(".binaryData")),
+            (json!("not a map"), Some(".")),
+        ];
+        for (want, at) in cases {
+            let in_place = object_difference(&want, &cached);
+            assert_eq!(in_place.as_deref(), at, "{want}");
+            assert_eq!(in_place.is_none(), is_subset(&want, &json), "{want}");
+        }
+        let untyped = DynamicObject {
+            types: None,
+            ..cached
+        };
+        assert_eq!(
+            object_difference(&json!({ "apiVersion": "v1" }), &untyped).as_deref(),
+            Some(".apiVersion")
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@
 //! when the parent's next reconcile starts and when the parent goes: what is held is bounded by
 //! the children of the objects that exist, never by how many were ever created.
 
-use super::compare::is_subset;
+use super::compare::object_difference;
 use crate::sync::lock;
 use crate::watch::Kind;
 use crate::watch::ownership::owner_uid;
@@ -102,10 +102,7 @@ impl Echoes {
             }
         };
         // Compared outside the lock: the watch of every owned kind comes through here.
-        let Ok(have) = serde_json::to_value(obj) else {
-            return false;
-        };
-        if !is_subset(&sent, &have) {
+        if object_difference(&sent, obj).is_some() {
             return false;
         }
         let mut parents = lock(&self.parents);

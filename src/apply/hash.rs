@@ -6,23 +6,81 @@ use serde_json::{Map, Value};
 /// Hash of a desired status without the conditions' `lastTransitionTime`, which a reconcile
 /// working from a stale copy would stamp afresh although nothing changed.
 pub(super) fn status_hash(desired: &Map<String, Value>) -> String {
-    let mut s = desired.clone();
-    if let Some(Value::Array(conds)) = s.get_mut("conditions") {
-        for c in conds.iter_mut().filter_map(Value::as_object_mut) {
-            c.remove("lastTransitionTime");
-        }
-    }
-    content_hash(&Value::Object(s))
+    hex(hash_of(&WithoutTransitionTimes(desired)))
 }
 
 /// A short hash of a JSON value (key order as produced by the script). It is written into the
-/// cluster, so it must not change between builds of khai: XXH3-64, a specified algorithm, not
-/// std's `DefaultHasher`, whose output Rust may change in any release.
+/// cluster, so it must not change between builds of khai: XXH3-64 of the compact JSON text, a
+/// specified algorithm, not std's `DefaultHasher`, whose output Rust may change in any release.
 pub(super) fn content_hash(v: &Value) -> String {
-    format!(
-        "{:016x}",
-        xxhash_rust::xxh3::xxh3_64(v.to_string().as_bytes())
-    )
+    hex(hash_of(v))
+}
+
+fn hex(h: u64) -> String {
+    format!("{h:016x}")
+}
+
+/// XXH3-64 of `v`'s compact JSON text, streamed into the hasher rather than built as a string
+/// first (the same digest as hashing the text in one go).
+fn hash_of(v: &impl serde::Serialize) -> u64 {
+    let mut hasher = Streamed(xxhash_rust::xxh3::Xxh3::new());
+    // Writing into the hasher cannot fail, and a `Value` (or a map of them) always serialises.
+    let _ = serde_json::to_writer(&mut hasher, v);
+    hasher.0.digest()
+}
+
+struct Streamed(xxhash_rust::xxh3::Xxh3);
+
+impl std::io::Write for Streamed {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A status as it serialises, minus each condition's `lastTransitionTime`: hashed without
+/// copying the status first.
+struct WithoutTransitionTimes<'a>(&'a Map<String, Value>);
+
+impl serde::Serialize for WithoutTransitionTimes<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        struct Conditions<'a>(&'a [Value]);
+        struct Condition<'a>(&'a Map<String, Value>);
+        impl serde::Serialize for Conditions<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut seq = s.serialize_seq(Some(self.0.len()))?;
+                for c in self.0 {
+                    match c {
+                        Value::Object(c) => seq.serialize_element(&Condition(c))?,
+                        other => seq.serialize_element(other)?,
+                    }
+                }
+                seq.end()
+            }
+        }
+        impl serde::Serialize for Condition<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let kept = self.0.iter().filter(|(k, _)| *k != "lastTransitionTime");
+                let mut map = s.serialize_map(None)?;
+                for (k, v) in kept {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in self.0 {
+            match (k.as_str(), v) {
+                ("conditions", Value::Array(c)) => map.serialize_entry(k, &Conditions(c))?,
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
+    }
 }
 
 #[cfg(test)]
@@ -47,6 +105,10 @@ mod tests {
         );
         assert_eq!(status_hash(&a), status_hash(&b));
         assert_ne!(status_hash(&a), status_hash(&c));
+        // The same as hashing the status with the times taken out.
+        let without =
+            json!({ "phase": "Ready", "conditions": [{ "type": "Ready", "status": "True" }] });
+        assert_eq!(status_hash(&a), content_hash(&without));
     }
 
     /// Issue 11: the hash khai writes into the cluster came from std's `DefaultHasher`, which

@@ -25,7 +25,7 @@ mod hash;
 mod owner;
 mod status;
 
-pub use compare::{is_subset, status_differs};
+pub use compare::{is_subset, object_difference, status_differs};
 pub use delete::Progress;
 pub use echoes::Echoes;
 pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
