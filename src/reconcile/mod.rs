@@ -12,7 +12,9 @@ pub mod lookup;
 
 use crate::script::type_name;
 use crate::script::{Script, ScriptCtx, ScriptError};
+use kube::api::DynamicObject;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What the script wants to be true for one object.
@@ -122,10 +124,10 @@ pub enum DurationError {
 pub async fn plan(
     script: &Script,
     function: &str,
-    obj: Value,
+    obj: Arc<DynamicObject>,
     ctx: ScriptCtx,
 ) -> Result<Plan, Error> {
-    let out = script.call_async(function, obj, ctx).await?;
+    let out = script.call_object_async(function, obj, ctx).await?;
     parse_plan(out).map_err(|answer| Error::InvalidResult {
         file: script.file().display().to_string(),
         function: function.into(),

@@ -137,7 +137,16 @@ impl Script {
         obj: &serde_json::Value,
         ctx: ScriptCtx,
     ) -> Result<serde_json::Value, ScriptError> {
-        let obj = convert::to_dynamic(obj);
+        self.call_on(function, convert::to_dynamic(obj), ctx)
+    }
+
+    /// [`Self::call_with_ctx`] with the object already a Rhai value.
+    fn call_on(
+        &self,
+        function: &str,
+        obj: Dynamic,
+        ctx: ScriptCtx,
+    ) -> Result<serde_json::Value, ScriptError> {
         let effects = ctx.effects.clone();
         self.call_dynamic(function, vec![obj, Dynamic::from(ctx)], effects.as_ref())
     }
@@ -208,6 +217,26 @@ impl Script {
     ) -> Result<serde_json::Value, ScriptError> {
         self.off_runtime(function, move |s, name| {
             s.call_with_ctx(name, &obj, ctx.clone())
+        })
+        .await
+    }
+
+    /// [`Self::call_async`] given the cached object itself, which goes into Rhai without a JSON
+    /// copy ([`super::object_dynamic`]). The caller checks first that it has a view
+    /// ([`super::has_view`]).
+    pub async fn call_object_async(
+        &self,
+        function: &str,
+        obj: Arc<kube::api::DynamicObject>,
+        ctx: ScriptCtx,
+    ) -> Result<serde_json::Value, ScriptError> {
+        self.off_runtime(function, move |s, name| {
+            let view = super::object_dynamic(&obj).map_err(|e| ScriptError::Convert {
+                file: s.file.clone(),
+                function: name.into(),
+                message: format!("cannot read the object: {e}"),
+            })?;
+            s.call_on(name, view, ctx.clone())
         })
         .await
     }

@@ -36,6 +36,44 @@ pub fn object_view(obj: &kube::api::DynamicObject) -> Result<serde_json::Value, 
     Ok(v)
 }
 
+/// `obj` as the Rhai value scripts see: exactly `convert::to_dynamic(&object_view(obj)?)`, but
+/// built straight from the object, without the JSON copy of it in between (the body is walked
+/// in place; only the small metadata goes through JSON). Fails as [`object_view`] does: for an
+/// object whose body is not a map.
+pub fn object_dynamic(obj: &kube::api::DynamicObject) -> Result<rhai::Dynamic, serde_json::Error> {
+    use serde_json::Value;
+    let body = match &obj.data {
+        Value::Object(body) => Some(body),
+        Value::Null => None,
+        // Not a map: whatever `object_view` makes of it (serde's error).
+        _ => return object_view(obj).map(|v| convert::to_dynamic(&v)),
+    };
+    let mut map = rhai::Map::new();
+    if let Some(t) = &obj.types {
+        map.insert("apiVersion".into(), t.api_version.as_str().into());
+        map.insert("kind".into(), t.kind.as_str().into());
+    }
+    let mut metadata = serde_json::to_value(&obj.metadata)?;
+    if let Some(meta) = metadata.as_object_mut() {
+        meta.remove("managedFields");
+    }
+    map.insert("metadata".into(), convert::to_dynamic(&metadata));
+    // The body's fields after the object's own, as they serialise (a body field of the same name
+    // wins, as it does in the JSON).
+    for (k, v) in body.into_iter().flatten() {
+        map.insert(k.as_str().into(), convert::to_dynamic(v));
+    }
+    Ok(rhai::Dynamic::from_map(map))
+}
+
+/// Whether `obj` has a script view ([`object_view`]), checked without building it.
+pub fn has_view(obj: &kube::api::DynamicObject) -> Result<(), serde_json::Error> {
+    match &obj.data {
+        serde_json::Value::Object(_) | serde_json::Value::Null => Ok(()),
+        _ => object_view(obj).map(drop),
+    }
+}
+
 /// How a script's value is named in messages to its author: "a map", "an array", "nothing".
 pub fn type_name(v: &serde_json::Value) -> &'static str {
     use serde_json::Value;
@@ -90,6 +128,45 @@ pub(crate) mod tests {
             Path::new("scripts/t.rhai"),
             src,
         )
+    }
+
+    /// Issue 16: the object goes into Rhai without a JSON copy, and scripts see the same value.
+    #[test]
+    fn an_object_converts_straight_into_the_value_its_view_converts_into() {
+        let objects = [
+            json!({ "apiVersion": "bench.khai.dev/v1", "kind": "Cache",
+                "metadata": { "name": "c", "namespace": "ns", "uid": "u", "generation": 3,
+                    "creationTimestamp": "2026-11-26T00:28:06Z", "labels": { "a": "b" },
+                    "managedFields": [{ "manager": "m", "fieldsType": "FieldsV1",
+                                        "fieldsV1": { "f:spec": {} } }] },
+                "spec": { "size": 3, "image": "redis:7", "big": 18446744073709551615u64,
+                          "ratio": 0.5, "none": null, "list": [1, "two", { "three": [] }] },
+                "status": { "phase": "Ready" } }),
+            json!({ "metadata": { "name": "untyped" }, "data": { "k": "v" } }),
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": {} }),
+        ];
+        for o in objects {
+            let obj: kube::api::DynamicObject = serde_json::from_value(o.clone()).unwrap();
+            let direct = object_dynamic(&obj).unwrap();
+            let via_json = convert::to_dynamic(&object_view(&obj).unwrap());
+            assert_eq!(format!("{direct:?}"), format!("{via_json:?}"), "{o}");
+        }
+        let mut no_body: kube::api::DynamicObject =
+            serde_json::from_value(json!({ "metadata": { "name": "a" } })).unwrap();
+        no_body.data = serde_json::Value::Null;
+        let via_json = convert::to_dynamic(&object_view(&no_body).unwrap());
+        assert_eq!(
+            format!("{:?}", object_dynamic(&no_body).unwrap()),
+            format!("{via_json:?}")
+        );
+        assert!(has_view(&no_body).is_ok());
+        no_body.data = json!("not a map");
+        let (direct, view) = (object_dynamic(&no_body), object_view(&no_body));
+        assert_eq!(
+            direct.unwrap_err().to_string(),
+            view.unwrap_err().to_string()
+        );
+        assert!(has_view(&no_body).is_err());
     }
 
     #[tokio::test]
