@@ -2,12 +2,22 @@
 //! the same group so criterion's report reads as a ratio:
 //!
 //! - `reconcile`: examples/bench-cache's `reconcile(obj, ctx)` through [`khai::reconcile::plan`]
-//!   (the daemon's path: object view, spawn_blocking, Rhai, plan validation), the same without
+//!   (the daemon's path: the object straight into Rhai, the call inline, plan validation), the same without
 //!   the thread hop, and the same result built by a Rust closure.
 //! - `convert`: a Cache as `serde_json::Value` into a Rhai `Dynamic` and back, against cloning
-//!   the `Value`.
+//!   the `Value`; and the cached object straight into Rhai (`object_dynamic`, issue 16) against
+//!   its JSON view first (what khai did before).
 //! - `status`: the change-only checks of `khai::apply` (`status_differs` for status,
-//!   `is_subset` for children) on an unchanged object, against `Value` equality.
+//!   `is_subset` for children) on an unchanged object, against `Value` equality; and a child
+//!   compared with its cached copy in place (`object_difference`, issue 16) against
+//!   serialising the cached copy to JSON first (what khai did before).
+//! - `decode`: reading a watched object (a ConfigMap as the API server sends it) the way khai's
+//!   informers do (`khai::watch::decode_object`, issue 16), against kube's derived decoding of a
+//!   `DynamicObject` (what they did before) and k8s-openapi's typed `ConfigMap` (what a
+//!   hand-written kube-rs controller decodes).
+//! - `write`: what the answer to one of khai's writes costs: decoded into a `DynamicObject` (as
+//!   kube's `Api::patch` does, and khai did until issue 16) against read as text and dropped
+//!   (`client::write`).
 //! - `echo`: recognising the watch event of a child khai just applied (`khai::apply::Echoes`,
 //!   issue 16), against the script call of the reconcile that event used to cost.
 //!
@@ -96,22 +106,22 @@ fn bench_reconcile(c: &mut Criterion) {
     let rt = runtime();
 
     // The three must agree, or the ratio compares different work.
+    let shared = std::sync::Arc::new(obj.clone());
     let by_script = rt
-        .block_on(reconcile::plan(
-            &script,
-            &function,
-            object_view(&obj).unwrap(),
-            ctx(),
-        ))
+        .block_on(reconcile::plan(&script, &function, shared.clone(), ctx()))
         .unwrap();
     assert_eq!(by_script, reconcile_by_hand(&obj));
 
     let mut g = c.benchmark_group("reconcile");
     g.bench_function("khai_plan_async", |b| {
         b.iter(|| {
-            let view = object_view(black_box(&obj)).unwrap();
-            rt.block_on(reconcile::plan(&script, &function, view, ctx()))
-                .unwrap()
+            rt.block_on(reconcile::plan(
+                &script,
+                &function,
+                black_box(&shared).clone(),
+                ctx(),
+            ))
+            .unwrap()
         })
     });
     g.bench_function("khai_script_sync", |b| {
@@ -142,6 +152,12 @@ fn bench_convert(c: &mut Criterion) {
     let mut g = c.benchmark_group("convert");
     g.bench_function("object_view", |b| {
         b.iter(|| object_view(black_box(&obj)).unwrap())
+    });
+    g.bench_function("object_dynamic", |b| {
+        b.iter(|| khai::script::object_dynamic(black_box(&obj)).unwrap())
+    });
+    g.bench_function("object_view_then_to_dynamic", |b| {
+        b.iter(|| convert::to_dynamic(&object_view(black_box(&obj)).unwrap()))
     });
     g.bench_function("to_dynamic", |b| {
         b.iter(|| convert::to_dynamic(black_box(&view)))
@@ -184,6 +200,20 @@ fn bench_status(c: &mut Criterion) {
     cached_child["metadata"]["uid"] = json!("0b0c6c1e-3e57-4a36-9b37-51b3d4f0a7aa");
     assert!(!khai::apply::status_differs(&current, &desired));
     assert!(khai::apply::is_subset(&plan.children[0], &cached_child));
+    let cached_object: DynamicObject = serde_json::from_str(CONFIG_MAP_RESPONSE).unwrap();
+    let applied = json!({ "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "c-00001-config", "namespace": "bench",
+            "labels": { "app.kubernetes.io/managed-by": "khai",
+                        "khai.dev/owner": "4f315ac2-d30c-489a-a2c3-68bdee8fb08f" },
+            "annotations": { "khai.dev/applied-hash": "80f47ab0b0581ce0" },
+            "ownerReferences": [{ "apiVersion": "bench.khai.dev/v1", "kind": "Cache",
+                "name": "c-00001", "uid": "4f315ac2-d30c-489a-a2c3-68bdee8fb08f",
+                "controller": true, "blockOwnerDeletion": true }] },
+        "data": { "image": "redis:7", "size": "1" } });
+    assert_eq!(
+        khai::apply::object_difference(&applied, &cached_object),
+        None
+    );
 
     let mut g = c.benchmark_group("status");
     g.bench_function("status_differs_unchanged", |b| {
@@ -194,6 +224,55 @@ fn bench_status(c: &mut Criterion) {
     });
     g.bench_function("child_is_subset_unchanged", |b| {
         b.iter(|| khai::apply::is_subset(black_box(&plan.children[0]), black_box(&cached_child)))
+    });
+    g.bench_function("child_vs_cached_object_in_place", |b| {
+        b.iter(|| khai::apply::object_difference(black_box(&applied), black_box(&cached_object)))
+    });
+    g.bench_function("child_vs_cached_object_as_json", |b| {
+        b.iter(|| {
+            let have = serde_json::to_value(black_box(&cached_object)).unwrap();
+            khai::apply::is_subset(black_box(&applied), &have)
+        })
+    });
+    g.finish();
+}
+
+/// The answer to khai's server-side apply of a Cache's ConfigMap, as kube-apiserver v1.20 sends
+/// it (taken from the bench cluster; uids shortened to the bench's).
+const CONFIG_MAP_RESPONSE: &str = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c-00001-config","namespace":"bench","uid":"9fb6cbba-912b-476b-a5bd-884007f15fd5","resourceVersion":"41522","creationTimestamp":"2026-11-26T00:28:06Z","labels":{"app.kubernetes.io/managed-by":"khai","khai.dev/owner":"4f315ac2-d30c-489a-a2c3-68bdee8fb08f"},"annotations":{"khai.dev/applied-hash":"80f47ab0b0581ce0"},"ownerReferences":[{"apiVersion":"bench.khai.dev/v1","kind":"Cache","name":"c-00001","uid":"4f315ac2-d30c-489a-a2c3-68bdee8fb08f","controller":true,"blockOwnerDeletion":true}],"managedFields":[{"manager":"khai-bench-cache","operation":"Apply","apiVersion":"v1","time":"2026-11-26T00:28:06Z","fieldsType":"FieldsV1","fieldsV1":{"f:data":{"f:image":{},"f:size":{}},"f:metadata":{"f:annotations":{"f:khai.dev/applied-hash":{}},"f:labels":{"f:app.kubernetes.io/managed-by":{},"f:khai.dev/owner":{}},"f:ownerReferences":{"k:{\"uid\":\"4f315ac2-d30c-489a-a2c3-68bdee8fb08f\"}":{}}}}}]},"data":{"image":"redis:7","size":"1"}}"#;
+
+fn bench_decode(c: &mut Criterion) {
+    let body = CONFIG_MAP_RESPONSE.as_bytes();
+    let mut want: DynamicObject = serde_json::from_slice(body).unwrap();
+    want.metadata.managed_fields = None;
+    assert_eq!(khai::watch::decode_object(body).unwrap(), want);
+    let mut g = c.benchmark_group("decode");
+    g.bench_function("khai_informer", |b| {
+        b.iter(|| khai::watch::decode_object(black_box(body)).unwrap())
+    });
+    g.bench_function("dynamic_object_serde", |b| {
+        b.iter(|| serde_json::from_slice::<DynamicObject>(black_box(body)).unwrap())
+    });
+    g.bench_function("typed_config_map_reference", |b| {
+        b.iter(|| {
+            serde_json::from_slice::<k8s_openapi::api::core::v1::ConfigMap>(black_box(body))
+                .unwrap()
+        })
+    });
+    g.finish();
+}
+
+fn bench_write(c: &mut Criterion) {
+    let body = CONFIG_MAP_RESPONSE.as_bytes().to_vec();
+    let mut g = c.benchmark_group("write");
+    g.bench_function("answer_decoded", |b| {
+        b.iter(|| {
+            let text = String::from_utf8(black_box(&body).clone()).unwrap();
+            serde_json::from_str::<DynamicObject>(&text).unwrap()
+        })
+    });
+    g.bench_function("answer_read_as_text", |b| {
+        b.iter(|| String::from_utf8(black_box(&body).clone()).unwrap())
     });
     g.finish();
 }
@@ -259,6 +338,8 @@ criterion_group!(
     bench_reconcile,
     bench_convert,
     bench_status,
-    bench_echo
+    bench_echo,
+    bench_decode,
+    bench_write
 );
 criterion_main!(benches);
