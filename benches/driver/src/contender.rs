@@ -2,6 +2,7 @@
 //! and CPU time from /proc.
 
 use crate::cli::{Args, Contender};
+use crate::memory::Sampler;
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -72,6 +73,10 @@ pub struct Process {
     pid: u32,
     log: PathBuf,
     exited: watch::Receiver<Option<String>>,
+    /// Its heap and file-backed memory, once [`Process::sample_memory`] started sampling; the
+    /// sampling ends when the process does or when this is dropped (with the process, by
+    /// [`Process::stop`]).
+    memory: Option<Sampler>,
 }
 
 impl Process {
@@ -98,7 +103,22 @@ impl Process {
             };
             let _ = tx.send(Some(status));
         });
-        Ok(Process { pid, log, exited })
+        Ok(Process {
+            pid,
+            log,
+            exited,
+            memory: None,
+        })
+    }
+
+    /// Samples its memory from now until it is stopped.
+    pub fn sample_memory(mut self) -> Process {
+        self.memory = Some(Sampler::start(self.pid));
+        self
+    }
+
+    pub fn memory(&self) -> Option<&Sampler> {
+        self.memory.as_ref()
     }
 
     pub fn pid(&self) -> u32 {

@@ -5,6 +5,7 @@
 mod chart;
 mod cli;
 mod contender;
+mod memory;
 mod report;
 mod restart;
 mod run;

@@ -113,6 +113,18 @@ pub const METRICS: &[Metric] = &[
         get: |r| r.peak_rss_mib,
     },
     Metric {
+        key: "peak_heap_mib",
+        label: "peak heap (MiB)",
+        decimals: 1,
+        get: |r| r.peak_heap_mib,
+    },
+    Metric {
+        key: "file_at_peak_heap_mib",
+        label: "code and files at that peak (MiB)",
+        decimals: 1,
+        get: |r| r.file_at_peak_heap_mib,
+    },
+    Metric {
         key: "cpu_s",
         label: "CPU (s), restart excluded",
         decimals: 2,
@@ -469,5 +481,110 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(median(vec![]), None);
+    }
+
+    fn run(contender: Contender, heap: Option<f64>, file: Option<f64>) -> Outcome {
+        Outcome::Done(Box::new(RunResult {
+            contender,
+            n: 10,
+            rep: 1,
+            namespace: "bench".into(),
+            create_s: 1.0,
+            create_lag_s: 0.5,
+            ready_latency_ms: vec![10.0],
+            update_s: 1.0,
+            delete_s: 1.0,
+            create: Default::default(),
+            idle: Default::default(),
+            update: Default::default(),
+            delete: Default::default(),
+            restart: None,
+            peak_rss_mib: heap.zip(file).map(|(h, f)| h + f),
+            peak_heap_mib: heap,
+            file_at_peak_heap_mib: file,
+        }))
+    }
+
+    fn report() -> Report {
+        Report {
+            environment: Environment {
+                date: "today".into(),
+                cpus: 2,
+                cpu_model: "cpu".into(),
+                apiserver: "v1".into(),
+                khai: "0".into(),
+                kopf: "Kopf not run".into(),
+                command: "scripts/bench".into(),
+                reps: 1,
+                idle_s: 1.0,
+                parallelism: 1,
+            },
+            contenders: vec![Contender::Khai, Contender::KubeRs, Contender::Floor],
+            counts: vec![10],
+            skipped: BTreeMap::new(),
+            runs: vec![
+                run(Contender::Khai, Some(18.0), Some(16.0)),
+                run(Contender::KubeRs, Some(12.0), Some(8.0)),
+                run(Contender::Floor, None, None),
+            ],
+        }
+    }
+
+    #[test]
+    fn heap_and_file_columns_have_medians_and_ratios() {
+        let summary = report().summary();
+        let khai = &summary.medians[&10]["khai"];
+        assert_eq!(khai.get("peak_heap_mib"), Some(&18.0));
+        assert_eq!(khai.get("file_at_peak_heap_mib"), Some(&16.0));
+        let floor = &summary.medians[&10]["floor"];
+        assert_eq!(floor.get("peak_heap_mib"), None);
+        let ratios = &summary.ratios[&10]["khai/kube-rs"];
+        assert_eq!(ratios.get("peak_heap_mib"), Some(&1.5));
+        assert_eq!(ratios.get("file_at_peak_heap_mib"), Some(&2.0));
+        assert_eq!(ratios.get("peak_rss_mib"), Some(&1.7));
+    }
+
+    #[test]
+    fn tables_keep_one_cell_per_column() {
+        let md = report().markdown();
+        let heap = METRICS.iter().position(|m| m.key == "peak_heap_mib");
+        let file = METRICS
+            .iter()
+            .position(|m| m.key == "file_at_peak_heap_mib");
+        let rss = METRICS.iter().position(|m| m.key == "peak_rss_mib");
+        assert_eq!(heap, rss.map(|i| i + 1));
+        assert_eq!(file, rss.map(|i| i + 2));
+        // The main table and the ratio table, separator rows included; not the writes table.
+        let tables = md
+            .split("Writes by the contender")
+            .next()
+            .unwrap_or_default();
+        let rows: Vec<Vec<&str>> = tables
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+            .collect();
+        assert_eq!(rows.len(), 9, "{md}");
+        assert!(rows.iter().all(|r| r.len() == METRICS.len() + 1), "{md}");
+        assert!(rows[0].contains(&"peak heap (MiB)"));
+        assert!(rows[0].contains(&"code and files at that peak (MiB)"));
+        let cells = |first: &str| rows.iter().find(|r| r[0] == first).cloned();
+        let at = |row: Option<Vec<&str>>, i: Option<usize>| {
+            row.zip(i).map(|(r, i)| r[i + 1].to_string())
+        };
+        assert_eq!(at(cells("khai"), heap).as_deref(), Some("18.0"));
+        assert_eq!(at(cells("khai"), file).as_deref(), Some("16.0"));
+        assert_eq!(at(cells("floor"), heap).as_deref(), Some("—"));
+        assert_eq!(at(cells("floor"), file).as_deref(), Some("—"));
+        assert_eq!(at(cells("khai / kube-rs"), heap).as_deref(), Some("1.50"));
+        assert_eq!(at(cells("khai / floor"), heap).as_deref(), Some("—"));
+    }
+
+    #[test]
+    fn runs_carry_heap_and_file_in_json() {
+        let json = serde_json::to_value(&report().runs).unwrap_or_default();
+        assert_eq!(json[0]["peak_heap_mib"], 18.0);
+        assert_eq!(json[0]["file_at_peak_heap_mib"], 16.0);
+        assert!(json[2]["peak_heap_mib"].is_null());
     }
 }

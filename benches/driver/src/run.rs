@@ -4,6 +4,7 @@
 
 use crate::cli::{Args, Contender};
 use crate::contender::{self, Launch, Process, Usage};
+use crate::memory::{Memory, Sampler};
 use crate::restart::{self, Restart};
 use crate::track::Tracker;
 use crate::workload::{self, WARMUP, Workload};
@@ -52,6 +53,12 @@ pub struct RunResult {
     /// Peak RSS (VmHWM) of the operator, MiB, the larger of its two lives (before and after the
     /// restart); None for the floor.
     pub peak_rss_mib: Option<f64>,
+    /// The highest `RssAnon` (heap) of the operator, MiB, sampled every 100 ms over both of its
+    /// lives; None for the floor.
+    pub peak_heap_mib: Option<f64>,
+    /// `RssFile` (the binary's code and other file-backed pages) in the same sample as
+    /// [`RunResult::peak_heap_mib`], MiB; None for the floor.
+    pub file_at_peak_heap_mib: Option<f64>,
 }
 
 /// The outcome of one attempted run.
@@ -119,7 +126,7 @@ impl Settings<'_> {
                     "{}-n{n}-r{rep}{suffix}.log",
                     contender.name().to_lowercase()
                 ));
-                Ok(Process::spawn(cmd, log).map(Some))
+                Ok(Process::spawn(cmd, log).map(|p| Some(p.sample_memory())))
             }
         }
     }
@@ -174,11 +181,14 @@ impl Settings<'_> {
         let update_s = guard.watch(update_phase(wl, &tracker, n, timeout)).await?;
         let update_cost = meter.close(wl).await?;
         let first_peak = guard.usage(self.clock_ticks)?.map(|u| u.peak_rss);
+        let first_memory = guard.memory()?;
         let restart = restart::phase(self, contender, n, rep, wl, guard, &mut meter).await?;
         let delete_s = guard.watch(delete_phase(wl, &tracker, n, timeout)).await?;
         let delete_cost = meter.close(wl).await?;
         let second_peak = guard.usage(self.clock_ticks)?.map(|u| u.peak_rss);
         let peak = first_peak.max(second_peak);
+        // The life with more heap, and its file-backed pages in that same sample.
+        let memory = first_memory.max(guard.memory()?);
 
         Ok(RunResult {
             contender,
@@ -196,6 +206,8 @@ impl Settings<'_> {
             delete: delete_cost,
             restart,
             peak_rss_mib: peak.map(mib),
+            peak_heap_mib: memory.map(|m| mib(m.anon)),
+            file_at_peak_heap_mib: memory.map(|m| mib(m.file)),
         })
     }
 }
@@ -235,6 +247,16 @@ impl Guard {
             .borrow()
             .as_ref()
             .map(|p| contender::usage(p.pid(), clock_ticks))
+            .transpose()
+    }
+
+    /// The current process's sample with the most heap so far; None for the floor.
+    pub fn memory(&self) -> Result<Option<Memory>> {
+        self.0
+            .borrow()
+            .as_ref()
+            .and_then(Process::memory)
+            .map(Sampler::peak)
             .transpose()
     }
 
