@@ -3,11 +3,15 @@
 //! Each subscriber holds at most one entry per object, the latest version (or the deleted
 //! object), however many events arrive before it reads them. A slow subscriber therefore costs
 //! memory bounded by the number of objects, never by the number of events, and it always acts
-//! on the newest state. Entries come out in the order their objects first changed.
+//! on the newest state. Entries come out in the order their objects first changed, each in
+//! constant time: a new subscriber is handed the whole cache at once, and taking entries from
+//! the front of an ordered map (as khai did until issue 16) shifted every other entry each
+//! time, quadratic in the number of objects on every start.
 
-use indexmap::IndexMap;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
+use std::collections::VecDeque;
+use std::collections::hash_map::{Entry, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::Notify;
 
@@ -23,8 +27,41 @@ type Name = (Option<String>, String);
 
 #[derive(Default)]
 struct Pending {
-    changes: Mutex<IndexMap<Name, Changed>>,
+    changes: Mutex<Queue>,
     notify: Notify,
+}
+
+/// The latest change per object, in the order the objects first changed.
+#[derive(Default)]
+struct Queue {
+    order: VecDeque<Name>,
+    latest: HashMap<Name, Changed>,
+}
+
+impl Queue {
+    /// Records `c` for `name`: in place of what was pending for it, or at the back.
+    fn put(&mut self, name: Name, c: Changed) {
+        match self.latest.entry(name) {
+            Entry::Occupied(mut e) => {
+                e.insert(c);
+            }
+            Entry::Vacant(e) => {
+                self.order.push_back(e.key().clone());
+                e.insert(c);
+            }
+        }
+    }
+
+    /// The change of the object that first changed, if any.
+    fn take(&mut self) -> Option<Changed> {
+        // Every name in `order` has its entry in `latest`: they are added and removed together.
+        let name = self.order.pop_front()?;
+        self.latest.remove(&name)
+    }
+
+    fn len(&self) -> usize {
+        self.latest.len()
+    }
 }
 
 /// The receiving end, held by one consumer; dropping it unsubscribes.
@@ -56,7 +93,7 @@ impl Publisher {
             return false;
         };
         let name = (c.object.namespace(), c.object.name_any());
-        crate::sync::lock(&pending.changes).insert(name, c);
+        crate::sync::lock(&pending.changes).put(name, c);
         pending.notify.notify_one();
         true
     }
@@ -66,7 +103,7 @@ impl Subscription {
     /// The next change, waiting for one if none is pending.
     pub async fn next(&self) -> Changed {
         loop {
-            if let Some((_, c)) = crate::sync::lock(&self.pending.changes).shift_remove_index(0) {
+            if let Some(c) = crate::sync::lock(&self.pending.changes).take() {
                 return c;
             }
             // A change sent between the check above and this wait leaves a permit behind, so
@@ -140,6 +177,29 @@ mod tests {
         let last = sub.next().await;
         assert!(last.deleted, "a deletion replaces what was pending");
         assert!(sub.is_empty());
+    }
+
+    #[tokio::test]
+    async fn changes_come_out_in_the_order_their_objects_first_changed() {
+        let (publisher, sub) = channel();
+        for i in 0..1000 {
+            publisher.send(changed(&format!("o{i}"), "1"));
+        }
+        // A newer version of an object keeps its place.
+        publisher.send(changed("o0", "2"));
+        publisher.send(changed("o500", "2"));
+        for i in 0..1000 {
+            let c = sub.next().await;
+            assert_eq!(c.object.name_any(), format!("o{i}"));
+            let want = if i == 0 || i == 500 { "2" } else { "1" };
+            assert_eq!(c.object.resource_version().as_deref(), Some(want));
+        }
+        assert!(sub.is_empty());
+        // Taken and sent again: at the back.
+        publisher.send(changed("x", "1"));
+        publisher.send(changed("o0", "3"));
+        assert_eq!(sub.next().await.object.name_any(), "x");
+        assert_eq!(sub.next().await.object.name_any(), "o0");
     }
 
     #[tokio::test(start_paused = true)]
