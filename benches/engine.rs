@@ -200,7 +200,8 @@ fn bench_status(c: &mut Criterion) {
     cached_child["metadata"]["uid"] = json!("0b0c6c1e-3e57-4a36-9b37-51b3d4f0a7aa");
     assert!(!khai::apply::status_differs(&current, &desired));
     assert!(khai::apply::is_subset(&plan.children[0], &cached_child));
-    let cached_object: DynamicObject = serde_json::from_str(CONFIG_MAP_RESPONSE).unwrap();
+    // As the informer caches it: without managedFields.
+    let cached_object = khai::watch::decode_object(CONFIG_MAP_RESPONSE.as_bytes()).unwrap();
     let applied = json!({ "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": { "name": "c-00001-config", "namespace": "bench",
             "labels": { "app.kubernetes.io/managed-by": "khai",

@@ -102,11 +102,21 @@ fn metadata_difference(want: &Value, have: &ObjectMeta) -> Option<String> {
                 })
                 .map(|(key, _)| format!("{}.{key}", at()))
         };
+        let json_of = |have: Option<Value>| match have {
+            Some(h) => (!is_subset(w, &h)).then(|| difference(w, &h, at()).unwrap_or_else(at)),
+            None => Some(at()),
+        };
         match k.as_str() {
             "name" => text(&have.name),
             "namespace" => text(&have.namespace),
             "labels" => strings(&have.labels),
             "annotations" => strings(&have.annotations),
+            // The controller reference every owned child carries: only it goes through JSON.
+            "ownerReferences" => json_of(
+                have.owner_references
+                    .as_ref()
+                    .and_then(|r| serde_json::to_value(r).ok()),
+            ),
             _ => {
                 let json =
                     json.get_or_insert_with(|| serde_json::to_value(have).unwrap_or(Value::Null));
@@ -201,7 +211,9 @@ mod tests {
         let cached: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": { "name": "a", "namespace": "ns", "uid": "u", "resourceVersion": "7",
-                          "labels": { "k": "v", "other": "x" } },
+                          "labels": { "k": "v", "other": "x" },
+                          "ownerReferences": [{ "apiVersion": "x.dev/v1", "kind": "P", "name": "p",
+                                                "uid": "u1", "controller": true }] },
             "data": { "size": "1", "image": "redis" },
         }))
         .unwrap();
@@ -250,6 +262,18 @@ mod tests {
                 Some(".metadata.finalizers"),
             ),
             (json!({ "metadata": "m" }), Some(".metadata")),
+            (
+                json!({ "metadata": { "ownerReferences": [{ "uid": "u1", "controller": true }] } }),
+                None,
+            ),
+            (
+                json!({ "metadata": { "ownerReferences": [{ "uid": "u2" }] } }),
+                Some(".metadata.ownerReferences[0].uid"),
+            ),
+            (
+                json!({ "metadata": { "ownerReferences": [] } }),
+                Some(".metadata.ownerReferences"),
+            ),
             (
                 json!({ "metadata": { "labels": { "k": null } } }),
                 Some(".metadata.labels.k"),
