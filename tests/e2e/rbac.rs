@@ -467,6 +467,63 @@ fn rbac_verify_file_checks_a_rules_file_offline() {
     );
 }
 
+/// A Secret `[operator] secrets` names in another namespace is granted by a Role of its own in
+/// that namespace; `khai rbac verify` checks that Role too (it used to skip it and report ok
+/// with the grant missing).
+#[test]
+fn rbac_verify_checks_the_role_on_a_secret_in_another_namespace() {
+    let dir = hello_with_events();
+    let toml = dir.path().join("operator.toml");
+    let config = std::fs::read_to_string(&toml).unwrap().replacen(
+        "name = \"hello\"\n",
+        "name = \"hello\"\nsecrets = [\"billing/api-token\"]\n",
+        1,
+    );
+    assert!(
+        config.contains("billing/api-token"),
+        "hello's config changed shape"
+    );
+    std::fs::write(&toml, config).unwrap();
+    let docs = generate_rbac(dir.path(), "ops");
+    let (roles, others): (Vec<Value>, Vec<Value>) = docs
+        .into_iter()
+        .partition(|d| d["kind"] == "Role" && d["metadata"]["namespace"] == "billing");
+    assert_eq!(
+        roles.len(),
+        1,
+        "no Role in billing for the Secret: {others:#?}"
+    );
+    let rules = tempfile::NamedTempFile::new().unwrap();
+    let yaml: String = others
+        .iter()
+        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
+        .collect();
+    std::fs::write(rules.path(), &yaml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
+        .args(["rbac", "verify"])
+        .arg(dir.path())
+        .args(["--namespace", "ops", "--watch-namespace", "ops", "--file"])
+        .arg(rules.path())
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let missing: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("missing:"))
+        .collect();
+    assert_eq!(
+        missing,
+        [
+            "missing: get secrets named api-token in namespace billing",
+            "missing: list secrets named api-token in namespace billing",
+            "missing: watch secrets named api-token in namespace billing",
+        ],
+        "{stdout}"
+    );
+}
+
 /// Issue 17: a permission missing from khai's RBAC (here `patch configmaps`: no child can be
 /// applied) must give each object one Warning Event (repeated, not multiplied) and a
 /// `Ready=False` condition in the API server's words, show in `rest_client_requests_total`

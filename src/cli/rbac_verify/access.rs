@@ -112,13 +112,19 @@ pub(super) fn accesses(rules: &[Value], namespace: Option<&str>) -> Vec<Access> 
     out
 }
 
-/// Every access the plan grants, where it grants it.
+/// Every access the plan grants, where it grants it: each Role of `khai generate rbac` in its
+/// namespace (the config's ConfigMap Role in khai's own, a `namespace/name` Secret's Role in
+/// that namespace).
 pub(super) fn needed(plan: &rbac::Plan, own_namespace: &str) -> Vec<Access> {
     let mut out = accesses(&plan.cluster.policy_rules(), None);
     for ns in &plan.namespaces {
         out.extend(accesses(&plan.namespaced.policy_rules(), Some(ns)));
     }
     out.extend(accesses(&plan.own.policy_rules(), Some(own_namespace)));
+    out.extend(accesses(&plan.config.policy_rules(), Some(own_namespace)));
+    for (ns, rules) in &plan.secrets {
+        out.extend(accesses(&rules.policy_rules(), Some(ns)));
+    }
     out
 }
 

@@ -4,12 +4,14 @@
 //!
 //! Each rule is checked verb by verb (and resource name by resource name) where it applies:
 //! ClusterRole rules cluster-wide, the Role rules of a namespaced operator in every watched
-//! namespace, and the leader election rules in khai's own namespace. Live, the API server answers
-//! a SelfSubjectAccessReview for each, for the current credentials. With `--file`, the check is
-//! offline, against the ClusterRoles and Roles in a YAML file (as Kopf's `rbac verify -f`): a
-//! ClusterRole's rules count everywhere, a Role's only in its namespace, and rules match as the
-//! API server's RBAC authorizer matches them (`*` verbs, groups and resources, `resource/*` and
-//! `*/subresource`, resourceNames, nonResourceURLs ending in `*`). Bindings are not followed.
+//! namespace, the leader election rules in khai's own namespace, and the rules on a Secret that
+//! `[operator] secrets` names in another namespace (`namespace/name`) in that namespace. Live,
+//! the API server answers a SelfSubjectAccessReview for each, for the current credentials. With
+//! `--file`, the check is offline, against the ClusterRoles and Roles in a YAML file (as Kopf's
+//! `rbac verify -f`): a ClusterRole's rules count everywhere, a Role's only in its namespace,
+//! and rules match as the API server's RBAC authorizer matches them (`*` verbs, groups and
+//! resources, `resource/*` and `*/subresource`, resourceNames, nonResourceURLs ending in `*`).
+//! Bindings are not followed.
 
 mod access;
 mod rules_file;
