@@ -10,8 +10,9 @@
 //!   Deployment (0 lost updates);
 //! - 0 duplicate children, 0 orphans (every child khai manages is controlled by a live Cache);
 //! - no write storm: from the end of the faults to the steady state, at most 2 writes per object
-//!   (its Deployment and status) for each of its updates khai had not written yet, and at most 2
-//!   for an object with none (the audit log);
+//!   (its Deployment and status) for each of its updates khai had not written yet (its status
+//!   write, the last of a reconcile, not yet received), and at most 2 for an object with none
+//!   (the audit log);
 //! - no hot loop: once steady, a quiet window sees no reconcile and no write;
 //! - `khai_reconcile_overlaps_total` is 0 in every khai process, read before each kill.
 //!

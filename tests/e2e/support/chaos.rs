@@ -524,9 +524,15 @@ fn writes_by_object(scene: &Scene, mark: audit::Mark) -> BTreeMap<String, u64> {
     by
 }
 
-/// For each object, the driver's updates of it that came after khai's last write of it and
-/// before `until` (the end of the faults): each may cost khai its Deployment and status after
+/// For each object, the driver's updates of it that came after khai's last status write of it
+/// and before `until` (the end of the faults): each may cost khai its Deployment and status after
 /// the faults (more than one when khai, behind, reconciles an update before the next arrives).
+///
+/// An update counts as written only once khai has written the status, the last write of its
+/// reconcile. Counting from any khai write misjudged a reconcile that straddled the end of the
+/// faults (seen once after a freeze, when the requests queued in the frozen server all landed
+/// at once): its Deployment write, received before `until`, marked the update written, and its
+/// status write after `until` then counted against the next update's allowance.
 fn unwritten_updates(
     scene: &Scene,
     from: audit::Mark,
@@ -541,18 +547,21 @@ fn unwritten_updates(
                 let by_khai = e["userAgent"]
                     .as_str()
                     .is_some_and(|a| a.starts_with("khai/"));
+                let of_cache = e["objectRef"]["resource"] == "caches";
+                let status = of_cache && e["objectRef"]["subresource"] == "status";
                 let update = !by_khai
                     && e["verb"] == "patch"
-                    && e["objectRef"]["resource"] == "caches"
+                    && of_cache
                     && e["objectRef"]["subresource"].is_null();
-                (at <= until && (by_khai || update)).then_some((at, by_khai, name))
+                let written = by_khai && status;
+                (at <= until && (written || update)).then_some((at, written, name))
             })
             .collect();
     events.sort();
     let mut pending: HashMap<String, u64> = HashMap::new();
-    for (_, by_khai, name) in events {
+    for (_, written, name) in events {
         let n = pending.entry(name).or_default();
-        *n = if by_khai { 0 } else { *n + 1 };
+        *n = if written { 0 } else { *n + 1 };
     }
     pending
 }
