@@ -205,16 +205,25 @@ pub fn rhai_json(data: &[u8]) {
             script::object_view(&obj).is_ok(),
             "an object without a view"
         );
+        // The object goes into Rhai as its view would (issue 16).
+        let view =
+            script::object_view(&obj).map(|v| format!("{:?}", script::convert::to_dynamic(&v)));
+        let direct = script::object_dynamic(&obj).map(|d| format!("{d:?}"));
+        assert_eq!(
+            direct.ok(),
+            view.ok(),
+            "the object's Rhai value is not its view's"
+        );
         // The informers' own decoder reads what serde reads, `managedFields` left out. (It may
         // read more: malformed `managedFields`, which it skips, fail serde's decoding.)
-        // The object goes into Rhai as its view would (issue 16).
-        let view = script::object_view(&obj).map(|v| format!("{:?}", script::convert::to_dynamic(&v)));
-        let direct = script::object_dynamic(&obj).map(|d| format!("{d:?}"));
-        assert_eq!(direct.ok(), view.ok(), "the object's Rhai value is not its view's");
         let mut want = obj;
         want.metadata.managed_fields = None;
         let got = khai::watch::decode_object(data);
-        assert_eq!(got.ok(), Some(want), "the informers' decoder reads it differently");
+        assert_eq!(
+            got.ok(),
+            Some(want),
+            "the informers' decoder reads it differently"
+        );
     }
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;

@@ -47,19 +47,23 @@ impl Applier {
             .as_ref()
             .and_then(|c| c.resource_version())
             .unwrap_or_default();
+        // Compared in place first: a child the cache already shows as wanted (every reconcile
+        // of a steady object, every object on a restart) needs no hash of what would be sent.
+        let differs_at = match &cached {
+            Some(current) => match object_difference(&stored, current) {
+                None => return Ok(false),
+                at => at,
+            },
+            None => None,
+        };
         let hash = content_hash(&child);
         if let Some(inf) = cache
             && inf.already_written(ns.as_deref(), name, Slot::Object, &seen_rv, &hash)
         {
             return Ok(false);
         }
-        if let Some(current) = &cached {
-            match object_difference(&stored, current) {
-                None => return Ok(false),
-                Some(at) => {
-                    tracing::debug!(child.kind = %kind_name, child.name = %name, differs_at = %at, "child differs from the cache")
-                }
-            }
+        if let Some(at) = differs_at {
+            tracing::debug!(child.kind = %kind_name, child.name = %name, differs_at = %at, "child differs from the cache");
         }
         let mut params = PatchParams::apply(&self.field_manager);
         params.force = self.model.operator.force_apply;

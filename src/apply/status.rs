@@ -22,14 +22,16 @@ impl Applier {
         let ns = parent.namespace().filter(|_| kind.namespaced);
         let name = parent.name_any();
         let seen_rv = parent.resource_version().unwrap_or_default();
+        // Compared in place first: a status already there (every reconcile of a steady object)
+        // needs no hash.
+        let current = parent.data.get("status").unwrap_or(&Value::Null);
+        if !status_differs(current, desired) {
+            return Ok(false);
+        }
         // The script's inputs are this very version of the object, so what it wants now is
         // what khai already wrote for it (give or take a timestamp).
         let hash = status_hash(desired);
         if primary.already_written(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash) {
-            return Ok(false);
-        }
-        let current = parent.data.get("status").unwrap_or(&Value::Null);
-        if !status_differs(current, desired) {
             return Ok(false);
         }
         let target = write::Target {
