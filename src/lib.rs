@@ -35,6 +35,7 @@ pub(crate) mod handler;
 pub(crate) mod leader;
 pub(crate) mod manifest;
 pub(crate) mod metrics;
+pub mod nesting;
 pub mod operator;
 pub(crate) mod queue;
 pub mod reconcile;

@@ -38,7 +38,7 @@ pub struct Operations {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
     pub leader_elect_retry_period: Duration,
     /// Requests a second khai may send to the API server on average (0: no limit); overrides
-    /// `[operator] qps` [default: 20].
+    /// `[operator] qps` [default: 0, no limit].
     #[arg(long, value_name = "QPS", value_parser = qps)]
     pub kube_api_qps: Option<f64>,
     /// Requests that may leave at once after a quiet spell; overrides `[operator] burst`

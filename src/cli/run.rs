@@ -44,6 +44,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // Script calls run on these threads, inline or on the blocking pool.
+        .thread_stack_size(crate::script::stack::THREAD_STACK)
         .build()
         .context("failed to start the async runtime")?;
     rt.block_on(async move {

@@ -144,6 +144,38 @@ fn already_said(obj: &DynamicObject, reason: &str, message: &str) -> bool {
 }
 
 /// Records an Event on `obj`; a failure to record is logged, never fatal.
+/// Events khai records from one answer. A script that returns thousands (one per item of a
+/// list, say) would otherwise turn one reconcile into thousands of writes, each Event or a
+/// patch of its series, and take the API server's attention from every other object.
+pub(crate) const MAX_EVENTS_PER_ANSWER: usize = 10;
+
+/// Records the Events of one answer, at most [`MAX_EVENTS_PER_ANSWER`]; the rest are counted in
+/// `khai_events_dropped_total` and one `EventsDropped` Warning. `record` publishes one.
+pub(crate) async fn capped_events<'a, F, Fut>(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    events: &'a [crate::reconcile::PlannedEvent],
+    mut record: F,
+) where
+    F: FnMut(&'a crate::reconcile::PlannedEvent) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let kept = events.len().min(MAX_EVENTS_PER_ANSWER);
+    for e in &events[..kept] {
+        record(e).await;
+    }
+    let dropped = events.len() - kept;
+    if dropped > 0 {
+        crate::metrics::events_dropped(&ctx.spec.controller, dropped);
+        let message = format!(
+            "the answer asked for {} Events; khai records at most {MAX_EVENTS_PER_ANSWER} per \
+             answer and dropped {dropped}",
+            events.len()
+        );
+        publish(ctx, obj, EventType::Warning, "EventsDropped", &message).await;
+    }
+}
+
 pub(crate) async fn publish(
     ctx: &Ctx,
     obj: &DynamicObject,

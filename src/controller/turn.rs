@@ -2,7 +2,7 @@
 //! `reconcile` and its plan carried out.
 
 use super::context::Ctx;
-use super::report::{FORBIDDEN, ReconcileError, publish};
+use super::report::{FORBIDDEN, ReconcileError, capped_events, publish};
 use super::spin::{Recorded, Verdict};
 use crate::handler::{Handled, Turn};
 use crate::reconcile::conditions::{self, Health};
@@ -96,12 +96,8 @@ pub(super) async fn carry_out(
         .await
         .map_err(|e| ReconcileError::HandlerStatus(e.into()))?;
     }
-    for e in &handled.events {
-        let kind = if e.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
+    capped_events(ctx, obj, &handled.events, |e| async move {
+        let kind = event_type(e);
         if e.warning && crate::effects::k8s::error::is_forbidden(&e.message) {
             // A call khai's RBAC does not allow fails the same way at every retry until someone
             // changes the RBAC or the config: one `Forbidden` Event per object and message, as
@@ -109,11 +105,20 @@ pub(super) async fn carry_out(
             if first_refusal(ctx, obj, &e.message) {
                 publish(ctx, obj, kind, FORBIDDEN, &e.message).await;
             }
-            continue;
+            return;
         }
         publish(ctx, obj, kind, &e.reason, &e.message).await;
-    }
+    })
+    .await;
     Ok(())
+}
+
+fn event_type(e: &crate::reconcile::PlannedEvent) -> EventType {
+    if e.warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    }
 }
 
 /// Whether the refusal `message` about `obj` is new, and so to be reported; remembered until
@@ -177,7 +182,10 @@ async fn apply(
         outcome.status_written,
     );
     ctx.backoff.succeed(key);
-    let wrote = outcome.children_applied + outcome.children_pruned > 0 || outcome.status_written;
+    // Writes the script made itself through `k8s::` can trigger the object again too.
+    let wrote = outcome.children_applied + outcome.children_pruned > 0
+        || outcome.status_written
+        || reads.wrote();
     if let Recorded::Hot { writes, cooldown } = ctx.spin.record(key, wrote) {
         let message = format!(
             "{writes} reconciles wrote within {}s: something this object's reconcile writes \
@@ -189,14 +197,10 @@ async fn apply(
         crate::metrics::hot_loop(&ctx.spec.controller);
         publish(ctx, obj, EventType::Warning, "HotLoop", &message).await;
     }
-    for e in &plan.events {
-        let kind = if e.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        publish(ctx, obj, kind, &e.reason, &e.message).await;
-    }
+    capped_events(ctx, obj, &plan.events, |e| {
+        publish(ctx, obj, event_type(e), &e.reason, &e.message)
+    })
+    .await;
     tracing::info!(
         applied = outcome.children_applied,
         unchanged = outcome.children_unchanged,

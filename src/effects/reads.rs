@@ -7,6 +7,10 @@
 //! event of a child khai just applied (`crate::apply::Echoes`): it could not change the plan.
 //! The answer is conservative: any lookup counts, whichever kind it reads. `ctx.memo` does not
 //! count: it is the object's own state, which the script keeps, not the cluster's.
+//!
+//! The same tracker records whether the call wrote through the `k8s` module: such a write (a
+//! label the script bumps on its own object every time) can trigger the object again as surely
+//! as a child khai applies, so the controller's hot-loop damping counts it (`controller::spin`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// [`Reads::mark`] does nothing and [`Reads::any`] is `true`, the safe answer for a call whose
 /// reads nobody watched.
 #[derive(Debug, Clone, Default)]
-pub struct Reads(Option<Arc<AtomicBool>>);
+pub struct Reads(Option<Arc<Seen>>);
+
+#[derive(Debug, Default)]
+struct Seen {
+    read: AtomicBool,
+    wrote: AtomicBool,
+}
 
 impl Reads {
     /// A tracker for one call; nothing read yet.
@@ -30,8 +40,8 @@ impl Reads {
 
     /// The call read something.
     pub fn mark(&self) {
-        if let Some(read) = &self.0 {
-            read.store(true, Ordering::Relaxed);
+        if let Some(seen) = &self.0 {
+            seen.read.store(true, Ordering::Relaxed);
         }
     }
 
@@ -40,7 +50,21 @@ impl Reads {
     pub fn any(&self) -> bool {
         self.0
             .as_ref()
-            .is_none_or(|read| read.load(Ordering::Relaxed))
+            .is_none_or(|seen| seen.read.load(Ordering::Relaxed))
+    }
+
+    /// The call wrote to the API server through the `k8s` module.
+    pub fn mark_write(&self) {
+        if let Some(seen) = &self.0 {
+            seen.wrote.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this tracker saw the call write through the `k8s` module.
+    pub fn wrote(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|seen| seen.wrote.load(Ordering::Relaxed))
     }
 }
 
@@ -57,5 +81,8 @@ mod tests {
         let untracked = Reads::default();
         untracked.mark();
         assert!(!untracked.is_tracked() && untracked.any());
+        assert!(!r.wrote(), "a read is no write");
+        r.clone().mark_write();
+        assert!(r.wrote(), "clones share the tracker");
     }
 }

@@ -12,9 +12,10 @@ pub(crate) mod server;
 
 pub(crate) use record::{
     applied, config_loaded, config_reloaded, controller_failed, controller_started, echo_skipped,
-    hot_loop, http_request, leader, queue_add, queue_retry, queue_state, rate_limited,
-    reconcile_finished, reconcile_overlap, reconcile_started, request_sent, script_api_call,
-    script_call, script_limit_abort, status_written, watch_restarted, watch_started,
+    events_dropped, hot_loop, http_request, leader, queue_add, queue_retry, queue_state,
+    rate_limited, reconcile_finished, reconcile_overlap, reconcile_started, request_sent,
+    script_api_call, script_call, script_limit_abort, status_written, watch_restarted,
+    watch_started,
 };
 
 use prometheus::core::Collector;
@@ -52,6 +53,7 @@ struct Metrics {
     controller_failures: IntCounterVec,
     reconcile_overlaps: IntCounterVec,
     hot_loops: IntCounterVec,
+    events_dropped: IntCounterVec,
     echo_skips: IntCounterVec,
     leader: IntGaugeVec,
     config_reloads: IntCounterVec,
@@ -275,6 +277,12 @@ impl Metrics {
                 &r,
                 "khai_hot_loops_total",
                 "Objects paused because their reconciles kept writing (each pause counts once)",
+                ctl,
+            ),
+            events_dropped: counter(
+                &r,
+                "khai_events_dropped_total",
+                "Events an answer asked for beyond the most khai records per answer",
                 ctl,
             ),
             echo_skips: counter(

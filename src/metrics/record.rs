@@ -184,6 +184,14 @@ pub(crate) fn hot_loop(controller: &str) {
     METRICS.hot_loops.with_label_values(&[controller]).inc();
 }
 
+/// An answer of `controller` asked for `n` Events more than khai records per answer.
+pub(crate) fn events_dropped(controller: &str, n: usize) {
+    METRICS
+        .events_dropped
+        .with_label_values(&[controller])
+        .inc_by(u64::try_from(n).unwrap_or(u64::MAX));
+}
+
 /// `controller` skipped the watch event of a child it had just applied: no reconcile needed.
 pub(crate) fn echo_skipped(controller: &str) {
     METRICS.echo_skips.with_label_values(&[controller]).inc();

@@ -152,8 +152,19 @@ impl Script {
     }
 
     /// Calls `function`; with `effects`, the call may make side effects (and its deadline is
-    /// their time budget, which covers I/O, instead of the script timeout).
+    /// their time budget, which covers I/O, instead of the script timeout). The call, and the
+    /// dropping of whatever it built, run on a stack deep enough for Rhai's recursive walks of
+    /// any value it can build (see [`super::stack`]).
     fn call_dynamic(
+        &self,
+        function: &str,
+        args: Vec<Dynamic>,
+        effects: Option<&Arc<crate::effects::Effects>>,
+    ) -> Result<serde_json::Value, ScriptError> {
+        super::stack::with_script_stack(|| self.call_on_this_stack(function, args, effects))
+    }
+
+    fn call_on_this_stack(
         &self,
         function: &str,
         args: Vec<Dynamic>,
@@ -199,11 +210,14 @@ impl Script {
             },
             (e, _) => e,
         })?;
-        convert::to_json(&value).map_err(|e| ScriptError::Convert {
+        let json = convert::to_json(&value).map_err(|e| ScriptError::Convert {
             file: self.file.clone(),
             function: function.into(),
             message: format!("cannot convert the result to JSON: {e}"),
-        })
+        });
+        // A result too deep for JSON is too deep to drop recursively off this stack's end.
+        crate::nesting::dismantle(value);
+        json
     }
 
     /// [`Self::call_with_ctx`] without blocking the runtime: inline when the call is short,

@@ -11,6 +11,9 @@
 //! through Rhai's public accessors (`cargo bench --bench engine -- convert`), so it does the
 //! work; only when it fails does khai walk the result to say *where* a value JSON cannot hold
 //! (a function pointer, a timestamp, a blob, a `ctx`) is.
+//!
+//! A result nested deeper than [`crate::nesting::MAX_DEPTH`] is refused before any recursive
+//! walk of it (see [`crate::nesting`]).
 
 use rhai::{Array, Dynamic, ImmutableString, Map};
 use serde_json::{Number, Value};
@@ -50,29 +53,38 @@ pub struct NotJson {
     pub type_name: String,
 }
 
+/// Why a script's value cannot become JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToJsonError {
+    /// A value of a type JSON has no place for.
+    #[error(transparent)]
+    NotJson(#[from] NotJson),
+    /// Arrays and maps nested deeper than [`crate::nesting::MAX_DEPTH`].
+    #[error(transparent)]
+    TooDeep(#[from] crate::nesting::TooDeep),
+}
+
 /// A script's value as JSON.
-pub fn to_json(v: &Dynamic) -> Result<Value, NotJson> {
-    rhai::serde::from_dynamic(v).or_else(|_| locate(v))
+pub fn to_json(v: &Dynamic) -> Result<Value, ToJsonError> {
+    crate::nesting::check(v)?;
+    Ok(rhai::serde::from_dynamic(v).or_else(|_| locate(v))?)
+}
+
+/// A path gathered innermost segment first, as written.
+fn joined(mut path: Vec<String>) -> String {
+    if path.is_empty() {
+        return "the result".into();
+    }
+    path.reverse();
+    path.concat()
 }
 
 /// Converts `v` by walking it, to find the value that cannot be converted.
 fn locate(v: &Dynamic) -> Result<Value, NotJson> {
-    json(v).map_err(
-        |Failed {
-             mut path,
-             type_name,
-         }| {
-            path.reverse();
-            NotJson {
-                path: if path.is_empty() {
-                    "the result".into()
-                } else {
-                    path.concat()
-                },
-                type_name,
-            }
-        },
-    )
+    json(v).map_err(|Failed { path, type_name }| NotJson {
+        path: joined(path),
+        type_name,
+    })
 }
 
 /// A value JSON cannot hold: its type, and the way to it, innermost segment first (pushed as
@@ -197,7 +209,9 @@ mod tests {
         let v: Dynamic = engine
             .eval(r#"#{ status: #{ items: [1, #{ at: timestamp() }] }, c: 'x', n: 1.0 / 0.0 }"#)
             .unwrap();
-        let err = to_json(&v).unwrap_err();
+        let Err(ToJsonError::NotJson(err)) = to_json(&v) else {
+            panic!("a timestamp converted")
+        };
         assert_eq!(err.path, ".status.items[1].at");
         assert_eq!(
             err.to_string(),
@@ -207,7 +221,7 @@ mod tests {
         assert_eq!(to_json(&ok).unwrap(), json!({ "c": "x", "n": null }));
         assert_eq!(locate(&ok).unwrap(), json!({ "c": "x", "n": null }));
         let f: Dynamic = engine.eval("Fn(\"x\")").unwrap();
-        assert_eq!(to_json(&f).unwrap_err().path, "the result");
+        assert_eq!(locate(&f).unwrap_err().path, "the result");
     }
 
     #[test]
@@ -216,5 +230,43 @@ mod tests {
         let v: Dynamic = engine.eval("let x = #{ a: 1 }; let f = || x.a; x").unwrap();
         assert_eq!(to_json(&v).unwrap(), json!({ "a": 1 }));
         assert_eq!(locate(&v).unwrap(), json!({ "a": 1 }));
+    }
+
+    /// A value as deep as `depth` arrays, built without recursion.
+    fn nested(depth: usize) -> Dynamic {
+        let mut v = Dynamic::UNIT;
+        for _ in 0..depth {
+            v = Dynamic::from_array(vec![v]);
+        }
+        v
+    }
+
+    #[test]
+    fn a_result_nested_up_to_the_limit_converts() {
+        let v = to_json(&nested(crate::nesting::MAX_DEPTH)).unwrap();
+        let text = serde_json::to_string(&v).unwrap();
+        assert_eq!(text.matches('[').count(), crate::nesting::MAX_DEPTH);
+        // khai reads back what it writes: serde_json's reader stops at 128 levels.
+        let _: Value = serde_json::from_str(&format!("{{\"a\":{{\"b\":{text}}}}}")).unwrap();
+    }
+
+    #[test]
+    fn a_result_nested_deeper_is_refused_with_its_place_not_a_stack_overflow() {
+        // Deep enough to overflow any thread's stack in a recursive walk or drop.
+        let deep = nested(1_000_000);
+        let mut status = Map::new();
+        status.insert("a".into(), Dynamic::from_array(vec![Dynamic::UNIT, deep]));
+        let mut result = Map::new();
+        result.insert("status".into(), Dynamic::from_map(status));
+        let result = Dynamic::from_map(result);
+        let err = to_json(&result);
+        // Taken apart before any assertion can fail: unwinding would drop it recursively.
+        crate::nesting::dismantle(result);
+        let err = err.unwrap_err();
+        assert!(matches!(err, ToJsonError::TooDeep(_)), "{err}");
+        assert_eq!(
+            err.to_string(),
+            ".status.a[1][0][0][0]… nests more than 100 arrays and maps deep"
+        );
     }
 }

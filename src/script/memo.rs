@@ -38,6 +38,15 @@ impl Memo {
     }
 
     fn set(&mut self, key: &str, value: Dynamic) -> Result<(), Box<EvalAltResult>> {
+        // A memo outlives the call and is dropped off the script stack: no deeper than a
+        // result may be (see `convert`).
+        if let Err(e) = crate::nesting::check(&value) {
+            crate::nesting::dismantle(value);
+            return Err(Box::new(EvalAltResult::ErrorRuntime(
+                format!("ctx.memo.{key}: {e}").into(),
+                Position::NONE,
+            )));
+        }
         let mut m = crate::sync::lock(&self.0);
         if m.len() >= MAX_KEYS && !m.contains_key(key) {
             return Err(Box::new(EvalAltResult::ErrorRuntime(

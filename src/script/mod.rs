@@ -14,6 +14,7 @@ mod error;
 mod inline;
 pub mod memo;
 mod memory;
+pub mod stack;
 
 pub use crate::effects::Reads;
 pub use compiled::{CallArg, Script};
@@ -338,6 +339,67 @@ pub(crate) mod tests {
             s.call("r", &[json!(0)]),
             Err(ScriptError::Runtime { .. })
         ));
+    }
+
+    /// The deepest value a call can build within the default limits, and what Rhai does with
+    /// deep values (measure, compare, print, clone, drop), neither overflows the call's stack
+    /// nor aborts the process: the call stops at a limit.
+    #[test]
+    fn deepest_value_a_call_can_build_fits_its_stack() {
+        let s = compile_default(
+            "fn build() { let x = []; let n = 0; loop { x = [x]; n += 1; if n % 1000 == 0 { \
+               let y = x; if y != x { throw \"unequal\"; } } } }",
+        );
+        let err = s.call("build", &[]).unwrap_err();
+        assert!(err.to_string().contains("exceeded its"), "{err}");
+    }
+
+    /// A result nested deeper than JSON allows fails alone, naming where, on threads with the
+    /// usual 2 MiB stack too (a tokio worker, a test thread).
+    #[test]
+    fn a_deep_result_fails_with_its_place_instead_of_aborting() {
+        // Rhai measures a value after each change, so building one n deep costs about n²/2
+        // steps: a debug build needs a while for n = 3,000.
+        let limits = Limits {
+            timeout: Duration::from_secs(120),
+            ..Limits::default()
+        };
+        for n in [101, 3_000] {
+            let s = Script::compile(
+                Arc::new(engine(&limits)),
+                &limits,
+                Path::new("t.rhai"),
+                &format!(
+                    "fn reconcile(obj, ctx) {{ let x = []; for i in 0..{n} {{ x = [x]; }} \
+                       #{{ status: #{{ deep: x }} }} }}"
+                ),
+            )
+            .unwrap();
+            let handle = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || s.call("reconcile", &[json!({}), json!({})]))
+                .unwrap();
+            let err = handle.join().unwrap().unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "t.rhai: in reconcile: cannot convert the result to JSON: \
+                 .status.deep[0][0][0][0]… nests more than 100 arrays and maps deep",
+                "n = {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deep_value_abandoned_at_a_limit_is_dropped_without_aborting() {
+        let s = compile("fn build() { let x = []; loop { x = [x]; } }").unwrap();
+        let err = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || s.call("build", &[]))
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("exceeded its"), "{err}");
     }
 
     #[test]

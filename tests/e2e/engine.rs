@@ -808,6 +808,48 @@ fn reconcile(obj, ctx) {
     );
 }
 
+/// A loop through the script's own `k8s::` write (a label it bumps on its object every time)
+/// triggers the object as surely as a child does: khai pauses it the same way, instead of
+/// letting it take every request the API server will answer.
+#[tokio::test]
+async fn an_object_whose_script_keeps_writing_itself_through_k8s_is_paused() {
+    let group = "selfloop.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "selfloop").await;
+    let script = r#"
+fn reconcile(obj, ctx) {
+    let n = parse_int(obj.metadata?.labels?.bump ?? "0");
+    k8s::label(obj, #{ bump: `${n + 1}` });
+    #{ status: #{ phase: "Ready" } }
+}
+"#;
+    let op = operator_with(group, script, "");
+    let toml = std::fs::read_to_string(op.path().join("operator.toml")).unwrap();
+    let toml = toml.replacen(
+        "name = \"widgets\"\n",
+        "name = \"widgets\"\nuses = [{ kind = \"Widget\", verbs = [\"patch\"] }]\n",
+        1,
+    );
+    std::fs::write(op.path().join("operator.toml"), toml).unwrap();
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let api = widgets(&client, group, &ns.name);
+    let start = crate::support::audit::mark();
+    create_widget(&api, group, "hot", json!({})).await;
+    let addr = khai.metrics_addr().await;
+    crate::support::metrics::metrics_until(&addr, "a pause of the self-writing Widget", |b| {
+        crate::support::metrics::sum(b, "khai_hot_loops_total") >= 1.0
+    })
+    .await;
+    let writes = crate::support::audit::writes(start, |e| {
+        e["objectRef"]["name"] == "hot" && e["objectRef"]["namespace"] == ns.name.as_str()
+    });
+    let n: u64 = writes.values().sum();
+    assert!(
+        n <= 2 * (11 + 2),
+        "the loop went on at full speed: {n} writes of the Widget before its pause"
+    );
+}
+
 /// The reconciles of widget `name` khai has logged so far, and their reasons.
 fn reconciles_of(khai: &Khai, name: &str) -> Vec<String> {
     khai.tail(usize::MAX)

@@ -23,6 +23,7 @@ mod examples;
 mod handlers;
 mod hello;
 mod helm;
+mod hostile;
 mod http;
 mod idle;
 mod image;

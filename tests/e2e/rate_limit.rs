@@ -1,6 +1,7 @@
 //! The client-side rate limit holds on a real API server: a burst of work never makes khai
 //! write faster than `[operator] qps`, allowing the burst, measured from the API server's
-//! audit log over 1 s windows; the waits show in khai's metrics.
+//! audit log over 1 s windows; the waits show in khai's metrics. Without a configured limit
+//! (the default) nothing is held back.
 
 use crate::support::metrics::{metrics_until, sum};
 use crate::support::{Khai, TestNamespace, audit, example_copy, wait_for};
@@ -31,29 +32,8 @@ async fn a_burst_of_objects_never_makes_khai_exceed_the_configured_qps() {
         l.contains("khai starting") && l.contains("qps=5.0") && l.contains("burst=5")
     })
     .await;
-    crate::support::wait_for_crd(&client, &format!("hellos.{group}")).await;
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Hello"), "hellos");
-    let hellos: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &ar);
     let mark = audit::mark();
-    for i in 0..OBJECTS {
-        let o: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": format!("{group}/v1"), "kind": "Hello",
-            "metadata": { "name": format!("h-{i}") }, "spec": { "message": "hi" },
-        }))
-        .unwrap();
-        hellos.create(&PostParams::default(), &o).await.unwrap();
-    }
-    // The last object's status is written last: by then all the work is done.
-    for i in 0..OBJECTS {
-        wait_for(
-            &hellos,
-            &format!("h-{i}"),
-            "its status",
-            |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"] == "Ready"),
-        )
-        .await;
-    }
+    create_and_wait_ready(&client, &ns.name, group, OBJECTS).await;
     let writes = audit::entries(mark, |e| {
         e["objectRef"]["namespace"] == ns.name.as_str()
             && e["userAgent"]
@@ -105,5 +85,55 @@ async fn a_burst_of_objects_never_makes_khai_exceed_the_configured_qps() {
         requests >= at.len() as f64,
         "rest_client_requests_total {requests} counts fewer than the {} writes",
         at.len()
+    );
+}
+
+/// Creates `count` Hellos in `ns` at once and waits until every one is Ready.
+async fn create_and_wait_ready(client: &kube::Client, ns: &str, group: &str, count: usize) {
+    crate::support::wait_for_crd(client, &format!("hellos.{group}")).await;
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Hello"), "hellos");
+    let hellos: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    for i in 0..count {
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Hello",
+            "metadata": { "name": format!("h-{i}") }, "spec": { "message": "hi" },
+        }))
+        .unwrap();
+        hellos.create(&PostParams::default(), &o).await.unwrap();
+    }
+    // The last object's status is written last: by then all the work is done.
+    for i in 0..count {
+        wait_for(
+            &hellos,
+            &format!("h-{i}"),
+            "its status",
+            |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"] == "Ready"),
+        )
+        .await;
+    }
+}
+
+/// khai's default sets no client-side limit, as controller-runtime and kube-rs: 100 objects
+/// (over 200 writes, far past any burst) are reconciled without one request waiting.
+#[tokio::test]
+async fn by_default_a_burst_of_objects_is_never_held_back() {
+    const MANY: usize = 100;
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "noqps").await;
+    let dir = tempfile::tempdir().unwrap();
+    let group = "noqps.khai.dev";
+    let config = example_copy("hello", dir.path(), "noqps", group);
+    let khai = Khai::start(&config, &ns.name, &[]);
+    create_and_wait_ready(&client, &ns.name, group, MANY).await;
+    let addr = khai.metrics_addr().await;
+    let body = metrics_until(&addr, "every write counted", |b| {
+        sum(b, "rest_client_requests_total") >= (2 * MANY) as f64
+    })
+    .await;
+    let waited = sum(&body, "rest_client_rate_limiter_duration_seconds_sum");
+    assert_eq!(
+        waited, 0.0,
+        "requests waited {waited} s for a client-side limit nobody configured"
     );
 }

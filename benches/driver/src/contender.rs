@@ -31,9 +31,6 @@ pub fn launch(contender: Contender, args: &Args) -> Launch {
                 .arg(&args.khai_config)
                 // Any free port: contenders run one after another and must not clash.
                 .args(["--metrics-bind", "127.0.0.1:0"])
-                // No client-side rate limit (khai's default is 20 requests a second), as the
-                // kube-rs baseline and Kopf have none: the bench compares the engines.
-                .args(["--kube-api-qps", "0"])
                 // One `reconciled` line per finished reconcile: the restart phase counts them.
                 .args(["--log-level", "info"])
                 .env_remove("RUST_LOG");

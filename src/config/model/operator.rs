@@ -38,12 +38,12 @@ pub struct OperatorSettings {
     pub startup: Option<crate::config::handlers::Hook>,
     /// `fn name(ctx)` run once when khai stops.
     pub cleanup: Option<crate::config::handlers::Hook>,
-    /// Requests a second khai may send to the API server on average (client-side rate limit,
-    /// controller-runtime's default 20); `0` turns the limit off. `khai run --kube-api-qps`
-    /// overrides it.
+    /// Requests a second khai may send to the API server on average (client-side rate limit);
+    /// `0`, the default, means no limit, as in controller-runtime and kube-rs. `khai run
+    /// --kube-api-qps` overrides it.
     #[serde(default = "default_qps", deserialize_with = "non_negative")]
     pub qps: f64,
-    /// Requests that may leave at once after a quiet spell (controller-runtime's default 30).
+    /// Requests that may leave at once after a quiet spell, once `qps` is set (default 30).
     /// `khai run --kube-api-burst` overrides it.
     #[serde(default = "default_burst", deserialize_with = "at_least_one")]
     pub burst: u32,

@@ -191,6 +191,7 @@ pub fn read_request(opts: Map) -> RhaiResult<HttpRequest> {
         if req.body.is_some() {
             return Err(wrong("http::request: give body or json, not both".into()));
         }
+        crate::nesting::check(&value).map_err(|e| wrong(format!("http::request: json: {e}")))?;
         let v: serde_json::Value = rhai::serde::from_dynamic(&value)?;
         req.body = Some(v.to_string().into_bytes());
         if !req

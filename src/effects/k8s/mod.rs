@@ -107,6 +107,11 @@ impl Op {
         }
     }
 
+    /// Whether the request changes anything in the API server.
+    pub fn writes(&self) -> bool {
+        !matches!(self, Op::Get(_) | Op::List { .. })
+    }
+
     fn kind(&self) -> &KindRef {
         match self {
             Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) => &t.kind,

@@ -127,6 +127,9 @@ fn run(op: Op) -> Result<Dynamic> {
                     .value(op.verb(), &op.what()),
             );
         };
+        if op.writes() {
+            fx.reads.mark_write();
+        }
         match fx.block_on(left, api.perform(&op)) {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(f)) => Err(f.value(op.verb(), &op.what())),
@@ -165,6 +168,7 @@ fn target_of(kind: &str, namespace: &str, name: &str) -> Result<Target> {
 }
 
 fn json_of(v: &Dynamic) -> Result<Value> {
+    crate::nesting::check(v).map_err(|e| bad(format!("k8s: {e}")))?;
     rhai::serde::from_dynamic(v).map_err(|e| bad(format!("k8s: {e}")))
 }
 

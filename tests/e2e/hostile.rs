@@ -1,0 +1,200 @@
+//! The invariant "a broken config or script never takes the daemon down", as a class: one khai
+//! runs a hostile controller beside a healthy one, and every hostile mode (values nested deeper
+//! than any stack walks, one abandoned at the time limit, a write loop through `k8s::`, a flood
+//! of Events, a deep memo) fails alone, clearly, while the healthy controller keeps reconciling
+//! in the same process.
+
+use crate::support::metrics::{metrics_until, sum};
+use crate::support::{Khai, TestNamespace, custom_api, wait_for, wait_for_crd};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use serde_json::json;
+
+const SCRIPT: &str = r#"
+fn deep(n) { let x = []; for i in 0..n { x = [x]; } x }
+
+fn reconcile(obj, ctx) {
+    let mode = obj.spec.mode;
+    if mode == "deep-status" { return #{ status: #{ deep: deep(150) } }; }
+    if mode == "deep-child" {
+        return #{ children: [#{ apiVersion: "v1", kind: "ConfigMap",
+                                metadata: #{ name: obj.metadata.name }, data: #{ deep: deep(150) } }] };
+    }
+    if mode == "deep-abandoned" { let x = []; loop { x = [x]; } }
+    if mode == "deep-memo" { ctx.memo.deep = deep(150); }
+    if mode == "self-write" {
+        let n = parse_int(obj.metadata?.labels?.bump ?? "0");
+        k8s::label(obj, #{ bump: `${n + 1}` });
+    }
+    if mode == "events" {
+        let events = [];
+        for i in 0..1000 { events.push(#{ type: "Normal", reason: "Flood", message: `event ${i}` }); }
+        return #{ events: events, status: #{ phase: "Ready" } };
+    }
+    #{ status: #{ phase: "Ready" } }
+}
+"#;
+
+const CALM: &str = r#"
+fn reconcile(obj, ctx) {
+    #{ children: [#{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: `${obj.metadata.name}-calm` },
+                     data: #{ n: `${obj.spec.n}` } }],
+       status: #{ phase: "Ready" } }
+}
+"#;
+
+fn operator(group: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "hostile"
+uses = [{{ kind = "Hostile", verbs = ["patch"] }}]
+
+[[crd]]
+group = "{group}"
+kind = "Hostile"
+versions = ["v1"]
+spec.mode = {{ type = "string" }}
+status.phase = {{ type = "string" }}
+
+[[crd]]
+group = "{group}"
+kind = "Calm"
+versions = ["v1"]
+spec.n = {{ type = "integer", default = 0 }}
+status.phase = {{ type = "string" }}
+
+[[controller]]
+for = "Hostile"
+owns = ["v1/ConfigMap"]
+script = "hostile.rhai"
+# Its calls spin until stopped: a short budget keeps the test short.
+budget = {{ time = "3s" }}
+
+[[controller]]
+for = "Calm"
+owns = ["v1/ConfigMap"]
+script = "calm.rhai"
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("hostile.rhai"), SCRIPT).unwrap();
+    std::fs::write(dir.path().join("calm.rhai"), CALM).unwrap();
+    dir
+}
+
+async fn create(
+    api: &Api<DynamicObject>,
+    group: &str,
+    kind: &str,
+    name: &str,
+    spec: serde_json::Value,
+) {
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": kind,
+        "metadata": { "name": name }, "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {kind} {name}: {e}"));
+}
+
+fn ready(o: Option<&DynamicObject>) -> bool {
+    o.is_some_and(|o| o.data["status"]["phase"] == "Ready")
+}
+
+/// The message of `o`'s `Ready=False` condition, if it has one.
+fn failure(o: &DynamicObject) -> Option<String> {
+    o.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready" && c["status"] == "False")
+        .and_then(|c| c["message"].as_str())
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn hostile_scripts_fail_alone_and_a_healthy_controller_beside_them_keeps_reconciling() {
+    let group = "hostile.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "hostile").await;
+    let op = operator(group);
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    wait_for_crd(&client, &format!("hostiles.{group}")).await;
+    wait_for_crd(&client, &format!("calms.{group}")).await;
+    let hostiles = custom_api(&client, &ns.name, group, "Hostile", "hostiles");
+    let calms = custom_api(&client, &ns.name, group, "Calm", "calms");
+    create(&calms, group, "Calm", "before", json!({ "n": 1 })).await;
+    wait_for(&calms, "before", "the first Calm Ready", ready).await;
+
+    let modes = [
+        "deep-status",
+        "deep-child",
+        "deep-abandoned",
+        "deep-memo",
+        "self-write",
+        "events",
+    ];
+    for mode in modes {
+        create(&hostiles, group, "Hostile", mode, json!({ "mode": mode })).await;
+    }
+    // Each mode that cannot be carried out fails alone, in words that say why.
+    for (name, says) in [
+        ("deep-status", "nests more than 100 arrays and maps deep"),
+        ("deep-child", "nests more than 100 arrays and maps deep"),
+        ("deep-abandoned", "exceeded its"),
+        ("deep-memo", "nests more than 100 arrays and maps deep"),
+    ] {
+        let o = wait_for(
+            &hostiles,
+            name,
+            "its failure in its status",
+            |o: Option<&DynamicObject>| o.and_then(failure).is_some(),
+        )
+        .await;
+        let message = failure(&o).unwrap();
+        assert!(message.contains(says), "{name}: {message}");
+    }
+    let addr = khai.metrics_addr().await;
+    // The write loop through `k8s::` is paused like any other hot loop.
+    metrics_until(&addr, "a pause of the self-writing Hostile", |b| {
+        sum(b, "khai_hot_loops_total") >= 1.0
+    })
+    .await;
+    // The flood is cut to the most khai records per answer, and the rest counted.
+    wait_for(&hostiles, "events", "the flooding Hostile Ready", ready).await;
+    metrics_until(&addr, "the dropped Events counted", |b| {
+        sum(b, "khai_events_dropped_total") >= 990.0
+    })
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    crate::support::wait_for_any(events.clone(), "the EventsDropped Warning", |e| {
+        e.reason.as_deref() == Some("EventsDropped")
+    })
+    .await;
+    let floods = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Flood"))
+        .count();
+    assert!(
+        floods <= 10,
+        "{floods} Flood Events recorded from one answer"
+    );
+
+    // Through all of it the process stayed up and the healthy controller kept working.
+    create(&calms, group, "Calm", "after", json!({ "n": 2 })).await;
+    wait_for(
+        &calms,
+        "after",
+        "a Calm created after every hostile mode Ready",
+        ready,
+    )
+    .await;
+    metrics_until(&addr, "khai still serving its metrics", |b| !b.is_empty()).await;
+}
