@@ -3,7 +3,7 @@
 //! short, else on tokio's blocking pool.
 
 use super::ctx::{self, ScriptCtx};
-use super::engine::{DEADLINE, Limits, is_over_memory, limit_hit};
+use super::engine::{DEADLINE, Limits, is_over_memory, is_over_shared_memory, limit_hit};
 use super::error::{ScriptError, position, strip_position};
 use super::{convert, inline, memory};
 use rhai::{AST, Dynamic, Engine, EvalAltResult};
@@ -388,6 +388,11 @@ impl Script {
             EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => format!(
                 "script exceeded its memory limit ({} per call)",
                 memory::describe(self.max_memory)
+            ),
+            EvalAltResult::ErrorTerminated(token, _) if is_over_shared_memory(token) => format!(
+                "script stopped: the script calls running at once hold more than the {} they \
+                 may hold together",
+                memory::describe(memory::ALL_CALLS_MAX)
             ),
             EvalAltResult::ErrorTerminated(..) => TIME_LIMIT.to_string(),
             EvalAltResult::ErrorTooManyOperations(..) => {

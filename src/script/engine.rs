@@ -53,6 +53,8 @@ thread_local! {
 
 /// How the progress hook says it stopped a call for its memory budget.
 const OVER_MEMORY: &str = "memory budget used up";
+/// How the progress hook says it stopped a call for the memory all calls share.
+const OVER_SHARED_MEMORY: &str = "shared memory budget used up";
 
 /// Builds the one kind of engine khai runs scripts in, with every limit set.
 pub fn engine(limits: &Limits) -> Engine {
@@ -87,8 +89,10 @@ pub fn engine(limits: &Limits) -> Engine {
         if inline::over_budget(ops) {
             return Some(Dynamic::from("inline budget used up"));
         }
-        if memory::over_budget() {
-            return Some(Dynamic::from(OVER_MEMORY));
+        match memory::over_budget() {
+            Some(memory::Over::Call) => return Some(Dynamic::from(OVER_MEMORY)),
+            Some(memory::Over::AllCalls) => return Some(Dynamic::from(OVER_SHARED_MEMORY)),
+            None => {}
         }
         // Reading the clock on every operation would cost more than most operations; every
         // 64th keeps the deadline within microseconds.
@@ -117,6 +121,7 @@ fn nothing_indexes_to_nothing(e: &mut Engine) {
 pub(super) fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
     Some(match err {
         EvalAltResult::ErrorTerminated(token, _) if is_over_memory(token) => "memory",
+        EvalAltResult::ErrorTerminated(token, _) if is_over_shared_memory(token) => "shared_memory",
         EvalAltResult::ErrorTerminated(..) => "time",
         EvalAltResult::ErrorTooManyOperations(..) => "operations",
         EvalAltResult::ErrorStackOverflow(..) => "call_depth",
@@ -129,4 +134,8 @@ pub(super) fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
 
 pub(super) fn is_over_memory(token: &Dynamic) -> bool {
     token.to_string() == OVER_MEMORY
+}
+
+pub(super) fn is_over_shared_memory(token: &Dynamic) -> bool {
+    token.to_string() == OVER_SHARED_MEMORY
 }

@@ -9,6 +9,12 @@
 //! shape of what it builds. Each Rhai operation allocates a bounded amount (values are capped
 //! by the size limits), so a call stops within one operation of its budget.
 //!
+//! Calls running at once are bounded together too: each publishes what it holds to a shared
+//! count ([`ALL_CALLS`]) in steps of [`PUBLISH_STEP`], and once the calls together hold more
+//! than [`ALL_CALLS_MAX`], a call holding at least a step of it stops with its own error instead
+//! of growing further, so many objects building large values at once cannot push the process
+//! past what its pod may use. Calls holding little go on.
+//!
 //! [`Limits::max_memory`]: super::Limits::max_memory
 
 // The allocator hands every request to the system allocator unchanged; the only unsafe code is
@@ -17,6 +23,67 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+/// Bytes all script calls running at once may hold together beyond what they started with:
+/// eight calls at the default per-call budget.
+pub(super) const ALL_CALLS_MAX: usize = 512 << 20;
+
+/// A call publishes what it holds to the shared count when that changed by this much.
+const PUBLISH_STEP: isize = 1 << 20;
+
+/// What the calls running at once hold together, as each last published it.
+pub(super) struct Shared {
+    held: AtomicIsize,
+    max: isize,
+}
+
+/// The calls of this process.
+static ALL_CALLS: Shared = Shared::new(ALL_CALLS_MAX);
+
+impl Shared {
+    const fn new(max: usize) -> Self {
+        Self {
+            held: AtomicIsize::new(0),
+            max: if max > isize::MAX as usize {
+                isize::MAX
+            } else {
+                max as isize
+            },
+        }
+    }
+
+    /// Publishes that a call now holds `growth` where it last published `published`; returns
+    /// what it has now published.
+    fn publish(&self, published: isize, growth: isize) -> isize {
+        let growth = growth.max(0);
+        if (growth - published).abs() < PUBLISH_STEP {
+            return published;
+        }
+        self.held.fetch_add(growth - published, Ordering::Relaxed);
+        growth
+    }
+
+    /// Whether a call that has published `published` must stop: the calls together hold more
+    /// than the limit, and this one holds a step or more of it.
+    fn over(&self, published: isize) -> bool {
+        published >= PUBLISH_STEP && self.held.load(Ordering::Relaxed) > self.max
+    }
+
+    /// A call that published `published` ended.
+    fn withdraw(&self, published: isize) {
+        self.held.fetch_sub(published, Ordering::Relaxed);
+    }
+}
+
+/// Which memory budget a call used up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Over {
+    /// Its own, [`super::Limits::max_memory`].
+    Call,
+    /// The one all calls share, [`ALL_CALLS_MAX`].
+    AllCalls,
+}
 
 /// The system allocator, counting what each thread allocates and frees.
 pub(super) struct Counting;
@@ -33,6 +100,8 @@ thread_local! {
     static ALLOCATED: Cell<usize> = const { Cell::new(0) };
     /// `LIVE` when the running call began, and the growth it may not pass.
     static BUDGET: Cell<Option<(isize, isize)>> = const { Cell::new(None) };
+    /// What the running call has published to [`ALL_CALLS`].
+    static PUBLISHED: Cell<isize> = const { Cell::new(0) };
     /// The highest `LIVE` since [`peak_during`] began (tests measure peaks with it).
     #[cfg(test)]
     static PEAK: Cell<isize> = const { Cell::new(0) };
@@ -102,13 +171,23 @@ pub(super) fn begin(max: usize) {
 /// Stops counting the call on this thread.
 pub(super) fn end() {
     BUDGET.with(|b| b.set(None));
+    ALL_CALLS.withdraw(PUBLISHED.with(|p| p.replace(0)));
 }
 
-/// Whether the call running on this thread has built more than its budget.
-pub(super) fn over_budget() -> bool {
-    BUDGET
-        .with(Cell::get)
-        .is_some_and(|(start, max)| LIVE.with(Cell::get).wrapping_sub(start) > max)
+/// Whether the call running on this thread has built more than its budget, or holds a share
+/// of more than all calls may hold together.
+pub(super) fn over_budget() -> Option<Over> {
+    let (start, max) = BUDGET.with(Cell::get)?;
+    let growth = LIVE.with(Cell::get).wrapping_sub(start);
+    if growth > max {
+        return Some(Over::Call);
+    }
+    let published = PUBLISHED.with(|p| {
+        let now = ALL_CALLS.publish(p.get(), growth);
+        p.set(now);
+        now
+    });
+    ALL_CALLS.over(published).then_some(Over::AllCalls)
 }
 
 /// Bytes allocated on this thread so far, freed or not (wrapping: compare with `wrapping_sub`).
@@ -145,15 +224,34 @@ mod tests {
     fn a_call_is_over_budget_once_it_holds_more_than_its_budget() {
         begin(1 << 20);
         let small = std::hint::black_box(vec![0u8; 1 << 10]);
-        assert!(!over_budget());
+        assert_eq!(over_budget(), None);
         let big = std::hint::black_box(vec![1u8; 2 << 20]);
-        assert!(over_budget());
+        assert_eq!(over_budget(), Some(Over::Call));
         drop(big);
-        assert!(!over_budget(), "freed memory no longer counts");
+        assert_eq!(over_budget(), None, "freed memory no longer counts");
         end();
         let _big = std::hint::black_box(vec![1u8; 2 << 20]);
-        assert!(!over_budget(), "outside a call there is no budget");
+        assert_eq!(over_budget(), None, "outside a call there is no budget");
         drop(small);
+    }
+
+    #[test]
+    fn calls_together_stop_the_ones_holding_memory_once_past_the_shared_limit() {
+        const MIB: isize = 1 << 20;
+        let shared = Shared::new(10 << 20);
+        // Four calls each holding 3 MiB: 12 MiB together, past the 10 MiB limit.
+        let published: Vec<isize> = (0..4).map(|_| shared.publish(0, 3 * MIB)).collect();
+        assert_eq!(published, vec![3 * MIB; 4]);
+        assert!(shared.over(3 * MIB), "a call holding 3 MiB stops");
+        let tiny = shared.publish(0, MIB / 2);
+        assert_eq!(tiny, 0, "half a step is not published");
+        assert!(!shared.over(tiny), "a call holding little goes on");
+        shared.withdraw(published[0]);
+        assert!(!shared.over(3 * MIB), "9 MiB together is within the limit");
+        // A call that frees what it held publishes that too.
+        let after = shared.publish(published[1], 0);
+        assert_eq!(after, 0);
+        assert_eq!(shared.held.load(Ordering::Relaxed), 6 * MIB);
     }
 
     #[test]
