@@ -46,7 +46,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    rt.block_on(async move {
+    let ran = rt.block_on(async move {
         // A config on disk sets the rate limit before the first request; one from a ConfigMap
         // is read with the flags' (or the default) limit, which then changes to the config's.
         let first = disk.as_ref().map(|(op, _)| op.config.model.operator.limits());
@@ -124,13 +124,17 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         tasks.stop(grace).await;
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)
-    })
+    });
+    // Dropping the runtime would wait for every blocking task: one stuck in a read (a network
+    // mount that hangs) must not keep khai from exiting once it has stopped.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    ran
 }
 
-/// Loads the config at `path` and fingerprints its directory. The directory is hashed before
+/// Loads the config at `path` and fingerprints what it reads. The files are hashed before
 /// loading, so a change made while loading is still seen as a change.
 fn load_disk(path: &std::path::Path) -> anyhow::Result<(Operator, u64)> {
-    let current = reload::fingerprint(&reload::watched_dir(path));
+    let current = reload::fingerprint(path);
     Ok((Operator::load(path)?, current))
 }
 
