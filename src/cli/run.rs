@@ -23,7 +23,7 @@ pub struct Args {
     )]
     pub config: Source,
     /// Watch only this namespace (repeatable); overrides `[operator] namespaces`.
-    #[arg(long = "namespace", short = 'n', value_name = "NS")]
+    #[arg(long = "namespace", short = 'n', value_name = "NS", value_parser = namespace_name)]
     pub namespaces: Vec<String>,
     /// Reload the config and scripts when they change: a file in the config directory (a mounted
     /// ConfigMap's `..data` swap included), or the ConfigMap. On by default inside a cluster and
@@ -136,6 +136,20 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn load_disk(path: &std::path::Path) -> anyhow::Result<(Operator, u64)> {
     let current = reload::fingerprint(path);
     Ok((Operator::load(path)?, current))
+}
+
+/// A `--namespace`: a namespace name, as `[operator] namespaces` must hold (`""` would watch
+/// every namespace).
+fn namespace_name(s: &str) -> Result<String, String> {
+    if crate::config::selector::is_dns_label(s) {
+        Ok(s.to_string())
+    } else {
+        Err(
+            "not a namespace name: at most 63 lower-case letters, digits and `-`, starting and \
+             ending with a letter or digit"
+                .into(),
+        )
+    }
 }
 
 /// Whether khai runs in a Pod, where its config is a mounted ConfigMap that can change.

@@ -402,3 +402,20 @@ fn check_refuses_wrong_configs_with_file_line_and_field() {
         assert!(err.starts_with(&want), "{to}:\n{err}\nwant: {want}");
     }
 }
+
+/// Issue 24: `--namespace ""` would watch every namespace, as `namespaces = [""]` did.
+#[test]
+fn run_refuses_a_namespace_flag_that_is_not_a_namespace_name() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello");
+    for bad in ["", "Bad_NS"] {
+        let out = khai_within_30s(&["run", "--config", dir.to_str().unwrap(), "-n", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!(
+                "invalid value '{bad}' for '--namespace <NS>': not a namespace name"
+            )),
+            "{err}"
+        );
+    }
+}
