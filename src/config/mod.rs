@@ -27,6 +27,7 @@ pub use diag::Diagnostic;
 pub use files::Files;
 pub use model::Model;
 pub use parse::{parse, yaml_message};
+pub use validate::MAX_OPERATOR_NAME;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -109,7 +109,7 @@ pub(super) fn validate(
 
 /// The most characters an operator's name may have: `khai-<name>` names its ServiceAccount,
 /// Service and Lease, and a Service's name is a DNS label of at most 63.
-pub(crate) const MAX_OPERATOR_NAME: usize = 58;
+pub const MAX_OPERATOR_NAME: usize = 58;
 
 /// `[operator]`: its name and namespaces.
 fn check_operator(model: &Model, report: &mut Report) {
