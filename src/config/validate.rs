@@ -14,6 +14,7 @@ use super::ConfigError;
 use super::diag::{self, Diagnostic};
 pub(crate) use super::field_path::Seg;
 use super::model::Model;
+pub(super) use fields::check_pattern;
 use std::path::Path;
 
 /// Where checks send each problem: the field path it concerns and the message.

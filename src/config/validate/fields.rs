@@ -100,7 +100,7 @@ fn check_keys_fit_type(f: &Field, at: &[Seg], report: &mut Report) {
 /// A `pattern` as the API server compiles it, with Go's `regexp` (RE2 syntax): the Rust `regex`
 /// crate reads the same syntax. The API server refuses a CRD whose pattern does not compile, so
 /// khai could not start. A pattern too large for `regex`'s compile budget is left to the server.
-fn check_pattern(pattern: &str) -> Result<(), String> {
+pub(in crate::config) fn check_pattern(pattern: &str) -> Result<(), String> {
     match regex::Regex::new(pattern) {
         Ok(_) | Err(regex::Error::CompiledTooBig(_)) => Ok(()),
         Err(e) => {
