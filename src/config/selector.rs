@@ -185,9 +185,6 @@ pub fn qualified_name(key: &str) -> Result<(), String> {
 /// A label value: empty, or at most 63 letters, digits, `-`, `_` and `.`, starting and ending
 /// with a letter or digit.
 pub fn label_value(v: &str) -> Result<(), String> {
-    if v.len() > 63 {
-        return Err(format!("{} characters, more than 63", v.len()));
-    }
     let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     let ends = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
     if !v.chars().all(inner) || !ends(v.chars().next()) || !ends(v.chars().last()) {
@@ -195,6 +192,10 @@ pub fn label_value(v: &str) -> Result<(), String> {
             "only letters, digits, `-`, `_` and `.` are allowed, starting and ending with a letter or digit"
                 .into(),
         );
+    }
+    // ASCII from here on: bytes are characters.
+    if v.len() > 63 {
+        return Err(format!("{} characters, more than 63", v.len()));
     }
     Ok(())
 }
