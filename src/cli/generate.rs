@@ -308,7 +308,8 @@ fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {
     };
     let ca = match &args.ca_file {
         Some(f) => Some(
-            std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
+            crate::config::files::read_regular(f)
+                .with_context(|| format!("cannot read {}", f.display()))?,
         ),
         None => None,
     };

@@ -93,7 +93,7 @@ fn operator(args: &OperatorArgs) -> anyhow::Result<ExitCode> {
 
 fn controller(args: &ControllerArgs) -> anyhow::Result<ExitCode> {
     let file = args.dir.join("operator.toml");
-    let src = std::fs::read_to_string(&file).with_context(|| {
+    let src = crate::config::files::read_regular(&file).with_context(|| {
         format!(
             "{}: cannot read (khai new controller edits operator.toml; YAML configs are not edited)",
             file.display()

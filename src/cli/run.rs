@@ -23,7 +23,7 @@ pub struct Args {
     )]
     pub config: Source,
     /// Watch only this namespace (repeatable); overrides `[operator] namespaces`.
-    #[arg(long = "namespace", short = 'n', value_name = "NS")]
+    #[arg(long = "namespace", short = 'n', value_name = "NS", value_parser = namespace_name)]
     pub namespaces: Vec<String>,
     /// Reload the config and scripts when they change: a file in the config directory (a mounted
     /// ConfigMap's `..data` swap included), or the ConfigMap. On by default inside a cluster and
@@ -48,7 +48,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .thread_stack_size(crate::script::stack::THREAD_STACK)
         .build()
         .context("failed to start the async runtime")?;
-    rt.block_on(async move {
+    let ran = rt.block_on(async move {
         // A config on disk sets the rate limit before the first request; one from a ConfigMap
         // is read with the flags' (or the default) limit, which then changes to the config's.
         let first = disk.as_ref().map(|(op, _)| op.config.model.operator.limits());
@@ -126,14 +126,32 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         tasks.stop(grace).await;
         tracing::info!("khai stopped");
         Ok(ExitCode::SUCCESS)
-    })
+    });
+    // Dropping the runtime would wait for every blocking task: one stuck in a read (a network
+    // mount that hangs) must not keep khai from exiting once it has stopped.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    ran
 }
 
-/// Loads the config at `path` and fingerprints its directory. The directory is hashed before
+/// Loads the config at `path` and fingerprints what it reads. The files are hashed before
 /// loading, so a change made while loading is still seen as a change.
 fn load_disk(path: &std::path::Path) -> anyhow::Result<(Operator, u64)> {
-    let current = reload::fingerprint(&reload::watched_dir(path));
+    let current = reload::fingerprint(path);
     Ok((Operator::load(path)?, current))
+}
+
+/// A `--namespace`: a namespace name, as `[operator] namespaces` must hold (`""` would watch
+/// every namespace).
+fn namespace_name(s: &str) -> Result<String, String> {
+    if crate::config::selector::is_dns_label(s) {
+        Ok(s.to_string())
+    } else {
+        Err(
+            "not a namespace name: at most 63 lower-case letters, digits and `-`, starting and \
+             ending with a letter or digit"
+                .into(),
+        )
+    }
 }
 
 /// Whether khai runs in a Pod, where its config is a mounted ConfigMap that can change.

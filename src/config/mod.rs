@@ -18,6 +18,7 @@ pub mod kind;
 pub mod model;
 mod parse;
 mod schema_file;
+pub mod selector;
 mod validate;
 pub mod webhook;
 mod yaml_locate;
@@ -26,6 +27,7 @@ pub use diag::Diagnostic;
 pub use files::Files;
 pub use model::Model;
 pub use parse::{parse, yaml_message};
+pub use validate::MAX_OPERATOR_NAME;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -110,7 +112,7 @@ impl From<Diagnostic> for ConfigError {
 /// Loads and validates the config at `path` (a file, or a directory holding one).
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = find_config_file(path)?;
-    let src = std::fs::read_to_string(&file)
+    let src = files::read_regular(&file)
         .map_err(|e| Diagnostic::new(&file, format!("cannot read config: {e}")))?;
     let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
     finish(file, src, base_dir, Files::Disk, None)
@@ -160,6 +162,7 @@ fn finish(
     problems.extend(schema_file::load_all(
         &mut model, &files, &base_dir, &file, &src,
     ));
+    problems.extend(check_file_kinds(&model, &files, &base_dir, &file, &src));
     if !problems.is_empty() {
         return Err(ConfigError(problems));
     }
@@ -174,7 +177,45 @@ fn finish(
     })
 }
 
-fn find_config_file(path: &Path) -> Result<PathBuf, Diagnostic> {
+/// Files the config names that are read only where khai runs (a certificate mounted from a
+/// Secret may not exist where the config is checked), but that must be regular files within
+/// [`files::MAX_FILE_BYTES`] when they exist: a FIFO or a device there would block or never end.
+fn check_file_kinds(
+    model: &Model,
+    files: &Files,
+    base_dir: &Path,
+    file: &Path,
+    src: &str,
+) -> Vec<Diagnostic> {
+    use field_path::Seg;
+    let server = &model.webhook_server;
+    let named = [
+        (
+            ["operator", "http", "ca_file"].as_slice(),
+            &model.operator.http.ca_file,
+        ),
+        (
+            ["webhook_server", "cert_file"].as_slice(),
+            &server.cert_file,
+        ),
+        (["webhook_server", "key_file"].as_slice(), &server.key_file),
+    ];
+    let mut problems = Vec::new();
+    for (keys, path) in named {
+        let Some(rel) = path else { continue };
+        if let Err(e) = files.check_kind(base_dir, rel) {
+            let at: Vec<Seg> = keys.iter().map(|k| Seg::Key(k)).collect();
+            let shown = base_dir.join(rel);
+            let message = format!("cannot use {}: {e}", shown.display());
+            problems.push(validate::diagnostic(file, src, &at, message));
+        }
+    }
+    problems
+}
+
+/// The config file at `path`: `path` itself, or the first of [`CONFIG_FILE_NAMES`] in the
+/// directory `path`.
+pub fn find_config_file(path: &Path) -> Result<PathBuf, Diagnostic> {
     if path.is_dir() {
         return CONFIG_FILE_NAMES
             .iter()
@@ -263,6 +304,54 @@ script = "scripts/hello.rhai"
         assert_eq!(
             config.model.crds[0].raw_schema.as_ref().unwrap()["properties"]["spec"]["type"],
             "object"
+        );
+    }
+
+    #[test]
+    fn check_refuses_a_ca_file_or_cert_file_that_is_not_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let made = std::process::Command::new("mkfifo")
+            .arg(d.join("ca.pem"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let toml = "[operator.http]\nallow = [\"api.example.com\"]\nca_file = \"ca.pem\"\n\n\
+                    [webhook_server]\ntls = \"files\"\ncert_file = \"/dev/zero\"\nkey_file = \"tls.key\"\n";
+        std::fs::write(d.join("operator.toml"), toml).unwrap();
+        let err = load(d).unwrap_err().to_string();
+        let file = d.join("operator.toml");
+        assert_eq!(
+            err,
+            format!(
+                "{f}:3:11: operator.http.ca_file: cannot use {ca}: not a regular file (a FIFO)\n\
+                 {f}:7:13: webhook_server.cert_file: cannot use /dev/zero: not a regular file (a \
+                 character device)",
+                f = file.display(),
+                ca = d.join("ca.pem").display()
+            )
+        );
+        // Missing files are for `khai run` to find: they may be mounted only where it runs.
+        std::fs::remove_file(d.join("ca.pem")).unwrap();
+        std::fs::write(&file, toml.replace("/dev/zero", "/nonexistent/tls.crt")).unwrap();
+        load(d).unwrap();
+    }
+
+    #[test]
+    fn a_config_file_that_is_a_fifo_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("operator.toml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&file)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert_eq!(
+            load(&file).unwrap_err().to_string(),
+            format!(
+                "{}: cannot read config: not a regular file (a FIFO)",
+                file.display()
+            )
         );
     }
 

@@ -3,8 +3,9 @@
 //!
 //! The files are read while the config loads, not when CRDs are generated, so that generating
 //! and installing stay pure and a missing or malformed file is reported with the config's
-//! other problems, at the `schema_file` line that names it. khai checks only the shape the
-//! API server needs at the root; the rest of the schema is the server's to judge.
+//! other problems, at the `schema_file` line that names it. khai checks the shape the API
+//! server needs at the root and that every `pattern` compiles (a CRD whose pattern does not is
+//! refused, and khai could not start); the rest of the schema is the server's to judge.
 
 use super::Diagnostic;
 use super::field_path::Seg;
@@ -63,6 +64,12 @@ enum Error {
         at: String,
         message: String,
     },
+    #[error("{}: {at}: {message}", path.display())]
+    Pattern {
+        path: PathBuf,
+        at: String,
+        message: String,
+    },
     #[error("{}: {problem}", path.display())]
     Root {
         path: PathBuf,
@@ -95,10 +102,65 @@ fn read(path: &Path, text: std::io::Result<String>) -> Result<Value, Error> {
             }
         }
     };
-    match check_root(&schema) {
-        Ok(()) => Ok(schema),
-        Err(problem) => Err(Error::Root { path, problem }),
+    if let Err(problem) = check_root(&schema) {
+        return Err(Error::Root { path, problem });
     }
+    if let Some((at, message)) = bad_pattern(&schema, &mut Vec::new()) {
+        return Err(Error::Pattern { path, at, message });
+    }
+    Ok(schema)
+}
+
+/// The first `pattern` of `schema` or its subschemas that the API server would not compile:
+/// where it is (`properties.spec.properties.name.pattern`) and why. Only subschemas are walked,
+/// so a `default` or `enum` value holding a `pattern` key is not taken for one.
+fn bad_pattern(schema: &Value, at: &mut Vec<String>) -> Option<(String, String)> {
+    let obj = schema.as_object()?;
+    if let Some(Value::String(p)) = obj.get("pattern")
+        && let Err(why) = super::validate::check_pattern(p)
+    {
+        at.push("pattern".into());
+        return Some((at.join("."), why));
+    }
+    let inside = |at: &mut Vec<String>, step: String, sub: &Value| {
+        at.push(step);
+        let found = bad_pattern(sub, at);
+        at.pop();
+        found
+    };
+    for key in ["items", "additionalProperties", "not"] {
+        if let Some(sub) = obj.get(key)
+            && let Some(found) = inside(at, key.into(), sub)
+        {
+            return Some(found);
+        }
+    }
+    for key in ["properties", "patternProperties", "definitions"] {
+        for (name, sub) in obj
+            .get(key)
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(found) = inside(at, format!("{key}.{name}"), sub) {
+                return Some(found);
+            }
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for (i, sub) in obj
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if let Some(found) = inside(at, format!("{key}[{i}]"), sub) {
+                return Some(found);
+            }
+        }
+    }
+    None
 }
 
 fn check_root(schema: &Value) -> Result<(), &'static str> {
@@ -177,6 +239,33 @@ mod tests {
                 .to_string(),
             format!("{}: must hold an OpenAPI v3 schema object", list.display())
         );
+    }
+
+    #[test]
+    fn a_pattern_the_api_server_cannot_compile_is_named_by_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = write(
+            dir.path(),
+            "s.yaml",
+            "type: object\nproperties:\n  spec:\n    type: object\n    default: { pattern: \"(\" }\n    \
+             properties:\n      tags:\n        type: array\n        items: { type: string, pattern: \"^[a-z\" }\n",
+        );
+        assert_eq!(
+            read(&bad, std::fs::read_to_string(&bad))
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "{}: properties.spec.properties.tags.items.pattern: \"^[a-z\" is not a regular \
+                 expression the API server accepts (RE2 syntax): unclosed character class",
+                bad.display()
+            )
+        );
+        std::fs::write(
+            &bad,
+            "type: object\nproperties:\n  a: { type: string, pattern: \"^[a-z]+$\" }\n",
+        )
+        .unwrap();
+        assert!(read(&bad, std::fs::read_to_string(&bad)).is_ok());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use super::ConfigError;
 use super::diag::{self, Diagnostic};
 pub(crate) use super::field_path::Seg;
 use super::model::Model;
+pub(super) use fields::check_pattern;
 use std::path::Path;
 
 /// Where checks send each problem: the field path it concerns and the message.
@@ -42,11 +43,14 @@ pub(super) fn validate(
         crd::check(c, &model.crds[..i], i, &mut report);
     }
 
+    check_operator(model, &mut report);
+
     for (i, ctl) in model.controllers.iter().enumerate() {
         let at = |k| [Seg::Key("controller"), Seg::Index(i), Seg::Key(k)];
         if ctl.script.as_os_str().is_empty() {
             report(&at("script"), "must name a Rhai script".into());
         }
+        check_controller(model, i, &mut report);
         if ctl.owns.is_empty() {
             if ctl.unowned_children {
                 report(
@@ -101,6 +105,125 @@ pub(super) fn validate(
         Ok(warnings)
     } else {
         Err(ConfigError(problems))
+    }
+}
+
+/// The most characters an operator's name may have: `khai-<name>` names its ServiceAccount,
+/// Service and Lease, and a Service's name is a DNS label of at most 63.
+pub const MAX_OPERATOR_NAME: usize = 58;
+
+/// `[operator]`: its name and namespaces.
+fn check_operator(model: &Model, report: &mut Report) {
+    use super::selector::is_dns_label;
+    let op = &model.operator;
+    let name = &op.name;
+    let starts = name.starts_with(|c: char| c.is_ascii_lowercase());
+    if !is_dns_label(name) || !starts || name.len() > MAX_OPERATOR_NAME {
+        let shown = shorten(name);
+        report(
+            &[Seg::Key("operator"), Seg::Key("name")],
+            format!(
+                "{shown} is not an operator name: at most {MAX_OPERATOR_NAME} lower-case letters, \
+                 digits and `-`, starting with a letter and ending with a letter or digit (it \
+                 names khai's ServiceAccount, Service and Lease as khai-<name>)"
+            ),
+        );
+    }
+    for (j, ns) in op.namespaces.iter().enumerate() {
+        let at = [Seg::Key("operator"), Seg::Key("namespaces"), Seg::Index(j)];
+        if ns.is_empty() {
+            report(
+                &at,
+                "an empty namespace would make khai watch every namespace; to watch the whole \
+                 cluster, leave `namespaces` out"
+                    .into(),
+            );
+        } else if !is_dns_label(ns) {
+            report(
+                &at,
+                format!(
+                    "{} is not a namespace name: at most 63 lower-case letters, digits and `-`, \
+                     starting and ending with a letter or digit",
+                    shorten(ns)
+                ),
+            );
+        }
+    }
+}
+
+/// `[[controller]]` `i`: its name against the others', its selectors, its backoff.
+fn check_controller(model: &Model, i: usize, report: &mut Report) {
+    use super::selector::{check_field_selector, check_label_selector};
+    let ctl = &model.controllers[i];
+    let at = |k| [Seg::Key("controller"), Seg::Index(i), Seg::Key(k)];
+    let name = ctl.display_name();
+    if let Some(first) = model.controllers[..i]
+        .iter()
+        .position(|c| c.display_name() == name)
+    {
+        let key = if ctl.name.is_some() { "name" } else { "for" };
+        report(
+            &at(key),
+            format!(
+                "controller[{first}] is also named {name:?}: names tell controllers apart in logs, \
+                 metrics and finalizers; give one of them its own name = \"...\""
+            ),
+        );
+    }
+    if let Some(s) = &ctl.selector
+        && let Err(e) = check_label_selector(s)
+    {
+        let s = shorten(s);
+        report(&at("selector"), format!("{s} is not a label selector: {e}"));
+    }
+    if let Some(s) = &ctl.field_selector {
+        match check_field_selector(s) {
+            Err(e) => {
+                let s = shorten(s);
+                report(
+                    &at("field_selector"),
+                    format!("{s} is not a field selector: {e}"),
+                );
+            }
+            Ok(fields) if model.crd_for(&ctl.for_kind).is_some() => {
+                let allowed = ["metadata.name", "metadata.namespace"];
+                if let Some(f) = fields.iter().find(|f| !allowed.contains(&f.as_str())) {
+                    report(
+                        &at("field_selector"),
+                        format!(
+                            "custom resources can be selected by metadata.name and \
+                             metadata.namespace only, not {}",
+                            shorten(f)
+                        ),
+                    );
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    let (base, cap) = (ctl.backoff.base, ctl.backoff.cap);
+    if base > cap {
+        report(
+            &[
+                Seg::Key("controller"),
+                Seg::Index(i),
+                Seg::Key("backoff"),
+                Seg::Key("base"),
+            ],
+            format!("base {base} is longer than cap {cap}, the longest a retry waits"),
+        );
+    }
+}
+
+/// `s` quoted, cut to 60 characters with its length when longer, so a huge value does not make
+/// a huge message.
+fn shorten(s: &str) -> String {
+    let n = s.chars().count();
+    if n <= 60 {
+        format!("{s:?}")
+    } else {
+        let head: String = s.chars().take(60).collect();
+        format!("{head:?}… ({n} characters)")
     }
 }
 
@@ -175,6 +298,96 @@ mod tests {
         let file = Path::new("operator.toml");
         let model = parse(file, src).unwrap();
         super::validate(&model, file, src).map_or_else(|e| e.to_string(), |_| String::new())
+    }
+
+    #[test]
+    fn an_operator_name_must_be_a_short_dns_label() {
+        let name = |n: &str| check(&format!("[operator]\nname = \"{n}\"\n"));
+        assert_eq!(name("cache-2"), "");
+        assert_eq!(name(&"a".repeat(super::MAX_OPERATOR_NAME)), "");
+        let rule = "is not an operator name: at most 58 lower-case letters, digits and `-`, \
+                    starting with a letter and ending with a letter or digit (it names khai's \
+                    ServiceAccount, Service and Lease as khai-<name>)";
+        assert_eq!(
+            name("Bad_Name"),
+            format!("operator.toml:2:8: operator.name: \"Bad_Name\" {rule}")
+        );
+        for bad in ["", "2fast", "ends-", "a.b"] {
+            assert!(name(bad).contains(rule), "{bad:?}: {}", name(bad));
+        }
+        let huge = "a".repeat(100_000);
+        assert_eq!(
+            name(&huge),
+            format!(
+                "operator.toml:2:8: operator.name: \"{}\"… (100000 characters) {rule}",
+                "a".repeat(60)
+            )
+        );
+        assert!(name(&"a".repeat(super::MAX_OPERATOR_NAME + 1)).contains(rule));
+    }
+
+    #[test]
+    fn namespaces_must_be_namespace_names() {
+        let src = "[operator]\nnamespaces = [\"team-a\", \"\", \"Bad_NS\"]\n";
+        assert_eq!(
+            check(src),
+            "operator.toml:2:25: operator.namespaces[1]: an empty namespace would make khai \
+             watch every namespace; to watch the whole cluster, leave `namespaces` out\n\
+             operator.toml:2:29: operator.namespaces[2]: \"Bad_NS\" is not a namespace name: at \
+             most 63 lower-case letters, digits and `-`, starting and ending with a letter or digit"
+        );
+    }
+
+    const CM: &str = "[[controller]]\nfor = \"v1/ConfigMap\"\nscript = \"c.rhai\"\n";
+
+    #[test]
+    fn selectors_the_api_server_cannot_parse_are_errors_at_their_line() {
+        let src = format!("{CM}selector = \"app=web,,tier\"\nfield_selector = \"metadata.name\"\n");
+        assert_eq!(
+            check(&src),
+            "operator.toml:4:12: controller[0].selector: \"app=web,,tier\" is not a label \
+             selector: expected a label key before \",\"\n\
+             operator.toml:5:18: controller[0].field_selector: \"metadata.name\" is not a field \
+             selector: \"metadata.name\" has no `=`, `==` or `!=`"
+        );
+        let good = format!(
+            "{CM}selector = \"app in (a, b),!canary\"\nfield_selector = \"status.phase!=x\"\n"
+        );
+        assert_eq!(check(&good), "");
+        // A custom resource can be selected by name and namespace only.
+        let crd = format!(
+            "{NOTE}\n[[controller]]\nfor = \"Note\"\nscript = \"n.rhai\"\nfield_selector = \"spec.x=1\"\n"
+        );
+        assert_eq!(
+            check(&crd),
+            "operator.toml:9:18: controller[0].field_selector: custom resources can be selected by \
+             metadata.name and metadata.namespace only, not \"spec.x\""
+        );
+        assert_eq!(check(&crd.replace("spec.x=1", "metadata.name!=a")), "");
+    }
+
+    #[test]
+    fn controller_names_are_unique_and_backoff_base_at_most_cap() {
+        let src = format!("{CM}\n{CM}");
+        assert_eq!(
+            check(&src),
+            "operator.toml:6:7: controller[1].for: controller[0] is also named \"configmap\": \
+             names tell controllers apart in logs, metrics and finalizers; give one of them its \
+             own name = \"...\""
+        );
+        let named = format!("{CM}name = \"a\"\n\n{CM}name = \"a\"\n");
+        assert!(
+            check(&named).starts_with("operator.toml:9:8: controller[1].name: controller[0]"),
+            "{}",
+            check(&named)
+        );
+        assert_eq!(check(&format!("{CM}\n{CM}name = \"b\"\n")), "");
+        let backoff = format!("{CM}backoff = {{ base = \"10m\", cap = \"5m\" }}\n");
+        assert_eq!(
+            check(&backoff),
+            "operator.toml:4:20: controller[0].backoff.base: base 10m is longer than cap 5m, the \
+             longest a retry waits"
+        );
     }
 
     #[test]

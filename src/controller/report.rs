@@ -211,7 +211,10 @@ pub(crate) fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: A
             tracing::warn!(error = %err, "reconcile failed permanently; waiting for a change");
             return Action::await_change();
         }
-        Some(ScriptError::Retry { delay, .. }) => Some(delay.get()),
+        // As `requeue_after`, never sooner than a second: `retry(msg, "1ms")` would spin.
+        Some(ScriptError::Retry { delay, .. }) => {
+            Some(delay.get().max(crate::reconcile::MIN_REQUEUE_AFTER))
+        }
         _ => None,
     };
     let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));

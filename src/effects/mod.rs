@@ -275,15 +275,31 @@ pub fn io<T>(
             current.calls_left -= 1;
             Ok((current.effects.clone(), left))
         })
-        .map_err(|e| {
-            Box::new(match e {
-                Refused::Inline => {
-                    EvalAltResult::ErrorTerminated(e.to_string().into(), Position::NONE)
-                }
-                e => EvalAltResult::ErrorRuntime(e.to_string().into(), Position::NONE),
-            })
+        .map_err(|e| match e {
+            Refused::Inline => Box::new(EvalAltResult::ErrorTerminated(
+                e.to_string().into(),
+                Position::NONE,
+            )),
+            Refused::Calls { .. } => thrown(budget_error("calls", &e)),
+            Refused::Time { .. } => thrown(budget_error("time", &e)),
+            Refused::NoEffects { .. } => Box::new(EvalAltResult::ErrorRuntime(
+                e.to_string().into(),
+                Position::NONE,
+            )),
         })?;
     work(&effects, left)
+}
+
+/// What a call refused for its budget throws, a map as every failed call's (docs/side-effects.md,
+/// "Errors are values"): `reason` `"budget"`, `limit`
+/// the part used up (`"calls"` or `"time"`), and `message`, the line reported when it is not
+/// caught.
+fn budget_error(limit: &str, refused: &Refused) -> rhai::Dynamic {
+    let mut map = rhai::Map::new();
+    map.insert("reason".into(), rhai::Dynamic::from("budget".to_string()));
+    map.insert("limit".into(), rhai::Dynamic::from(limit.to_string()));
+    map.insert("message".into(), rhai::Dynamic::from(refused.to_string()));
+    rhai::Dynamic::from_map(map)
 }
 
 #[cfg(test)]
@@ -345,6 +361,38 @@ mod tests {
         assert!(!reads.any());
         io("k8s::get", |_, _| Ok(())).unwrap();
         assert!(reads.any());
+    }
+
+    /// The map a script catches, read back as JSON.
+    fn caught(e: &EvalAltResult) -> serde_json::Value {
+        let EvalAltResult::ErrorRuntime(v, _) = e else {
+            panic!("not a thrown value: {e}");
+        };
+        rhai::serde::from_dynamic(v).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_caught_budget_error_is_the_documented_map() {
+        let e = effects(0);
+        let _call = Call::enter(&e, Instant::now() + Duration::from_secs(5), false);
+        let err = io("k8s::get", |_, _| Ok(())).unwrap_err();
+        assert_eq!(
+            caught(&err),
+            serde_json::json!({
+                "reason": "budget",
+                "limit": "calls",
+                "message": "k8s::get: this call's budget of 0 API and HTTP calls is used up",
+            })
+        );
+        let e = effects(5);
+        let late = Call::enter(&e, Instant::now(), false);
+        let err = io("http::request", |_, _| Ok(())).unwrap_err();
+        assert_eq!(caught(&err)["limit"], "time");
+        assert_eq!(
+            caught(&err)["message"],
+            "http::request: this call's time budget of 30s is used up"
+        );
+        drop(late);
     }
 
     #[tokio::test]

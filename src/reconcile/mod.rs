@@ -17,6 +17,11 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The shortest `requeue_after` khai honours: a shorter one (`"1ms"` ran about 430 reconciles
+/// a second of one object) waits this long instead. `retry(msg, delay)` from `reconcile` has the
+/// same floor.
+pub const MIN_REQUEUE_AFTER: Duration = Duration::from_secs(1);
+
 /// What the script wants to be true for one object.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
@@ -24,7 +29,7 @@ pub struct Plan {
     pub children: Vec<Value>,
     /// Desired `.status`; `None` leaves the status alone.
     pub status: Option<Map<String, Value>>,
-    /// Reconcile again after this long even if nothing changes.
+    /// Reconcile again after this long even if nothing changes; at least [`MIN_REQUEUE_AFTER`].
     pub requeue_after: Option<Duration>,
     /// Events to record on the reconciled object.
     pub events: Vec<PlannedEvent>,
@@ -155,8 +160,8 @@ pub fn parse_plan(out: Value) -> Result<Plan, InvalidAnswer> {
         plan.events = parse_events(events)?;
     }
     if let Some(r) = map.remove("requeue_after") {
-        plan.requeue_after =
-            Some(parse_duration(&r).map_err(|e| Problem::from(e).at("requeue_after"))?);
+        let after = parse_duration(&r).map_err(|e| Problem::from(e).at("requeue_after"))?;
+        plan.requeue_after = Some(after.max(MIN_REQUEUE_AFTER));
     }
     if let Some(key) = map.keys().next() {
         // A key that is not a plain name is quoted, so that an empty or odd one still shows.
@@ -263,6 +268,16 @@ mod tests {
     #[test]
     fn nothing_means_an_empty_plan() {
         assert_eq!(parse_plan(Value::Null).unwrap(), Plan::default());
+    }
+
+    #[test]
+    fn a_requeue_after_below_one_second_waits_one_second() {
+        for short in [json!("1ms"), json!("250ms"), json!(0), json!(0.001)] {
+            let p = parse_plan(json!({ "requeue_after": short })).unwrap();
+            assert_eq!(p.requeue_after, Some(MIN_REQUEUE_AFTER), "{short}");
+        }
+        let p = parse_plan(json!({ "requeue_after": "1500ms" })).unwrap();
+        assert_eq!(p.requeue_after, Some(Duration::from_millis(1500)));
     }
 
     #[test]

@@ -1,14 +1,19 @@
 //! The config read from a file or directory on disk, polled for changes.
 //!
-//! Every [`POLL_INTERVAL`] the content of every file under the directory is hashed (reading
-//! through symlinks), on the blocking pool. Polling catches what file-event APIs miss with a
-//! mounted ConfigMap, where kubelet never writes a watched file but atomically swaps the `..data`
-//! symlink that the visible names point through. Entries whose names start with `.` are skipped
-//! as names (kubelet's `..data` and `..<timestamp>` directories, editor swap files); their
-//! content still counts through the visible symlinks. A change is acted on once the directory
-//! has held still for one more poll, so a half-written save is not loaded.
+//! Every [`POLL_INTERVAL`] what a load reads is hashed, on the blocking pool: the config file,
+//! then every file it names (scripts, schema files, `[operator.http] ca_file`), reading through
+//! symlinks. Polling catches what file-event APIs miss with a mounted ConfigMap, where kubelet
+//! never writes a watched file but atomically swaps the `..data` symlink that the visible names
+//! point through. Nothing else in the directory is read: a FIFO there would block the reading
+//! thread for good (no later edit reloaded, and shutdown waiting for it), and a large file would
+//! be read whole every poll. Named files are read as a load reads them
+//! ([`crate::config::files::read_regular`]: regular files of at most 1 MiB), so a named FIFO or
+//! device counts as its error. A change is acted on once the config has held still for one more
+//! poll, so a half-written save is not loaded.
 
 use super::{Failures, Publisher};
+use crate::config::Files;
+use crate::config::files::read_regular;
 use crate::operator::Operator;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -16,14 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// How often the config directory is hashed.
+/// How often the config is hashed.
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
-
-/// How deep below the config directory files are hashed.
-const MAX_DEPTH: usize = 4;
-
-/// How many files are hashed at most, so pointing `--config` at a large tree stays cheap.
-const MAX_FILES: usize = 2_000;
 
 /// The directory that holds the config at `path` (a file, or a directory holding one).
 pub(crate) fn watched_dir(path: &Path) -> PathBuf {
@@ -36,45 +35,61 @@ pub(crate) fn watched_dir(path: &Path) -> PathBuf {
     }
 }
 
-/// A hash of the name and content of every file under `root`, following symlinks. Unreadable
-/// entries count as their error, so a file appearing or disappearing changes the hash.
-pub(crate) fn fingerprint(root: &Path) -> u64 {
-    let mut files = Vec::new();
-    collect(root, Path::new(""), 0, &mut files);
-    files.sort();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for rel in &files {
-        rel.hash(&mut h);
-        match std::fs::read(root.join(rel)) {
-            Ok(bytes) => bytes.hash(&mut h),
-            Err(e) => e.kind().to_string().hash(&mut h),
-        }
-    }
-    h.finish()
+/// A hash of what loading the config at `path` (a file, or a directory holding one) reads: the
+/// config file's name and text and the name and text of every file it names. What cannot be
+/// read counts as its error, so a file appearing or disappearing changes the hash.
+pub(crate) fn fingerprint(path: &Path) -> u64 {
+    Fingerprinter::default().fingerprint(path)
 }
 
-fn collect(root: &Path, rel: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if out.len() >= MAX_FILES {
-            return;
-        }
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let rel = rel.join(&name);
-        // `metadata` follows symlinks: a ConfigMap key is a symlink to `..data/<key>`.
-        match std::fs::metadata(root.join(&rel)) {
-            Ok(m) if m.is_dir() => {
-                if depth < MAX_DEPTH {
-                    collect(root, &rel, depth + 1, out);
-                }
+/// Fingerprints a config on disk, poll after poll, remembering which files the config's text
+/// names so an unchanged config is not parsed again every poll.
+#[derive(Debug, Default)]
+pub(crate) struct Fingerprinter {
+    /// A hash of the config's text, and the files that text names.
+    named: Option<(u64, Vec<PathBuf>)>,
+}
+
+impl Fingerprinter {
+    /// See [`fingerprint`].
+    pub(crate) fn fingerprint(&mut self, path: &Path) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let file = match crate::config::find_config_file(path) {
+            Ok(file) => file,
+            Err(e) => {
+                e.to_string().hash(&mut h);
+                return h.finish();
             }
-            _ => out.push(rel),
+        };
+        file.hash(&mut h);
+        let text = match read_regular(&file) {
+            Ok(text) => text,
+            Err(e) => {
+                e.to_string().hash(&mut h);
+                return h.finish();
+            }
+        };
+        text.hash(&mut h);
+        let text_hash = h.finish();
+        let named = match &self.named {
+            Some((seen, named)) if *seen == text_hash => named,
+            _ => {
+                // A config that does not parse names nothing; its text alone says when it changes.
+                let named = crate::config::parse(&file, &text)
+                    .map(|m| m.named_files())
+                    .unwrap_or_default();
+                &self.named.insert((text_hash, named)).1
+            }
+        };
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        for rel in named {
+            rel.hash(&mut h);
+            match Files::Disk.read(&base, rel) {
+                Ok(text) => text.hash(&mut h),
+                Err(e) => e.to_string().hash(&mut h),
+            }
         }
+        h.finish()
     }
 }
 
@@ -91,6 +106,7 @@ pub(crate) async fn watch(
     let root = watched_dir(&path);
     tracing::info!(dir = %root.display(), interval = ?POLL_INTERVAL, "watching the config for changes");
     let mut settle = Settle::new(current);
+    let mut fingerprinter = Some(Fingerprinter::default());
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -98,16 +114,27 @@ pub(crate) async fn watch(
             _ = tick.tick() => {}
             () = shutdown.cancelled() => return,
         }
-        let r = root.clone();
-        let Ok(now) = tokio::task::spawn_blocking(move || fingerprint(&r)).await else {
+        let (p, mut f) = (path.clone(), fingerprinter.take().unwrap_or_default());
+        let hashed = tokio::task::spawn_blocking(move || (f.fingerprint(&p), f));
+        // Shutdown does not wait for a slow disk.
+        let hashed = tokio::select! {
+            h = hashed => h,
+            () = shutdown.cancelled() => return,
+        };
+        let Ok((now, f)) = hashed else {
             continue;
         };
+        fingerprinter = Some(f);
         if !settle.ready(now) {
             continue;
         }
         tracing::info!(dir = %root.display(), "config changed; reloading");
         let p = path.clone();
-        let loaded = tokio::task::spawn_blocking(move || Operator::load(&p)).await;
+        let loaded = tokio::task::spawn_blocking(move || Operator::load(&p));
+        let loaded = tokio::select! {
+            l = loaded => l,
+            () = shutdown.cancelled() => return,
+        };
         match loaded {
             Ok(Ok(op)) => {
                 tx.send_replace(Some(Arc::new(op)));
@@ -203,22 +230,113 @@ mod tests {
         task.await.unwrap();
     }
 
+    /// A config naming one script, `scripts/x.rhai`.
+    const NAMES_X: &str = "[[controller]]\nfor = \"v1/ConfigMap\"\nscript = \"scripts/x.rhai\"\n";
+
     #[test]
-    fn fingerprint_changes_with_content_and_with_new_files_only() {
+    fn fingerprint_changes_with_the_config_and_the_files_it_names_only() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("operator.toml"), "a").unwrap();
-        let first = fingerprint(dir.path());
-        assert_eq!(
-            fingerprint(dir.path()),
-            first,
-            "unchanged directory hashed differently"
-        );
-        std::fs::write(dir.path().join("operator.toml"), "b").unwrap();
-        let second = fingerprint(dir.path());
+        let d = dir.path();
+        std::fs::write(d.join("operator.toml"), "a").unwrap();
+        let first = fingerprint(d);
+        assert_eq!(fingerprint(d), first, "unchanged config hashed differently");
+        std::fs::write(d.join("operator.toml"), NAMES_X).unwrap();
+        let second = fingerprint(d);
         assert_ne!(second, first);
-        std::fs::create_dir(dir.path().join("scripts")).unwrap();
-        std::fs::write(dir.path().join("scripts/x.rhai"), "").unwrap();
-        assert_ne!(fingerprint(dir.path()), second);
+        std::fs::create_dir(d.join("scripts")).unwrap();
+        std::fs::write(d.join("scripts/x.rhai"), "").unwrap();
+        let third = fingerprint(d);
+        assert_ne!(third, second, "the named script appeared");
+        std::fs::write(d.join("scripts/x.rhai"), "fn reconcile(o, c) {}").unwrap();
+        let fourth = fingerprint(d);
+        assert_ne!(fourth, third, "the named script changed");
+        std::fs::write(d.join("scripts/other.rhai"), "x").unwrap();
+        std::fs::write(d.join("notes.txt"), "x").unwrap();
+        assert_eq!(fingerprint(d), fourth, "files the config does not name");
+        // The same config as a file rather than a directory.
+        let mut f = Fingerprinter::default();
+        assert_eq!(f.fingerprint(&d.join("operator.toml")), fourth);
+        assert_eq!(f.fingerprint(&d.join("operator.toml")), fourth, "cached");
+    }
+
+    /// `fingerprint(dir)` on a thread of its own; panics if it takes more than 5 s (blocked).
+    fn fingerprint_in_time(dir: &Path) -> u64 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.to_path_buf();
+        std::thread::spawn(move || tx.send(fingerprint(&d)));
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("fingerprinting the config blocked")
+    }
+
+    fn mkfifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+    }
+
+    #[test]
+    fn a_fifo_or_a_large_file_beside_the_config_is_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("operator.toml"), NAMES_X).unwrap();
+        let before = fingerprint_in_time(d);
+        mkfifo(&d.join("pipe"));
+        // Sparse: 200 MB that a read would have to go through, in no disk space.
+        let big = std::fs::File::create(d.join("big.bin")).unwrap();
+        big.set_len(200 << 20).unwrap();
+        assert_eq!(fingerprint_in_time(d), before);
+    }
+
+    #[test]
+    fn a_named_fifo_or_device_counts_as_its_error_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("scripts")).unwrap();
+        std::fs::write(d.join("operator.toml"), NAMES_X).unwrap();
+        let missing = fingerprint_in_time(d);
+        mkfifo(&d.join("scripts/x.rhai"));
+        let fifo = fingerprint_in_time(d);
+        assert_ne!(fifo, missing);
+        std::fs::remove_file(d.join("scripts/x.rhai")).unwrap();
+        symlink("/dev/zero", d.join("scripts/x.rhai")).unwrap();
+        assert_ne!(fingerprint_in_time(d), fifo);
+        // The config itself a FIFO.
+        std::fs::remove_file(d.join("operator.toml")).unwrap();
+        mkfifo(&d.join("operator.toml"));
+        fingerprint_in_time(&d.join("operator.toml"));
+    }
+
+    #[tokio::test]
+    async fn a_fifo_in_the_directory_blocks_neither_reload_nor_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("operator.toml");
+        std::fs::write(&file, "[operator]\nname = \"a\"\n").unwrap();
+        mkfifo(&dir.path().join("fifo"));
+        let (tx, mut versions) = crate::reload::versions();
+        let failures = crate::reload::Failures { event: None };
+        let stop = CancellationToken::new();
+        let current = fingerprint_in_time(dir.path());
+        let task = tokio::spawn(watch(
+            dir.path().into(),
+            current,
+            tx,
+            failures,
+            stop.clone(),
+        ));
+        std::fs::write(&file, "[operator]\nname = \"b\"\n").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), versions.changed())
+            .await
+            .expect("an edit beside a FIFO was not reloaded")
+            .unwrap();
+        let loaded = versions.borrow_and_update().clone().unwrap();
+        assert_eq!(loaded.config.model.operator.name, "b");
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the watch did not stop")
+            .unwrap();
     }
 
     #[test]
@@ -226,12 +344,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir(d.join("..2026_01")).unwrap();
-        std::fs::write(d.join("..2026_01/operator.toml"), "old").unwrap();
+        std::fs::write(d.join("..2026_01/operator.toml"), NAMES_X).unwrap();
+        std::fs::write(d.join("..2026_01/scripts__x.rhai"), "old").unwrap();
         symlink("..2026_01", d.join("..data")).unwrap();
         symlink("..data/operator.toml", d.join("operator.toml")).unwrap();
+        symlink("..data/scripts__x.rhai", d.join("scripts__x.rhai")).unwrap();
         let before = fingerprint(d);
         std::fs::create_dir(d.join("..2026_02")).unwrap();
-        std::fs::write(d.join("..2026_02/operator.toml"), "new").unwrap();
+        std::fs::write(d.join("..2026_02/operator.toml"), NAMES_X).unwrap();
+        std::fs::write(d.join("..2026_02/scripts__x.rhai"), "new").unwrap();
         symlink("..2026_02", d.join("..data_tmp")).unwrap();
         std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
         assert_ne!(fingerprint(d), before);

@@ -13,7 +13,7 @@
 pub(crate) mod configmap;
 pub(crate) mod dir;
 
-pub(crate) use dir::{fingerprint, watched_dir};
+pub(crate) use dir::fingerprint;
 
 use crate::operator::Operator;
 use k8s_openapi::api::core::v1::ObjectReference;

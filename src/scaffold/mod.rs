@@ -101,10 +101,11 @@ fn invalid(what: &'static str, value: &str, rule: &'static str) -> Error {
     }
 }
 
-/// An operator name is a DNS-1123 label: it names a folder, labels and the field manager.
+/// An operator name is a DNS-1123 label: it names a folder, labels and the field manager; at
+/// most [`crate::config::MAX_OPERATOR_NAME`] long, as `khai check` wants it.
 fn check_name(name: &str) -> Result<(), Error> {
     let ok = !name.is_empty()
-        && name.len() <= 63
+        && name.len() <= crate::config::MAX_OPERATOR_NAME
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
         && name
@@ -114,7 +115,7 @@ fn check_name(name: &str) -> Result<(), Error> {
         invalid(
             "operator name",
             name,
-            "must be lower-case letters, digits and '-', starting with a letter (like \"my-app\")",
+            "must be at most 58 lower-case letters, digits and '-', starting with a letter (like \"my-app\")",
         )
     })
 }
@@ -277,6 +278,11 @@ mod tests {
             err.to_string()
                 .starts_with("operator name \"My App\" must be"),
             "{err}"
+        );
+        let long = "a".repeat(crate::config::MAX_OPERATOR_NAME + 1);
+        assert!(
+            Names::for_operator(&long, None, None).is_err(),
+            "khai check refuses it"
         );
         assert!(Names::for_operator("ok", Some("lower"), None).is_err());
         assert!(Names::for_operator("ok", None, Some("nodot")).is_err());

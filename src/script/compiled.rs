@@ -46,7 +46,7 @@ impl Script {
         limits: &Limits,
         file: &Path,
     ) -> Result<Self, ScriptError> {
-        let src = std::fs::read_to_string(file).map_err(|e| ScriptError::Read {
+        let src = crate::config::files::read_regular(file).map_err(|e| ScriptError::Read {
             file: file.to_path_buf(),
             message: e.to_string(),
         })?;

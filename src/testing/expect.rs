@@ -61,7 +61,8 @@ pub(super) fn compare_plan(expect: &Expect, plan: &Plan) -> Result<Vec<Mismatch>
             v => {
                 let d = reconcile::parse_duration(v)
                     .map_err(|m| Problem::RequeueAfter(m).at("expect.requeue_after"))?;
-                Some(d)
+                // What khai waits for: a shorter wait is raised to the floor.
+                Some(d.max(reconcile::MIN_REQUEUE_AFTER))
             }
         };
         if want != plan.requeue_after {

@@ -76,6 +76,12 @@ pub enum ConvertError {
     Script(#[from] ScriptError),
     #[error("{function} must return the converted object, got {got}")]
     NotConverted { function: String, got: &'static str },
+    #[error("desiredAPIVersion {desired:?} is not a version of {kind} (its versions: {})", versions.join(", "))]
+    UnknownVersion {
+        desired: String,
+        kind: String,
+        versions: Vec<String>,
+    },
 }
 
 /// Parses and checks a ConversionReview body.
@@ -107,6 +113,16 @@ pub fn answer(handler: &Handler, body: &[u8], deadline: Instant) -> Result<Vec<u
     let review = parse(body)?;
     let mut out = Vec::with_capacity(body.len() + 256);
     let converted = match handler.hook.convert.as_deref() {
+        // A version the CRD does not have would be answered with objects no API serves.
+        _ if !handler.versions.is_empty()
+            && !handler.versions.iter().any(|v| *v == review.desired) =>
+        {
+            Err(ConvertError::UnknownVersion {
+                desired: shorten(&review.desired),
+                kind: handler.hook.for_kind.kind.clone(),
+                versions: handler.versions.clone(),
+            })
+        }
         Some(function) => write_success(&mut out, &handler.script, function, &review, deadline),
         None => Err(ConvertError::NoFunction(handler.name.clone())),
     };
@@ -123,6 +139,11 @@ pub fn answer(handler: &Handler, body: &[u8], deadline: Instant) -> Result<Vec<u
         out = serde_json::to_vec(&doc).unwrap_or_default();
     }
     Ok(out)
+}
+
+/// `s` cut to 100 characters, for a message quoting what a client sent.
+fn shorten(s: &str) -> String {
+    s.chars().take(100).collect()
 }
 
 /// Writes the successful response into `out`, converting objects one at a time.
@@ -213,6 +234,7 @@ mod tests {
             name: "cache".into(),
             hook,
             script,
+            versions: vec!["g/v1".into(), "g/v2".into()],
         }
     }
 
@@ -247,6 +269,20 @@ mod tests {
         );
         // Passed through byte for byte, spacing included.
         assert!(String::from_utf8(out).unwrap().contains(r#"{"a": 2}"#));
+    }
+
+    #[test]
+    fn a_version_the_crd_does_not_have_fails_the_review() {
+        let body = review(r#"{"apiVersion":"g/v1","spec":{"a":1}}"#);
+        let body = String::from_utf8(body).unwrap().replace("g/v2", "nope/v9");
+        let out = answer(&handler(RENAME), body.as_bytes(), later()).unwrap();
+        let doc: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            doc["response"],
+            json!({ "uid": "u\"1", "convertedObjects": [],
+                "result": { "status": "Failure", "message":
+                    "desiredAPIVersion \"nope/v9\" is not a version of Cache (its versions: g/v1, g/v2)" } })
+        );
     }
 
     #[test]

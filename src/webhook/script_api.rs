@@ -65,6 +65,9 @@ pub struct Handler {
     pub hook: Webhook,
     pub name: String,
     pub script: Script,
+    /// The `group/version`s of the kind's CRD, when it is one of this config's: the only
+    /// versions a conversion may be asked for.
+    pub versions: Vec<String>,
 }
 
 /// Compiles each webhook's script and checks its functions exist with the right arity. Problems
@@ -104,10 +107,20 @@ pub fn load(config: &Config, limits: &Limits) -> (Vec<Handler>, Vec<Problem>) {
                 ));
             }
         }
+        let versions = config
+            .model
+            .crd_for(&hook.for_kind)
+            .map(|c| {
+                let name =
+                    |v: &crate::config::model::CrdVersion| format!("{}/{}", c.group, v.name());
+                c.versions.iter().map(name).collect()
+            })
+            .unwrap_or_default();
         handlers.push(Handler {
             name: hook.display_name(),
             hook: hook.clone(),
             script,
+            versions,
         });
     }
     (handlers, problems)

@@ -105,10 +105,10 @@ pub async fn load_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
         })
 }
 
-/// Reads a certificate and key file pair; blocks the thread.
+/// Reads a certificate and key file pair (regular files of at most 1 MiB); blocks the thread.
 fn read_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
     let read = |file: &Path| {
-        std::fs::read_to_string(file).map_err(|e| Error::Read {
+        crate::config::files::read_regular(file).map_err(|e| Error::Read {
             file: file.to_path_buf(),
             message: e.to_string(),
         })

@@ -288,3 +288,134 @@ fn generate_crds_names_a_schema_file_given_with_spec() {
         )
     );
 }
+
+/// `khai` with `args`, killed by `timeout` after 30 s: a check that blocks or reads forever
+/// fails the test (exit 124) instead of hanging it.
+fn khai_within_30s(args: &[&str]) -> Output {
+    Command::new("timeout")
+        .arg("30")
+        .arg(env!("CARGO_BIN_EXE_khai"))
+        .args(args)
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .expect("run timeout khai")
+}
+
+/// Issue 24: `khai check` hung on a FIFO script, `/dev/zero` (growing to 9.9 GB) and
+/// `/dev/urandom`; now each is an error at the line that names it.
+#[test]
+fn check_refuses_a_fifo_or_a_device_named_by_the_config_without_hanging() {
+    let dir = hello_with("operator.toml", |t| {
+        t.replace("short_names = [\"hi\"]", "schema_file = \"/dev/urandom\"")
+            .replace(
+                "spec.message = { type = \"string\", required = true, description = \"What to say\" }\n",
+                "",
+            )
+            .replace("spec.replicas = { type = \"integer\", default = 1, minimum = 0, description = \"How many times to say it\" }\n", "")
+            .replace("status.phase = { type = \"string\" }\nstatus.configMap = { type = \"string\" }\nstatus.observedGeneration = { type = \"integer\" }\n", "")
+    });
+    let out = khai_within_30s(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let d = dir.path().display();
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "error: {d}/operator.toml:13:15: crd[0].schema_file: cannot read /dev/urandom: not a regular file (a character device)"
+        )
+    );
+
+    let dir = hello_with("operator.toml", |t| {
+        t.replace("script = \"scripts/hello.rhai\"", "script = \"/dev/zero\"")
+    });
+    let out = khai_within_30s(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("operator.toml:23:10: controller[0].script"),
+        "{err}"
+    );
+    assert!(
+        err.contains("not a regular file (a character device)"),
+        "{err}"
+    );
+
+    let dir = hello_with("scripts/hello.rhai", |t| t);
+    std::fs::remove_file(dir.path().join("scripts/hello.rhai")).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(dir.path().join("scripts/hello.rhai"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let out = khai_within_30s(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("not a regular file (a FIFO)"), "{err}");
+}
+
+/// Issue 24: configs `khai check` accepted although they are wrong; each is now an error with
+/// file:line and field.
+#[test]
+fn check_refuses_wrong_configs_with_file_line_and_field() {
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "name = \"hello\"",
+            "name = \"hello\"\nnamespaces = [\"\", \"Bad_NS\"]",
+            "operator.toml:8:15: operator.namespaces[0]: an empty namespace would make khai watch every namespace",
+        ),
+        (
+            "name = \"hello\"",
+            "name = \"Hello_World\"",
+            "operator.toml:7:8: operator.name: \"Hello_World\" is not an operator name",
+        ),
+        (
+            "status.phase = { type = \"string\" }",
+            "status.phase = { type = \"string\", pattern = \"^(Ready\" }",
+            "operator.toml:16:45: crd[0].status.phase.pattern: \"^(Ready\" is not a regular expression the API server accepts (RE2 syntax): unclosed group",
+        ),
+        (
+            "script = \"scripts/hello.rhai\"",
+            "script = \"scripts/hello.rhai\"\nselector = \"app in (a\"",
+            "operator.toml:24:12: controller[0].selector: \"app in (a\" is not a label selector: the set of values after `in` is not closed with `)`",
+        ),
+        (
+            "script = \"scripts/hello.rhai\"",
+            "script = \"scripts/hello.rhai\"\n\n[[controller]]\nfor = \"Hello\"\nscript = \"scripts/hello.rhai\"",
+            "operator.toml:26:7: controller[1].for: controller[0] is also named \"hello\"",
+        ),
+        (
+            "script = \"scripts/hello.rhai\"",
+            "script = \"scripts/hello.rhai\"\nbackoff = { base = \"10m\" }",
+            "operator.toml:24:20: controller[0].backoff.base: base 10m is longer than cap 5m",
+        ),
+        (
+            "name = \"hello\"",
+            "name = \"hello\"\n\n[operator.http]\nallow = [\"api.example.com\"]\nca_file = \"/dev/zero\"",
+            "operator.toml:11:11: operator.http.ca_file: cannot use /dev/zero: not a regular file (a character device)",
+        ),
+    ];
+    for (from, to, want) in cases {
+        let dir = hello_with("operator.toml", |t| t.replacen(from, to, 1));
+        let out = khai_within_30s(&["check", dir.path().to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{to}: {}", stderr(&out));
+        let err = stderr(&out);
+        let want = format!("error: {}/{want}", dir.path().display());
+        assert!(err.starts_with(&want), "{to}:\n{err}\nwant: {want}");
+    }
+}
+
+/// Issue 24: `--namespace ""` would watch every namespace, as `namespaces = [""]` did.
+#[test]
+fn run_refuses_a_namespace_flag_that_is_not_a_namespace_name() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello");
+    for bad in ["", "Bad_NS"] {
+        let out = khai_within_30s(&["run", "--config", dir.to_str().unwrap(), "-n", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!(
+                "invalid value '{bad}' for '--namespace <NS>': not a namespace name"
+            )),
+            "{err}"
+        );
+    }
+}

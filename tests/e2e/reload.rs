@@ -138,6 +138,42 @@ async fn editing_a_script_changes_the_children_of_existing_objects_without_a_res
     assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
 }
 
+/// Issue 24: a FIFO in the watched directory blocked the reader of every later poll (no edit
+/// reloaded), and SIGTERM logged "khai stopped" without the process ever exiting; a large file
+/// there was read whole every poll. Neither is read now.
+#[tokio::test]
+async fn a_fifo_in_the_config_directory_blocks_neither_reload_nor_sigterm() {
+    let group = "fifo.reload.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "reload-fifo").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("operator.toml"), config(group)).unwrap();
+    std::fs::write(dir.path().join("widget.rhai"), script("v1")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Sparse: 200 MB to read, in no disk space.
+    let big = std::fs::File::create(dir.path().join("big.bin")).unwrap();
+    big.set_len(200 << 20).unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    let api = widgets(&client, group, &ns.name);
+    let cms = configmaps(&client, &ns.name);
+    create_widget(&api, group, "a").await;
+    child_version(&cms, "a", "v1").await;
+
+    replace(&dir.path().join("widget.rhai"), &script("v2"));
+    let took = child_version(&cms, "a", "v2").await;
+    assert!(
+        took < RELOAD_WITHIN,
+        "the edit beside a FIFO took {took:?} to reach the object (want < {RELOAD_WITHIN:?})"
+    );
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0), "khai did not exit cleanly");
+    assert!(log.iter().any(|l| l.contains("khai stopped")));
+}
+
 #[tokio::test]
 async fn a_script_with_a_syntax_error_keeps_the_old_behaviour_and_is_reported() {
     let group = "broken.reload.khai.dev";

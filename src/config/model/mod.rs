@@ -76,6 +76,32 @@ fn crd_kind(c: &Crd, kind: &KindRef) -> KindRef {
 }
 
 impl Model {
+    /// The files a load of this config reads besides the config itself: every script, schema
+    /// file and `[operator.http] ca_file`, as written (relative to the config file), sorted, each
+    /// once. The webhook server's certificate and key are not among them: it reads them itself
+    /// and follows their changes without a reload.
+    pub fn named_files(&self) -> Vec<std::path::PathBuf> {
+        let op = &self.operator;
+        let hooks = op.startup.iter().chain(&op.cleanup).map(|h| &h.script);
+        let mut files: Vec<std::path::PathBuf> = self
+            .controllers
+            .iter()
+            .map(|c| &c.script)
+            .chain(self.handlers.iter().map(|h| &h.script))
+            .chain(self.timers.iter().map(|t| &t.script))
+            .chain(self.daemons.iter().map(|d| &d.script))
+            .chain(self.indexes.iter().map(|i| &i.script))
+            .chain(self.webhooks.iter().map(|w| &w.script))
+            .chain(hooks)
+            .chain(self.crds.iter().filter_map(|c| c.schema_file.as_ref()))
+            .chain(op.http.ca_file.as_ref())
+            .cloned()
+            .collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+
     /// The CRD of this config that `kind` names, if any.
     pub fn crd_for(&self, kind: &KindRef) -> Option<&Crd> {
         self.crds.iter().find(|c| {

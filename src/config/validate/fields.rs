@@ -35,6 +35,11 @@ fn check_field(f: &Field, at: &[Seg], place: Place, report: &mut Report) {
         );
     }
     check_enum(f, at, report);
+    if let Some(pattern) = &f.pattern
+        && let Err(e) = check_pattern(pattern)
+    {
+        report(&join(at, &[Seg::Key("pattern")]), e);
+    }
     if let Some(default) = &f.default
         && let Err(e) = check_value(default, f)
     {
@@ -88,6 +93,31 @@ fn check_keys_fit_type(f: &Field, at: &[Seg], report: &mut Report) {
                     f.ty.name()
                 ),
             );
+        }
+    }
+}
+
+/// A `pattern` as the API server compiles it, with Go's `regexp` (RE2 syntax): the Rust `regex`
+/// crate reads the same syntax. The API server refuses a CRD whose pattern does not compile, so
+/// khai could not start. A pattern too large for `regex`'s compile budget is left to the server.
+pub(in crate::config) fn check_pattern(pattern: &str) -> Result<(), String> {
+    match regex::Regex::new(pattern) {
+        Ok(_) | Err(regex::Error::CompiledTooBig(_)) => Ok(()),
+        Err(e) => {
+            // The crate's message draws the pattern with a caret on several lines; its last
+            // line says what is wrong.
+            let text = e.to_string();
+            let why = text.lines().last().unwrap_or_default();
+            let why = why.trim().trim_start_matches("error: ");
+            let shown: String = pattern.chars().take(60).collect();
+            let more = if shown.len() < pattern.len() {
+                "…"
+            } else {
+                ""
+            };
+            Err(format!(
+                "{shown:?}{more} is not a regular expression the API server accepts (RE2 syntax): {why}"
+            ))
         }
     }
 }
@@ -410,6 +440,23 @@ spec.extra = { type = "object", preserve_unknown_fields = true, default = { anyt
                 "operator.toml:10:54: crd[0].spec.f.preserve_unknown_fields: preserve_unknown_fields is only allowed on type \"object\", not \"array\"",
             ]
             .join("\n")
+        );
+    }
+
+    #[test]
+    fn a_pattern_must_be_a_regular_expression_the_api_server_compiles() {
+        let out = check(
+            "spec.a = { type = \"string\", pattern = \"^[a-z]+(\" }\n\
+             spec.b = { type = \"string\", pattern = \"^(?=x)\" }\n\
+             spec.c = { type = \"string\", pattern = \"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\" }\n",
+        );
+        assert_eq!(
+            out,
+            "operator.toml:5:39: crd[0].spec.a.pattern: \"^[a-z]+(\" is not a regular expression \
+             the API server accepts (RE2 syntax): unclosed group\n\
+             operator.toml:6:39: crd[0].spec.b.pattern: \"^(?=x)\" is not a regular expression \
+             the API server accepts (RE2 syntax): look-around, including look-ahead and \
+             look-behind, is not supported"
         );
     }
 

@@ -1,7 +1,7 @@
 //! The task behind an informer: one watch at a time, started over after a panic, that updates
 //! the cache and its owner index, then tells subscribers what changed.
 
-use super::backoff::WatchBackoff;
+use super::backoff::{Failing, WatchBackoff, paced};
 use super::controlled::{Controlled, Name};
 use super::{Key, Memo, Subscribers, forget};
 use crate::sync::{lock, write};
@@ -76,8 +76,7 @@ async fn watch(
         api_version: key.api_version.clone(),
         kind: key.kind.clone(),
     };
-    let mut events = watcher(api, config)
-        .backoff(WatchBackoff::default())
+    let mut events = paced(watcher(api, config), WatchBackoff::default())
         .map_ok(unwrap)
         .modify(move |o| {
             if o.types.as_ref().is_none_or(|t| t.kind.is_empty()) {
@@ -90,33 +89,21 @@ async fn watch(
     let mut before_relist: Vec<Arc<DynamicObject>> = Vec::new();
     // A failing watch logs its first error and each new one; the same error again (every few
     // seconds while the API server is away) only at debug level.
-    let mut failing: Option<Failing> = None;
+    let mut failing = Failing::default();
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(ev) => {
-                if let Some(f) = failing.take() {
+                if let Some(f) = failing.seen(&ev) {
                     tracing::info!(kind = %key.kind, namespace = ?key.namespace, failures = f.count, after = ?f.since.elapsed(), "watch resumed");
                 }
                 ev
             }
             Err(e) => {
                 let error = crate::client::watch_error(&e);
-                match &mut failing {
-                    Some(f) if f.error == error => {
-                        f.count += 1;
-                        tracing::debug!(kind = %key.kind, namespace = ?key.namespace, %error, failures = f.count, "watch failed again; retrying");
-                    }
-                    _ => {
-                        tracing::warn!(kind = %key.kind, namespace = ?key.namespace, %error, "watch failed; retrying");
-                        let (since, count) = failing
-                            .as_ref()
-                            .map_or((std::time::Instant::now(), 1), |f| (f.since, f.count + 1));
-                        failing = Some(Failing {
-                            since,
-                            count,
-                            error,
-                        });
-                    }
+                if failing.failed(error.clone()) {
+                    tracing::warn!(kind = %key.kind, namespace = ?key.namespace, %error, "watch failed; retrying");
+                } else {
+                    tracing::debug!(kind = %key.kind, namespace = ?key.namespace, %error, failures = failing.count(), "watch failed again; retrying");
                 }
                 crate::metrics::watch_restarted(&key.kind);
                 continue;
@@ -169,13 +156,6 @@ async fn watch(
         };
         lock(subs).retain(|p| changed.iter().all(|c| p.send(c.clone())));
     }
-}
-
-/// A streak of watch failures.
-struct Failing {
-    since: std::time::Instant,
-    count: u32,
-    error: String,
 }
 
 /// The event with the object [`Watched`] decoded.

@@ -88,7 +88,7 @@ impl Client {
             let ca = match &settings.ca_file {
                 Some(path) => {
                     let pem = if path.is_absolute() {
-                        std::fs::read_to_string(path)
+                        crate::config::files::read_file(path)
                     } else {
                         read(path)
                     };
