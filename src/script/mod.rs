@@ -135,7 +135,9 @@ pub(crate) mod tests {
     #[test]
     fn import_is_refused_at_compile_time_where_it_is_written() {
         let src = "fn reconcile(obj, ctx) {\n    #{}\n}\n\n  import \"helpers\" as h;\n";
-        let err = compile(src).err().expect("import compiled");
+        let Err(err) = compile(src) else {
+            panic!("import compiled")
+        };
         let shown = err.to_string();
         assert!(
             shown.starts_with("scripts/t.rhai:5:3: ")
@@ -143,7 +145,10 @@ pub(crate) mod tests {
             "{shown}"
         );
         let inside = "fn reconcile(obj, ctx) {\n    import \"x\" as x;\n    #{}\n}\n";
-        let shown = compile(inside).err().expect("import compiled").to_string();
+        let Err(err) = compile(inside) else {
+            panic!("import compiled")
+        };
+        let shown = err.to_string();
         assert!(shown.starts_with("scripts/t.rhai:2:5: "), "{shown}");
     }
 
