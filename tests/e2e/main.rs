@@ -26,6 +26,7 @@ mod helm;
 mod http;
 mod idle;
 mod image;
+mod install_path;
 mod kopf;
 mod manifests;
 mod operations;

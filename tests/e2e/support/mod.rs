@@ -10,6 +10,7 @@ pub mod audit;
 pub mod chaos;
 pub mod dedicated;
 pub mod helm;
+pub mod kubelet;
 pub mod metrics;
 mod widget;
 
