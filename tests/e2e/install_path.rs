@@ -16,7 +16,8 @@
 //! logs), an optional `[service]` (a stand-in on loopback for an external HTTP service the
 //! example calls, answering as declared) and `excluded = "why"` for an example that cannot be
 //! installed here. An example without `e2e.toml` fails the test. In `e2e.toml`, `${NAMESPACE}`
-//! is the namespace the samples go in and `${OPERATOR}` the operator's name as installed.
+//! is the namespace the samples go in (not khai's own, as a user's objects are not) and
+//! `${OPERATOR}` the operator's name as installed.
 //!
 //! Each installation gets its own namespace, operator name and API groups (each CRD group `G`
 //! of the example becomes `<tag>.G` in a copy of its directory), so installations share nothing
@@ -24,6 +25,7 @@
 
 use crate::support::kubelet::{container_of, free_port, service_account_kubeconfig};
 use crate::support::{self, DEADLINE, Khai, TestNamespace, audit, helm};
+use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
@@ -234,20 +236,7 @@ async fn every_example(via: Via) {
         match task.await {
             Ok(Ok(())) => {}
             Ok(Err(why)) => failed.push(format!("{name}: {why}")),
-            Err(e) => {
-                let why = e.into_panic();
-                let why = why
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| why.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                // A log's tail can be long: the end says what was waited for and what came.
-                let cut = why.len().saturating_sub(6000);
-                let cut = (cut..why.len())
-                    .find(|i| why.is_char_boundary(*i))
-                    .unwrap_or(0);
-                failed.push(format!("{name}: {}", &why[cut..]));
-            }
+            Err(e) => failed.push(format!("{name}: {}", panic_text(e.into_panic()))),
         }
     }
     assert!(
@@ -255,6 +244,15 @@ async fn every_example(via: Via) {
         "installed {via:?}, these examples failed:\n\n{}",
         failed.join("\n\n")
     );
+}
+
+/// What a panic said.
+fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 /// Replaces each of `from` by its `to` in `text` in one pass, so no replacement is replaced
@@ -450,7 +448,10 @@ async fn install(dir: &Path, via: Via, index: usize) -> Result<(), String> {
         Via::Helm => "iph",
         Via::Manifests => "ipm",
     };
+    // khai's own namespace, and the one its samples go in: a user's objects are not in the
+    // operator's namespace (where the release grants more, on its ConfigMap and Events).
     let ns = TestNamespace::new(&client, &format!("{prefix}{index}")).await;
+    let samples = TestNamespace::new(&client, &format!("{prefix}{index}s")).await;
     let tag = ns.name.rsplit('-').next().unwrap().to_string();
     let operator = format!("{prefix}{index}-{tag}");
     let tmp = tempfile::tempdir().unwrap();
@@ -469,7 +470,7 @@ async fn install(dir: &Path, via: Via, index: usize) -> Result<(), String> {
         .collect();
     renames.dedup();
     renames.extend([
-        ("${NAMESPACE}".to_string(), ns.name.clone()),
+        ("${NAMESPACE}".to_string(), samples.name.clone()),
         ("${OPERATOR}".to_string(), operator.clone()),
     ]);
     let edit = |t: &str| replace_all(t, &renames);
@@ -593,34 +594,47 @@ async fn install(dir: &Path, via: Via, index: usize) -> Result<(), String> {
     for o in objects {
         let obj: DynamicObject = serde_json::from_value(o.clone()).unwrap();
         let types = obj.types.clone().unwrap_or_default();
-        let api = api_for(&client, &types.api_version, &types.kind, &ns.name).await;
+        let api = api_for(&client, &types.api_version, &types.kind, &samples.name).await;
         api.create(&PostParams::default(), &obj)
             .await
             .map_err(|e| format!("creating {o}: {e}"))?;
     }
 
-    // Its outcome.
-    for e in &spec.expect {
-        if let Some(line) = &e.log {
-            let line = line.clone();
-            khai.wait_for_log(0, &e.what, move |l| l.contains(&line))
-                .await;
-            continue;
-        }
-        let (api_version, kind) = (e.api_version.as_deref(), e.kind.as_deref());
-        let api = api_for(&client, api_version.unwrap(), kind.unwrap(), &ns.name).await;
-        let what = format!("{} (khai's log ends:\n{})", e.what, khai.tail(30));
-        match &e.name {
-            Some(name) => {
-                support::wait_for(&api, name, &what, |o: Option<&DynamicObject>| {
-                    o.is_some_and(|o| holds(e, o))
-                })
-                .await;
+    // Its outcome. A wait that fails says so with what the API server refused khai, if
+    // anything, and how khai's log ends.
+    let outcome = std::panic::AssertUnwindSafe(async {
+        for e in &spec.expect {
+            if let Some(line) = &e.log {
+                let line = line.clone();
+                khai.wait_for_log(0, &e.what, move |l| l.contains(&line))
+                    .await;
+                continue;
             }
-            None => {
-                wait_for_any_dynamic(api, &what, |o| holds(e, o)).await;
+            let (api_version, kind) = (e.api_version.as_deref(), e.kind.as_deref());
+            let api = api_for(&client, api_version.unwrap(), kind.unwrap(), &samples.name).await;
+            match &e.name {
+                Some(name) => {
+                    support::wait_for(&api, name, &e.what, |o: Option<&DynamicObject>| {
+                        o.is_some_and(|o| holds(e, o))
+                    })
+                    .await;
+                }
+                None => {
+                    wait_for_any_dynamic(api, &e.what, |o| holds(e, o)).await;
+                }
             }
         }
+    })
+    .catch_unwind()
+    .await;
+    if let Err(panic) = outcome {
+        let why = panic_text(panic);
+        let why = why.lines().next().unwrap_or_default();
+        return Err(format!(
+            "{why}\nrequests refused to {user}: {:#?}\nkhai's log ends:\n{}",
+            audit::forbidden(mark, &user),
+            khai.tail(12)
+        ));
     }
 
     // Nothing refused, and `khai rbac verify` agrees with what the installation granted.
