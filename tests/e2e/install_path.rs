@@ -574,6 +574,12 @@ async fn install(dir: &Path, via: Via, index: usize) -> Result<(), String> {
             support::wait_for_crd(&client, name).await;
         }
     }
+    // Ready (the pod's readiness probe) and leading, as a user applies objects to an operator
+    // whose pod is Ready.
+    let metrics = khai.metrics_addr().await;
+    crate::operations::readyz_until(&metrics, 200).await;
+    khai.wait_for_log(0, "leadership", |l| l.contains("became leader"))
+        .await;
     if has_webhooks {
         khai.wait_for_log(0, "webhook configurations to be installed", |l| {
             l.contains("webhook configurations installed")
