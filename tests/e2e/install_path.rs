@@ -206,6 +206,12 @@ async fn every_example_installed_with_helm_reaches_its_outcome_with_no_403() {
 
 #[tokio::test]
 async fn every_example_installed_from_generated_manifests_reaches_its_outcome_with_no_403() {
+    if support::kubectl().is_none() {
+        eprintln!(
+            "skipped: kubectl is not on PATH or in /usr/bin, so nothing can apply the manifests"
+        );
+        return;
+    }
     every_example(Via::Manifests).await;
 }
 
