@@ -55,8 +55,11 @@ pub struct RbacScope {
 
 impl RbacScope {
     /// Loads the config and derives its RBAC plan; also returns khai's own namespace.
+    /// `config_map` is the ConfigMap in khai's own namespace that khai reads its config from
+    /// (`khai run --config configmap:NS/NAME`), if it does.
     pub fn plan(
         &self,
+        config_map: Option<String>,
     ) -> anyhow::Result<(
         crate::operator::Operator,
         String,
@@ -69,7 +72,7 @@ impl RbacScope {
             model,
             finalizes,
             watch_namespaces: self.watch_namespaces.clone(),
-            config_map: None,
+            config_map,
         });
         Ok((op, namespace, plan))
     }
@@ -190,7 +193,7 @@ fn emit(output: Option<&Path>, docs: Vec<Value>) -> anyhow::Result<ExitCode> {
 }
 
 fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
-    let (op, namespace, plan) = args.scope.plan()?;
+    let (op, namespace, plan) = args.scope.plan(None)?;
     let model = &op.config.model;
     emit(
         args.output.as_deref(),
@@ -198,31 +201,34 @@ fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
     )
 }
 
-/// The config file and every file it names (scripts, schema files), by path relative to the
-/// config file, as the ConfigMap holds them.
+/// The config file and every file it names ([`config::model::Model::files`]), by path relative
+/// to the config file, as the ConfigMap holds them.
 fn config_files(config: &config::Config) -> anyhow::Result<Vec<crate::manifest::deploy::File>> {
     use crate::manifest::deploy::File;
-    let model = &config.model;
     let config_name = config
         .file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "operator.toml".into());
-    let mut paths: Vec<PathBuf> = model.controllers.iter().map(|c| c.script.clone()).collect();
-    paths.extend(model.webhooks.iter().map(|w| w.script.clone()));
-    paths.extend(model.crds.iter().filter_map(|c| c.schema_file.clone()));
     let mut files = vec![File {
         path: config_name,
         content: config.source.clone(),
     }];
-    for p in paths {
-        let path = p.to_string_lossy().replace('\\', "/");
+    for p in config.model.files() {
+        // Stored under the path a ConfigMap lookup normalises to (`./x.rhai` is `x.rhai`).
+        let path = config::files::normalise(p).with_context(|| {
+            format!(
+                "{}: cannot be shipped with the config: only paths inside the config's \
+                 directory can (no `..`, not absolute)",
+                p.display()
+            )
+        })?;
         if files.iter().any(|f| f.path == path) {
             continue;
         }
         let content = config
-            .read(&p)
-            .with_context(|| format!("cannot read {}", config.resolve(&p).display()))?;
+            .read(p)
+            .with_context(|| format!("cannot read {}", config.resolve(p).display()))?;
         files.push(File { path, content });
     }
     Ok(files)
@@ -258,7 +264,7 @@ fn values(args: &ValuesArgs) -> anyhow::Result<ExitCode> {
         namespace: None,
         watch_namespaces: args.watch_namespaces.clone(),
     };
-    let (op, _, plan) = scope.plan()?;
+    let (op, _, plan) = scope.plan(None)?;
     let config = &op.config;
     let files = config_files(config)?;
     let crds = if config.model.operator.install_crds {

@@ -203,7 +203,7 @@ impl Files {
 
 /// `rel` as a `/`-separated path without `.` segments; `None` for an absolute path or one that
 /// climbs out with `..`.
-fn normalise(rel: &Path) -> Option<String> {
+pub(crate) fn normalise(rel: &Path) -> Option<String> {
     let mut parts: Vec<String> = Vec::new();
     for c in rel.components() {
         match c {

@@ -51,6 +51,10 @@ thread_local! {
     pub(super) static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
+/// Why a script may not `import`.
+pub(super) const NO_IMPORT: &str =
+    "`import` is not available: scripts cannot load other files; put the functions in this script";
+
 /// How the progress hook says it stopped a call for its memory budget.
 const OVER_MEMORY: &str = "memory budget used up";
 /// How the progress hook says it stopped a call for the memory all calls share.
@@ -74,10 +78,16 @@ pub fn engine(limits: &Limits) -> Engine {
         // functions that read the clock or the cache are always called at run time.
         .set_optimization_level(OptimizationLevel::Simple);
     // `new` is reserved in Rhai, but a change record's `change.new` (Kopf's name, next to
-    // `change.old`) must read naturally: khai lets it be an ordinary name.
+    // `change.old`) must read naturally: khai lets it be an ordinary name. `import` is refused
+    // where it is written: with no modules allowed, a script using it compiled and then failed
+    // on its first call ("Too many modules imported"), after `khai check` had passed it.
     #[allow(deprecated)]
     e.on_parse_token(|token, _, _| match token {
         rhai::Token::Reserved(s) if s.as_str() == "new" => rhai::Token::Identifier(s),
+        rhai::Token::Import => rhai::Token::LexError(Box::new(rhai::LexError::ImproperSymbol(
+            "import".into(),
+            NO_IMPORT.into(),
+        ))),
         t => t,
     });
     ctx::register(&mut e);

@@ -131,6 +131,28 @@ pub(crate) mod tests {
         )
     }
 
+    /// Issue 30: `import` compiled, then failed on the first call ("Too many modules
+    /// imported"); it is a compile error at its line and column.
+    #[test]
+    fn import_is_refused_at_compile_time_where_it_is_written() {
+        let src = "fn reconcile(obj, ctx) {\n    #{}\n}\n\n  import \"helpers\" as h;\n";
+        let Err(err) = compile(src) else {
+            panic!("import compiled")
+        };
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("scripts/t.rhai:5:3: ")
+                && shown.contains("`import` is not available"),
+            "{shown}"
+        );
+        let inside = "fn reconcile(obj, ctx) {\n    import \"x\" as x;\n    #{}\n}\n";
+        let Err(err) = compile(inside) else {
+            panic!("import compiled")
+        };
+        let shown = err.to_string();
+        assert!(shown.starts_with("scripts/t.rhai:2:5: "), "{shown}");
+    }
+
     /// Issue 16: the object goes into Rhai without a JSON copy, and scripts see the same value.
     #[test]
     fn an_object_converts_straight_into_the_value_its_view_converts_into() {

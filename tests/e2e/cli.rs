@@ -419,3 +419,166 @@ fn run_refuses_a_namespace_flag_that_is_not_a_namespace_name() {
         );
     }
 }
+
+/// The files `khai generate values` ships, by path.
+fn values_files(dir: &Path) -> Vec<String> {
+    let out = khai(&["generate", "values", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let values: serde_json::Value = serde_saphyr::from_str(&stdout(&out)).unwrap();
+    let mut files: Vec<String> = values["config"]["files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    files.sort();
+    files
+}
+
+/// The keys of the ConfigMap `khai generate manifests` writes.
+fn manifests_config_keys(dir: &Path) -> Vec<String> {
+    let out = khai(&["generate", "manifests", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&stdout(&out)).unwrap();
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("a ConfigMap");
+    let mut keys: Vec<String> = cm["data"].as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// Issue 30: scripts named only by handlers, timers, daemons, indexes or hooks, and a relative
+/// `ca_file`, were left out of the values and the ConfigMap, so the installed daemon stopped
+/// with "cannot read script".
+#[test]
+fn generate_values_and_manifests_ship_every_file_the_config_names() {
+    let notes = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/notes");
+    assert_eq!(
+        values_files(&notes),
+        ["operator.toml", "scripts/notes.rhai"]
+    );
+    assert_eq!(
+        manifests_config_keys(&notes),
+        ["operator.toml", "scripts__notes.rhai"]
+    );
+    let dir = dir_with(&[
+        (
+            "operator.toml",
+            "[operator]\nname = \"t\"\ncleanup = { script = \"./hooks/bye.rhai\", function = \"bye\" }\n\
+             [operator.http]\nallow = [\"api.example.com\"]\nca_file = \"certs/ca.pem\"\n\
+             [[crd]]\ngroup = \"a.khai.dev\"\nkind = \"T\"\nversions = [\"v1\"]\n\
+             [[timer]]\nfor = \"T\"\nscript = \"scripts/t.rhai\"\nfunction = \"tick\"\ninterval = \"1m\"\n",
+        ),
+        ("scripts/t.rhai", "fn tick(obj, ctx) { () }\n"),
+        ("hooks/bye.rhai", "fn bye(ctx) { () }\n"),
+        ("certs/ca.pem", "not read by generate\n"),
+    ]);
+    let shipped = [
+        "certs/ca.pem",
+        "hooks/bye.rhai",
+        "operator.toml",
+        "scripts/t.rhai",
+    ];
+    assert_eq!(values_files(dir.path()), shipped);
+    let keys: Vec<String> = shipped.iter().map(|p| p.replace('/', "__")).collect();
+    assert_eq!(manifests_config_keys(dir.path()), keys);
+}
+
+/// Issue 30: `import` passed `khai check` and failed on the first call.
+#[test]
+fn check_refuses_import_at_its_file_and_line() {
+    let dir = hello_with("scripts/hello.rhai", |t| {
+        format!("import \"helpers\" as helpers;\n{t}")
+    });
+    let out = khai(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let err = stderr(&out);
+    let at = format!("{}/scripts/hello.rhai:1:1: ", dir.path().display());
+    assert!(
+        err.contains(&at) && err.contains("`import` is not available"),
+        "{err}"
+    );
+}
+
+/// Issue 30: an index over Pods got no rule on `pods`, a config without a controller none on
+/// Events, and `khai rbac verify --file` passed rules lacking both.
+#[test]
+fn rbac_of_an_index_and_of_handlers_is_generated_and_verified() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kopf/16-indexing");
+    let example = example.to_str().unwrap();
+    let args = ["--namespace", "ops"];
+    let out = khai(&[&["generate", "rbac", example][..], &args].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&stdout(&out)).unwrap();
+    let role = docs.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let grants = |resource: &str| {
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == resource)
+                && r["verbs"].as_array().unwrap().iter().any(|v| v == "watch")
+        })
+    };
+    assert!(grants("pods"), "{role}");
+    assert!(
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["apiGroups"][0] == "events.k8s.io"),
+        "{role}"
+    );
+
+    // The generated rules verify; without the rules on pods and Events they do not.
+    let dir = tempfile::tempdir().unwrap();
+    let full = dir.path().join("rules.yaml");
+    std::fs::write(&full, stdout(&out)).unwrap();
+    let verify = |file: &Path, extra: &[&str]| {
+        khai(
+            &[
+                &["rbac", "verify", example, "--file", file.to_str().unwrap()][..],
+                &args,
+                extra,
+            ]
+            .concat(),
+        )
+    };
+    let ok = verify(&full, &[]);
+    assert!(ok.status.success(), "{}", stdout(&ok));
+    let mut trimmed = role.clone();
+    trimmed["rules"] = serde_json::Value::Array(
+        role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["resources"][0] != "pods" && r["apiGroups"][0] != "events.k8s.io")
+            .cloned()
+            .collect(),
+    );
+    let less = dir.path().join("less.yaml");
+    std::fs::write(&less, serde_json::to_string(&trimmed).unwrap()).unwrap();
+    let out = verify(&less, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = stdout(&out);
+    for missing in [
+        "missing: list pods cluster-wide",
+        "missing: watch pods cluster-wide",
+        "missing: create events.events.k8s.io cluster-wide",
+    ] {
+        assert!(said.contains(missing), "{said}");
+    }
+
+    // With `--config-map`, the rules on the config's ConfigMap are checked too.
+    let out = verify(&full, &["--config-map", "khai-kopf-indexing-config"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out)
+            .contains("missing: get configmaps named khai-kopf-indexing-config in namespace ops"),
+        "{}",
+        stdout(&out)
+    );
+}

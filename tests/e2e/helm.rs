@@ -13,11 +13,11 @@
 //! `KHAI_WEBHOOK_BIND`) and the API server calls the webhooks at that loopback address
 //! (`KHAI_WEBHOOK_URL`) instead of the Service's DNS name.
 
+use crate::support::kubelet::{container_of, free_port, service_account_kubeconfig};
 use crate::support::metrics::{http_get, metrics_until};
 use crate::support::{self, DEADLINE, Khai, TestNamespace, audit, helm};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
@@ -57,113 +57,6 @@ fn readme_install_commands() -> Vec<Vec<String>> {
 fn generate_values(dir: &Path, out: &Path) {
     let values = support::khai_stdout(&["generate", "values", dir.to_str().unwrap()]);
     std::fs::write(out, values).unwrap();
-}
-
-/// The test cluster's API server URL and CA file, from its kubeconfig.
-fn cluster_endpoint() -> (String, String) {
-    let kc: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(support::kubeconfig()).unwrap()).unwrap();
-    let cluster = &kc["clusters"][0]["cluster"];
-    (
-        cluster["server"].as_str().unwrap().to_string(),
-        cluster["certificate-authority"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-    )
-}
-
-/// A kubeconfig holding a token from a TokenRequest for `namespace/service_account`, as the
-/// kubelet projects one into the pod.
-async fn service_account_kubeconfig(
-    client: &kube::Client,
-    namespace: &str,
-    service_account: &str,
-    into: &Path,
-) -> PathBuf {
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let answer = sas
-        .create_token_request(service_account, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{service_account}: {e}"));
-    let token = answer.status.expect("a TokenRequest status").token;
-    let (server, ca) = cluster_endpoint();
-    let kc = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{ "name": "c", "cluster": { "server": server, "certificate-authority": ca } }],
-        "users": [{ "name": service_account, "user": { "token": token } }],
-        "contexts": [{ "name": "c", "context": { "cluster": "c", "user": service_account, "namespace": namespace } }],
-        "current-context": "c",
-    });
-    let path = into.join("sa-kubeconfig");
-    std::fs::write(&path, kc.to_string()).unwrap();
-    path
-}
-
-/// What the kubelet would run for the Deployment's one container.
-struct Container {
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    service_account: String,
-}
-
-/// The container of `deploy` with its env resolved for a pod named `pod` in `namespace`.
-fn container_of(deploy: &Deployment, pod: &str, namespace: &str) -> Container {
-    let spec = deploy
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
-    assert_eq!(spec.containers.len(), 1, "one container");
-    let c = &spec.containers[0];
-    assert!(
-        c.command.is_none(),
-        "the chart runs the image's entrypoint (khai)"
-    );
-    let env = c
-        .env
-        .iter()
-        .flatten()
-        .map(|e| {
-            let value = match (&e.value, &e.value_from) {
-                (Some(v), None) => v.clone(),
-                (None, Some(from)) => {
-                    match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
-                        Some("metadata.name") => pod.to_string(),
-                        Some("metadata.namespace") => namespace.to_string(),
-                        other => panic!("env {}: unsupported valueFrom {other:?}", e.name),
-                    }
-                }
-                other => panic!("env {}: unsupported {other:?}", e.name),
-            };
-            (e.name.clone(), value)
-        })
-        .collect();
-    Container {
-        args: c.args.clone().unwrap_or_default(),
-        env,
-        service_account: spec.service_account_name.clone().unwrap(),
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The release's one Deployment, found by Helm's instance label.

@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 /// Every request the service saw, as `METHOD /path?query body`, in order.
-type Seen = watch::Receiver<Vec<String>>;
+pub(crate) type Seen = watch::Receiver<Vec<String>>;
 
 /// What the service answers: `(status, content-type, body)`, or `None` to never answer.
-type Answer = Option<(u16, &'static str, String)>;
+pub(crate) type Answer = Option<(u16, &'static str, String)>;
 
 /// Starts a service on loopback answering with `handler(method, path_and_query, body)`.
-async fn serve<H>(handler: H) -> (SocketAddr, Seen)
+pub(crate) async fn serve<H>(handler: H) -> (SocketAddr, Seen)
 where
     H: Fn(&str, &str, &Value, Option<&str>) -> Answer + Send + Sync + 'static,
 {

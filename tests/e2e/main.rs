@@ -27,6 +27,7 @@ mod hostile;
 mod http;
 mod idle;
 mod image;
+mod install_path;
 mod kopf;
 mod manifests;
 mod operations;

@@ -5,7 +5,8 @@
 //! Each rule is checked verb by verb (and resource name by resource name) where it applies:
 //! ClusterRole rules cluster-wide, the Role rules of a namespaced operator in every watched
 //! namespace, the leader election rules in khai's own namespace, and the rules on a Secret that
-//! `[operator] secrets` names in another namespace (`namespace/name`) in that namespace. Live,
+//! `[operator] secrets` names in another namespace (`namespace/name`) in that namespace, and
+//! with `--config-map` the rules on the config's ConfigMap in khai's own namespace. Live,
 //! the API server answers a SelfSubjectAccessReview for each, for the current credentials. With
 //! `--file`, the check is offline, against the ClusterRoles and Roles in a YAML file (as Kopf's
 //! `rbac verify -f`): a ClusterRole's rules count everywhere, a Role's only in its namespace,
@@ -46,6 +47,11 @@ pub struct VerifyArgs {
     /// server about the current credentials.
     #[arg(long, short = 'f', value_name = "RULES.yaml")]
     pub file: Option<std::path::PathBuf>,
+    /// The ConfigMap in khai's namespace khai reads its config from (`khai run --config
+    /// configmap:NS/NAME`, as the chart and `khai generate manifests` deploy it): also check
+    /// reading it by name and recording Events about it.
+    #[arg(long, value_name = "NAME")]
+    pub config_map: Option<String>,
 }
 
 pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -58,7 +64,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 fn verify_file(args: &VerifyArgs, file: &std::path::Path) -> anyhow::Result<ExitCode> {
-    let (op, own_namespace, plan) = args.scope.plan()?;
+    let (op, own_namespace, plan) = args.scope.plan(args.config_map.clone())?;
     let needed = needed(&plan, &own_namespace);
     let shown = file.display().to_string();
     let text = std::fs::read_to_string(file).map_err(|source| FileError::Read {
@@ -110,7 +116,7 @@ fn report(
 }
 
 fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
-    let (op, own_namespace, plan) = args.scope.plan()?;
+    let (op, own_namespace, plan) = args.scope.plan(args.config_map.clone())?;
     let needed = needed(&plan, &own_namespace);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -76,30 +76,63 @@ fn crd_kind(c: &Crd, kind: &KindRef) -> KindRef {
 }
 
 impl Model {
-    /// The files a load of this config reads besides the config itself: every script, schema
-    /// file and `[operator.http] ca_file`, as written (relative to the config file), sorted, each
-    /// once. The webhook server's certificate and key are not among them: it reads them itself
-    /// and follows their changes without a reload.
+    /// The files a load of this config reads besides the config itself: [`Self::files`] and an
+    /// absolute `[operator.http] ca_file`, as written (relative to the config file), sorted.
+    /// The webhook server's certificate and key are not among them: it reads them itself and
+    /// follows their changes without a reload.
     pub fn named_files(&self) -> Vec<std::path::PathBuf> {
-        let op = &self.operator;
-        let hooks = op.startup.iter().chain(&op.cleanup).map(|h| &h.script);
+        let absolute_ca = self
+            .operator
+            .http
+            .ca_file
+            .as_deref()
+            .filter(|f| f.is_absolute());
         let mut files: Vec<std::path::PathBuf> = self
-            .controllers
-            .iter()
-            .map(|c| &c.script)
-            .chain(self.handlers.iter().map(|h| &h.script))
-            .chain(self.timers.iter().map(|t| &t.script))
-            .chain(self.daemons.iter().map(|d| &d.script))
-            .chain(self.indexes.iter().map(|i| &i.script))
-            .chain(self.webhooks.iter().map(|w| &w.script))
-            .chain(hooks)
-            .chain(self.crds.iter().filter_map(|c| c.schema_file.as_ref()))
-            .chain(op.http.ca_file.as_ref())
-            .cloned()
+            .files()
+            .into_iter()
+            .chain(absolute_ca)
+            .map(std::path::Path::to_path_buf)
             .collect();
         files.sort();
         files.dedup();
         files
+    }
+
+    /// Every file the config names that khai reads from beside the config file (from its
+    /// directory, or from the same ConfigMap): each script (`[[controller]]`, `[[webhook]]`,
+    /// `[[handler]]`, `[[timer]]`, `[[daemon]]`, `[[index]]`, the startup and cleanup hooks),
+    /// each CRD's `schema_file`, and a relative `[operator.http] ca_file`. Each once, in config
+    /// order. The one list `khai generate values` and `khai generate manifests` ship with the
+    /// config, so an installed daemon finds every file it reads. Not listed: an absolute
+    /// `ca_file` and the webhook server's `cert_file`/`key_file`, which are files on the
+    /// machine or pod (a mounted Secret), never part of the config.
+    pub fn files(&self) -> Vec<&std::path::Path> {
+        let hooks = [&self.operator.startup, &self.operator.cleanup];
+        let named = self
+            .controllers
+            .iter()
+            .map(|c| c.script.as_path())
+            .chain(self.webhooks.iter().map(|w| w.script.as_path()))
+            .chain(self.handlers.iter().map(|h| h.script.as_path()))
+            .chain(self.timers.iter().map(|t| t.script.as_path()))
+            .chain(self.daemons.iter().map(|d| d.script.as_path()))
+            .chain(self.indexes.iter().map(|i| i.script.as_path()))
+            .chain(hooks.into_iter().flatten().map(|h| h.script.as_path()))
+            .chain(self.crds.iter().filter_map(|c| c.schema_file.as_deref()))
+            .chain(
+                self.operator
+                    .http
+                    .ca_file
+                    .as_deref()
+                    .filter(|f| f.is_relative()),
+            );
+        let mut out: Vec<&std::path::Path> = Vec::new();
+        for p in named {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
     }
 
     /// The CRD of this config that `kind` names, if any.
@@ -163,5 +196,90 @@ impl Model {
             namespaced: true,
             known: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Issue 30: the generators shipped only controller and webhook scripts and schema files,
+    /// so a daemon installed from a handler-only config could not read its script.
+    #[test]
+    fn files_are_every_script_schema_and_relative_ca_file_once_in_config_order() {
+        let src = r#"
+[operator]
+name = "all"
+startup = { script = "scripts/hooks.rhai", function = "up" }
+cleanup = { script = "scripts/hooks.rhai", function = "down" }
+
+[operator.http]
+allow = ["api.example.com"]
+ca_file = "certs/ca.pem"
+
+[[crd]]
+group = "a.khai.dev"
+kind = "Thing"
+versions = ["v1"]
+schema_file = "schemas/thing.yaml"
+
+[[controller]]
+for = "Thing"
+script = "scripts/reconcile.rhai"
+
+[[webhook]]
+for = "Thing"
+script = "scripts/webhooks.rhai"
+validate = "validate"
+
+[[handler]]
+for = "Thing"
+on = "create"
+script = "scripts/handlers.rhai"
+function = "created"
+
+[[timer]]
+for = "Thing"
+script = "scripts/timers.rhai"
+function = "tick"
+interval = "1m"
+
+[[daemon]]
+for = "Thing"
+script = "scripts/daemons.rhai"
+tick = "beat"
+interval = "1m"
+
+[[index]]
+name = "by_x"
+for = "v1/Pod"
+script = "scripts/handlers.rhai"
+function = "x"
+"#;
+        let model = crate::config::parse(Path::new("operator.toml"), src).unwrap();
+        let files: Vec<String> = model
+            .files()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "scripts/reconcile.rhai",
+                "scripts/webhooks.rhai",
+                "scripts/handlers.rhai",
+                "scripts/timers.rhai",
+                "scripts/daemons.rhai",
+                "scripts/hooks.rhai",
+                "schemas/thing.yaml",
+                "certs/ca.pem",
+            ]
+        );
+        let absolute = src.replace("certs/ca.pem", "/etc/ssl/ca.pem");
+        let model = crate::config::parse(Path::new("operator.toml"), &absolute).unwrap();
+        assert!(
+            !model.files().contains(&Path::new("/etc/ssl/ca.pem")),
+            "an absolute ca_file is a file on the machine, not part of the config"
+        );
     }
 }

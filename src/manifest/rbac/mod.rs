@@ -12,7 +12,8 @@
 //! | owner references with `blockOwnerDeletion` | update on `<plural>/finalizers` |
 //! | the finalizer JSON patch, when the script defines `finalize` or khai deletes children itself (`unowned_children`, `delete_children = "ordered"`) | patch on the primary |
 //! | `[[handler]]` progress (annotations), `[[handler]]`/`[[timer]]`/`[[daemon]]` watches and status | patch on the kind (handlers); get, list, watch; patch on `<plural>/status` |
-//! | Events (`events.k8s.io`) | create, patch |
+//! | `[[index]]`es: list/watch of their kind | get, list, watch |
+//! | Events (`events.k8s.io`), for controllers, handlers, timers and daemons | create, patch |
 //! | leader election on a Lease in khai's own namespace | get, create, update |
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name |
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
@@ -269,6 +270,31 @@ script = "h.rhai"
             rule(&p.cluster, "apps", "statefulsets"),
             ["get", "list", "watch"]
         );
+    }
+
+    /// Issue 30: an index over Pods got no rule on `pods`, and configs without a controller
+    /// no rule on Events, though handlers, timers and daemons record them.
+    #[test]
+    fn indexes_watch_their_kind_and_handlers_timers_daemons_record_events() {
+        let crd = "[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Thing\"\nversions = [\"v1\"]\n";
+        let events = |p: &Plan| rule(&p.cluster, "events.k8s.io", "events");
+        let index = format!(
+            "{crd}[[index]]\nname = \"by_node\"\nfor = \"v1/Pod\"\nscript = \"i.rhai\"\nfunction = \"f\"\n"
+        );
+        let model = parse(Path::new("operator.toml"), &index).unwrap();
+        let p = input(&model, false, &[]);
+        assert_eq!(rule(&p.cluster, "", "pods"), ["get", "list", "watch"]);
+        assert!(p.cluster.has_url("/api"), "discovery for the index's kind");
+        assert!(events(&p).is_empty(), "an index alone records no Event");
+        for entry in [
+            "[[handler]]\nfor = \"Thing\"\non = \"create\"\nscript = \"h.rhai\"\nfunction = \"f\"\n",
+            "[[timer]]\nfor = \"Thing\"\nscript = \"h.rhai\"\nfunction = \"f\"\ninterval = \"1m\"\n",
+            "[[daemon]]\nfor = \"Thing\"\nscript = \"h.rhai\"\ntick = \"f\"\ninterval = \"1m\"\n",
+        ] {
+            let model = parse(Path::new("operator.toml"), &format!("{crd}{entry}")).unwrap();
+            let p = input(&model, false, &[]);
+            assert_eq!(events(&p), ["create", "patch"], "{entry}");
+        }
     }
 
     /// A Role grants nothing on a cluster-scoped resource: `extra_rbac` on one (`bind` on

@@ -1,6 +1,6 @@
 //! Grants for what the config's controllers, handlers, timers, daemons and scripts call on the
-//! kinds they work on: watching them, applying and pruning children, writing status and
-//! finalizers, calls through `[operator] uses`, and Events.
+//! kinds they work on: watching them (and the kinds of `[[index]]`es), applying and pruning
+//! children, writing status and finalizers, calls through `[operator] uses`, and Events.
 
 use super::{Plan, Resource, resolve};
 use crate::config::kind::KindRef;
@@ -71,6 +71,13 @@ pub(super) fn grant(model: &Model, finalizes: &[bool], p: &mut Plan) -> bool {
         }
         needs_discovery |= !is_crd(kind);
     }
+    // An index lists and watches every object of its kind, whether or not anything else in
+    // the config names that kind.
+    for index in &model.indexes {
+        let r = resolve(model, &index.for_kind);
+        p.grant(&r, &r.plural, &["get", "list", "watch"]);
+        needs_discovery |= !is_crd(&index.for_kind);
+    }
     // What scripts call through the `k8s` module (`[operator] uses`).
     for u in &model.operator.uses {
         let r = resolve(model, &u.kind);
@@ -84,7 +91,13 @@ pub(super) fn grant(model: &Model, finalizes: &[bool], p: &mut Plan) -> bool {
             }
         }
     }
-    if !model.controllers.is_empty() {
+    // Controllers, handlers, timers and daemons all record Events (the events a script
+    // returns, failures); an index or a hook alone records none.
+    let records_events = !(model.controllers.is_empty()
+        && model.handlers.is_empty()
+        && model.timers.is_empty()
+        && model.daemons.is_empty());
+    if records_events {
         // Events are recorded in the namespace of the object they are about.
         let events = Resource {
             group: "events.k8s.io".into(),

@@ -1,9 +1,11 @@
-//! The write requests an operator makes, counted from the API server's audit log.
+//! The write requests an operator makes, counted from the API server's audit log, and the
+//! requests the API server refused a ServiceAccount.
 //!
 //! `scripts/cluster` starts the API server with an audit policy that logs every write request
-//! (create, update, patch, delete, deletecollection) with its user agent and object. khai sends
-//! the user agent `khai/<version>`, so the writes khai made in a test's namespace can be counted
-//! exactly even while other tests write to the same server at the same time.
+//! (create, update, patch, delete, deletecollection) with its user agent and object, and every
+//! request of a ServiceAccount (reads too) with its answer's code. khai sends the user agent
+//! `khai/<version>`, so the writes khai made in a test's namespace can be counted exactly even
+//! while other tests write to the same server at the same time.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -56,6 +58,14 @@ pub fn mark_in(log: &'static Path) -> Mark {
     }
 }
 
+/// The verbs of write requests.
+const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+
+/// Whether audit event `e` is a write (reads are logged for ServiceAccounts only).
+fn is_write(e: &serde_json::Value) -> bool {
+    e["verb"].as_str().is_some_and(|v| WRITE_VERBS.contains(&v))
+}
+
 /// Whether audit event `e` is a completed request the API server received after `mark`.
 fn after(mark: &Mark, e: &serde_json::Value) -> bool {
     e["stage"] == "ResponseComplete"
@@ -84,7 +94,7 @@ pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
         let Ok(e) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        if !after(&from, &e) || !keep(&e) {
+        if !after(&from, &e) || !is_write(&e) || !keep(&e) {
             continue;
         }
         let r = &e["objectRef"];
@@ -102,6 +112,12 @@ pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
 /// the order the API server logged them. Each has `verb`, `userAgent`, `objectRef`,
 /// `requestReceivedTimestamp` and `stageTimestamp` (the API server's clock, in microseconds).
 pub fn entries(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
+    requests(from, |e| is_write(e) && keep(e))
+}
+
+/// Every audit event since `from` that `keep` accepts, reads included (logged for
+/// ServiceAccounts only), in the order the API server logged them.
+pub fn requests(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<serde_json::Value> {
     let mut file = std::fs::File::open(from.log).expect("open the audit log");
     file.seek(SeekFrom::Start(from.at)).unwrap();
     BufReader::new(file)
@@ -110,6 +126,31 @@ pub fn entries(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Vec<ser
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(&line).ok())
         .filter(|e| after(&from, e) && keep(e))
         .collect()
+}
+
+/// The requests since `from` the API server refused with 403 to the user `user` (as
+/// `system:serviceaccount:NS:NAME`), each as `verb resource[/subresource] in NS (name)`.
+pub fn forbidden(from: Mark, user: &str) -> Vec<String> {
+    requests(from, |e| {
+        e["user"]["username"] == user && e["responseStatus"]["code"] == 403
+    })
+    .iter()
+    .map(|e| {
+        let r = &e["objectRef"];
+        let what = match (r["resource"].as_str(), r["subresource"].as_str()) {
+            (Some(res), Some(sub)) => format!("{res}/{sub}"),
+            (Some(res), None) => res.to_string(),
+            _ => e["requestURI"].as_str().unwrap_or_default().to_string(),
+        };
+        format!(
+            "{} {what} in {} ({}): {}",
+            e["verb"].as_str().unwrap_or_default(),
+            r["namespace"].as_str().unwrap_or("the cluster"),
+            r["name"].as_str().unwrap_or("-"),
+            e["requestURI"].as_str().unwrap_or_default(),
+        )
+    })
+    .collect()
 }
 
 /// Waits (polling the log, until the deadline) for an audit event since `from` that `find`

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod chaos;
 pub mod dedicated;
 pub mod helm;
+pub mod kubelet;
 pub mod metrics;
 mod widget;
 
@@ -425,11 +426,14 @@ impl Khai {
                 let left = deadline.saturating_duration_since(std::time::Instant::now());
                 if left.is_zero() {
                     let from = guard.len().saturating_sub(40);
+                    let tail = guard[from..].join("\n");
+                    // Not holding the lock while panicking: it would poison the log for
+                    // whoever reads it next (a caller that catches the panic, `tail`).
+                    drop(guard);
                     panic!(
                         "timed out after {DEADLINE:?} waiting for khai to log {what} ({} of {n} \
-                         seen); khai's log ends:\n{}",
+                         seen); khai's log ends:\n{tail}",
                         found.len(),
-                        guard[from..].join("\n")
                     );
                 }
                 guard = changed.wait_timeout(guard, left).unwrap().0;
