@@ -2,7 +2,7 @@
 //! memo APIs registered, and the progress hook that stops a call at its deadline or memory
 //! budget.
 
-use super::{ctx, inline, memo, memory};
+use super::{ctx, inline, memo, memory, stdlib};
 use rhai::{Dynamic, Engine, EvalAltResult, OptimizationLevel};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -82,6 +82,7 @@ pub fn engine(limits: &Limits) -> Engine {
     memo::register(&mut e);
     crate::effects::k8s::register(&mut e);
     e.register_static_module("http", crate::effects::http::script::module().into());
+    stdlib::register(&mut e);
     nothing_indexes_to_nothing(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {
@@ -110,6 +111,17 @@ pub fn engine(limits: &Limits) -> Engine {
 fn nothing_indexes_to_nothing(e: &mut Engine) {
     e.register_indexer_get(|_: &mut (), _: rhai::INT| ());
     e.register_indexer_get(|_: &mut (), _: rhai::ImmutableString| ());
+}
+
+/// Why the call running on this thread must stop now, if it must: its memory budget is used
+/// up or its deadline has passed. Long native functions ask as they go (see
+/// [`super::stdlib`]), since the progress hook only runs between operations.
+pub(super) fn must_stop() -> Option<&'static str> {
+    if memory::over_budget() {
+        return Some(OVER_MEMORY);
+    }
+    let expired = DEADLINE.with(|d| d.get().is_some_and(|t| Instant::now() >= t));
+    expired.then_some("deadline exceeded")
 }
 
 /// The limit that stopped a script, if one did: the `limit` label of

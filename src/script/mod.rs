@@ -14,6 +14,7 @@ mod error;
 mod inline;
 pub mod memo;
 mod memory;
+mod stdlib;
 
 pub use crate::effects::Reads;
 pub use compiled::{CallArg, Script};
