@@ -35,6 +35,7 @@ mod reload;
 mod restart;
 mod servers;
 mod side_effects;
+mod stdlib;
 mod unowned;
 mod webhooks;
 mod workflow;
