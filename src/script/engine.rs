@@ -2,9 +2,9 @@
 //! memo APIs registered, and the progress hook that stops a call at its deadline or memory
 //! budget.
 
+use super::stop::{DEADLINE, OVER_MEMORY, is_over_memory};
 use super::{ctx, inline, memo, memory, stdlib};
 use rhai::{Dynamic, Engine, EvalAltResult, OptimizationLevel};
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// Bounds on one script call. The defaults fit a reconcile that builds a handful of objects.
@@ -45,14 +45,6 @@ impl Default for Limits {
         }
     }
 }
-
-thread_local! {
-    /// Deadline of the call running on this thread; read by the engine's progress hook.
-    pub(super) static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
-}
-
-/// How the progress hook says it stopped a call for its memory budget.
-const OVER_MEMORY: &str = "memory budget used up";
 
 /// Builds the one kind of engine khai runs scripts in, with every limit set.
 pub fn engine(limits: &Limits) -> Engine {
@@ -113,17 +105,6 @@ fn nothing_indexes_to_nothing(e: &mut Engine) {
     e.register_indexer_get(|_: &mut (), _: rhai::ImmutableString| ());
 }
 
-/// Why the call running on this thread must stop now, if it must: its memory budget is used
-/// up or its deadline has passed. Long native functions ask as they go (see
-/// [`super::stdlib`]), since the progress hook only runs between operations.
-pub(super) fn must_stop() -> Option<&'static str> {
-    if memory::over_budget() {
-        return Some(OVER_MEMORY);
-    }
-    let expired = DEADLINE.with(|d| d.get().is_some_and(|t| Instant::now() >= t));
-    expired.then_some("deadline exceeded")
-}
-
 /// The limit that stopped a script, if one did: the `limit` label of
 /// `khai_script_limit_aborts_total`.
 pub(super) fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
@@ -137,8 +118,4 @@ pub(super) fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
         EvalAltResult::ErrorTooManyModules(..) => "modules",
         _ => return None,
     })
-}
-
-pub(super) fn is_over_memory(token: &Dynamic) -> bool {
-    token.to_string() == OVER_MEMORY
 }

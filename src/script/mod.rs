@@ -14,7 +14,8 @@ mod error;
 mod inline;
 pub mod memo;
 mod memory;
-mod stdlib;
+pub(crate) mod stdlib;
+mod stop;
 
 pub use crate::effects::Reads;
 pub use compiled::{CallArg, Script};

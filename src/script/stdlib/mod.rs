@@ -48,6 +48,127 @@ pub(super) fn register(engine: &mut Engine) {
     }
 }
 
+/// Every function of the standard library and its number of parameters, as scripts call it.
+/// Rhai resolves a call only when it runs, so `khai check` compares a script's calls with this
+/// ([`unknown_calls`]); a test keeps it equal to the modules' `pub fn`s.
+const FUNCTIONS: &[(&str, &str, usize)] = &[
+    ("re", "is_match", 2),
+    ("re", "find", 2),
+    ("re", "find_all", 2),
+    ("re", "captures", 2),
+    ("re", "named_captures", 2),
+    ("re", "replace", 3),
+    ("re", "replace_all", 3),
+    ("re", "split", 2),
+    ("re", "escape", 1),
+    ("time", "now", 0),
+    ("time", "parse", 1),
+    ("time", "is_valid", 1),
+    ("time", "unix", 1),
+    ("time", "from_unix", 1),
+    ("time", "format", 2),
+    ("time", "add", 2),
+    ("time", "sub", 2),
+    ("time", "diff", 2),
+    ("time", "since", 1),
+    ("time", "compare", 2),
+    ("time", "before", 2),
+    ("time", "after", 2),
+    ("time", "duration", 1),
+    ("time", "format_duration", 1),
+    ("crypto", "sha256", 1),
+    ("base64", "encode", 1),
+    ("base64", "decode", 1),
+    ("base64", "encode_url", 1),
+    ("base64", "decode_url", 1),
+    ("quantity", "canonical", 1),
+    ("quantity", "is_valid", 1),
+    ("quantity", "compare", 2),
+    ("quantity", "add", 2),
+    ("quantity", "sub", 2),
+    ("quantity", "mul", 2),
+    ("quantity", "value", 1),
+    ("quantity", "milli_value", 1),
+    ("quantity", "as_float", 1),
+    ("semver", "parse", 1),
+    ("semver", "is_valid", 1),
+    ("semver", "compare", 2),
+    ("semver", "matches", 2),
+    ("labels", "matches", 2),
+    ("labels", "is_valid", 1),
+    ("labels", "stringify", 1),
+    ("labels", "parse", 1),
+    ("json", "parse", 1),
+    ("json", "stringify", 1),
+    ("json", "pretty", 1),
+    ("yaml", "parse", 1),
+    ("yaml", "parse_all", 1),
+    ("yaml", "stringify", 1),
+];
+
+/// A call into a module of the standard library that names no function of it, or gives one the
+/// wrong number of arguments, and where it is in the script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UnknownCall {
+    pub(crate) message: String,
+    pub(crate) line: usize,
+    pub(crate) column: usize,
+}
+
+/// The calls of `ast` into the standard library that would fail as "function not found" when
+/// they run: a misspelled function (`time::nwo()`) or a wrong number of arguments.
+pub(crate) fn unknown_calls(ast: &rhai::AST) -> Vec<UnknownCall> {
+    use rhai::{ASTNode, Expr, FnCallExpr, Position, Stmt};
+    let mut out = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        let call: Option<(&FnCallExpr, &Position)> = match path.last() {
+            Some(ASTNode::Expr(Expr::FnCall(f, pos))) => Some((f, pos)),
+            Some(ASTNode::Stmt(Stmt::FnCall(f, pos))) => Some((f, pos)),
+            _ => None,
+        };
+        if let Some((f, pos)) = call {
+            let module = f.namespace.to_string();
+            let name = f.name.as_str();
+            let arities: Vec<usize> = FUNCTIONS
+                .iter()
+                .filter(|(m, n, _)| *m == module && *n == name)
+                .map(|(_, _, a)| *a)
+                .collect();
+            let message = if !FUNCTIONS.iter().any(|(m, _, _)| *m == module) {
+                None
+            } else if arities.is_empty() {
+                let known: Vec<&str> = FUNCTIONS
+                    .iter()
+                    .filter(|(m, _, _)| *m == module)
+                    .map(|(_, n, _)| *n)
+                    .collect();
+                Some(format!(
+                    "unknown function {module}::{name}; the {module} module has {}",
+                    known.join(", ")
+                ))
+            } else if !arities.contains(&f.args.len()) {
+                let n = arities[0];
+                Some(format!(
+                    "{module}::{name} takes {n} argument{}, not {}",
+                    if n == 1 { "" } else { "s" },
+                    f.args.len()
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = message {
+                out.push(UnknownCall {
+                    message,
+                    line: pos.line().unwrap_or(0),
+                    column: pos.position().unwrap_or(0),
+                });
+            }
+        }
+        true
+    });
+    out
+}
+
 /// A runtime error at the script's call, in the words of the function that raises it.
 fn error(ctx: &NativeCallContext, message: impl Into<String>) -> Box<EvalAltResult> {
     let message: String = message.into();
@@ -61,7 +182,7 @@ fn error(ctx: &NativeCallContext, message: impl Into<String>) -> Box<EvalAltResu
 /// passed its deadline, with the error the progress hook would raise, so the call fails (and
 /// is counted) exactly as a script that ran over would.
 fn interrupted(ctx: &NativeCallContext) -> RhaiResult<()> {
-    match super::engine::must_stop() {
+    match super::stop::must_stop() {
         Some(reason) => Err(Box::new(EvalAltResult::ErrorTerminated(
             reason.into(),
             ctx.call_position(),
@@ -164,6 +285,85 @@ mod tests {
             true
         });
         assert_eq!(calls, 1, "time::now() was folded into a constant");
+    }
+
+    /// The parameters scripts pass to each `pub fn` of `source`'s `api` module (a
+    /// `NativeCallContext` is Rhai's, not the script's).
+    fn api_functions(module: &str, source: &str) -> Vec<(String, String, usize)> {
+        let api = source.split("pub mod api {").nth(1).unwrap();
+        let api = api.split("#[cfg(test)]").next().unwrap();
+        api.split("pub fn ")
+            .skip(1)
+            .map(|f| {
+                let (name, rest) = f.split_once('(').unwrap();
+                let params = rest.split_once(')').unwrap().0;
+                let n = params
+                    .split(',')
+                    .filter(|p| !p.trim().is_empty() && !p.contains("NativeCallContext"))
+                    .count();
+                (module.to_string(), name.to_string(), n)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_list_check_reads_is_every_function_the_modules_define() {
+        let sources = [
+            ("re", include_str!("re.rs")),
+            ("time", include_str!("time.rs")),
+            ("crypto", include_str!("crypto.rs")),
+            ("base64", include_str!("base64.rs")),
+            ("quantity", include_str!("quantity.rs")),
+            ("semver", include_str!("semver.rs")),
+            ("labels", include_str!("labels.rs")),
+            ("json", include_str!("json.rs")),
+            ("yaml", include_str!("yaml.rs")),
+        ];
+        let mut defined: Vec<_> = sources
+            .iter()
+            .flat_map(|(m, s)| api_functions(m, s))
+            .collect();
+        let mut listed: Vec<_> = FUNCTIONS
+            .iter()
+            .map(|(m, n, a)| (m.to_string(), n.to_string(), *a))
+            .collect();
+        defined.sort();
+        listed.sort();
+        assert_eq!(listed, defined);
+        let registered: Vec<&str> = modules().iter().map(|(m, _)| *m).collect();
+        let named: Vec<&str> = sources.iter().map(|(m, _)| *m).collect();
+        assert_eq!(registered, named);
+    }
+
+    #[test]
+    fn check_finds_misspelled_functions_and_wrong_arities_where_they_are() {
+        let e = engine(&Limits::default());
+        let ast = e
+            .compile(
+                "fn reconcile(obj, ctx) {\n    let t = time::nwo();\n    re::is_match(\"x\");\n    \
+                 time::now() + re::split(\",\", \"a,b\").len() + k8s::whatever(1)\n}\n",
+            )
+            .unwrap();
+        let found = unknown_calls(&ast);
+        assert_eq!(
+            found,
+            [
+                UnknownCall {
+                    message: "unknown function time::nwo; the time module has now, parse, \
+                              is_valid, unix, from_unix, format, add, sub, diff, since, compare, \
+                              before, after, duration, format_duration"
+                        .into(),
+                    // At the function's name, where Rhai places a call and its runtime errors.
+                    line: 2,
+                    column: 19,
+                },
+                UnknownCall {
+                    message: "re::is_match takes 2 arguments, not 1".into(),
+                    line: 3,
+                    column: 9,
+                },
+            ]
+        );
     }
 
     #[test]
