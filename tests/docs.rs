@@ -843,7 +843,7 @@ fn library_rows(src: &str) -> Vec<LibraryRow> {
 }
 
 /// The functions each module of src/script/stdlib defines for scripts: the `pub fn`s of its
-/// `pub mod api`, as `module::name`.
+/// `pub mod api` (in `<module>.rs`, or `<module>/mod.rs`), as `module::name`.
 fn library_functions() -> BTreeSet<String> {
     let dir = root().join("src/script/stdlib");
     let mut out = BTreeSet::new();
@@ -853,7 +853,13 @@ fn library_functions() -> BTreeSet<String> {
         if module == "mod" {
             continue;
         }
-        let text = std::fs::read_to_string(&path).unwrap();
+        // A module split into files keeps its `api` in its mod.rs.
+        let file = if path.is_dir() {
+            path.join("mod.rs")
+        } else {
+            path
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
         let api = text.split("pub mod api {").nth(1).unwrap_or_default();
         let api = api.split("#[cfg(test)]").next().unwrap_or_default();
         for line in api.lines() {

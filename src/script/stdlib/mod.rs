@@ -315,7 +315,7 @@ mod tests {
             ("base64", include_str!("base64.rs")),
             ("quantity", include_str!("quantity.rs")),
             ("semver", include_str!("semver.rs")),
-            ("labels", include_str!("labels.rs")),
+            ("labels", include_str!("labels/mod.rs")),
             ("json", include_str!("json.rs")),
             ("yaml", include_str!("yaml.rs")),
         ];

@@ -332,6 +332,24 @@ mod tests {
     }
 
     #[test]
+    fn a_long_loop_stops_at_the_calls_memory_budget_as_the_progress_hook_would() {
+        let e = engine(&Limits::default());
+        let mut scope = rhai::Scope::new();
+        scope.push("text", "a".repeat(2 << 20));
+        crate::script::memory::begin(1 << 20);
+        let err = e
+            .eval_with_scope::<Dynamic>(&mut scope, r#"re::find_all("a", text)"#)
+            .unwrap_err();
+        crate::script::memory::end();
+        match *err {
+            rhai::EvalAltResult::ErrorTerminated(token, _) => {
+                assert!(crate::script::stop::is_over_memory(&token), "{token}");
+            }
+            other => panic!("not stopped for memory: {other}"),
+        }
+    }
+
+    #[test]
     fn a_replacement_longer_than_the_string_limit_is_an_error_not_an_allocation() {
         let limits = Limits {
             max_string_size: 1000,
