@@ -138,7 +138,11 @@ fn canonical(q: Quantity) -> String {
         return "0".into();
     }
     let format = match q.format {
-        Format::BinarySi if q.nanos.abs() < 1024 * NANO || q.nanos % NANO != 0 => Format::DecimalSi,
+        Format::BinarySi
+            if q.nanos.unsigned_abs() < 1024 * NANO.unsigned_abs() || q.nanos % NANO != 0 =>
+        {
+            Format::DecimalSi
+        }
         f => f,
     };
     if format == Format::BinarySi {
@@ -353,6 +357,16 @@ mod tests {
             ("1.0000000000000000000000000000000000000000000", "1"),
         ] {
             assert_eq!(canon(written), canonical, "{written}");
+        }
+    }
+
+    #[test]
+    fn the_extremes_of_the_range_are_written_without_overflow() {
+        for nanos in [i128::MIN, i128::MAX, i128::MIN + 1] {
+            for format in [Format::BinarySi, Format::DecimalSi, Format::DecimalExponent] {
+                let written = canonical(Quantity { nanos, format });
+                assert!(!written.is_empty());
+            }
         }
     }
 
