@@ -19,6 +19,9 @@
 //! - any other ```` ```toml ````: parsed and validated as `khai check` does (keys, types, the
 //!   schema rules), without reading the scripts and files it names; any other ```` ```rust ```` or ```` ```rhai ````: compiles as Rhai;
 //!   ```` ```yaml ````: parses as YAML.
+//! - the tables under `## The standard library` in docs/scripts.md: their first column names
+//!   every function of `src/script/stdlib/` (the `pub fn`s of each file's `api` module), and
+//!   each example `` `expression` → `result` `` runs through khai's engine and gives the result.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -778,4 +781,140 @@ fn anchors_are_made_the_way_github_makes_them() {
         "keys-1",
     ];
     assert_eq!(a, want.iter().map(|s| s.to_string()).collect());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The standard library's tables in docs/scripts.md against the modules.
+
+/// One row of a standard library table: the functions its first cell names, and the
+/// `expression` → `result` of its example cell.
+struct LibraryRow {
+    line: usize,
+    functions: Vec<String>,
+    example: Option<(String, Option<String>)>,
+}
+
+/// The rows of the tables under `## The standard library` in docs/scripts.md.
+fn library_rows(src: &str) -> Vec<LibraryRow> {
+    let mut rows = Vec::new();
+    let (mut in_section, mut heading, mut cell) = (false, None::<String>, 0);
+    let mut row: Option<LibraryRow> = None;
+    let mut codes: Vec<String> = Vec::new();
+    for (event, range) in Parser::new_ext(src, Options::ENABLE_TABLES).into_offset_iter() {
+        match event {
+            Event::Start(Tag::Heading {
+                level: HeadingLevel::H2,
+                ..
+            }) => {
+                heading = Some(String::new());
+            }
+            Event::Text(t) if heading.is_some() => heading.as_mut().unwrap().push_str(&t),
+            Event::End(TagEnd::Heading(HeadingLevel::H2)) => {
+                in_section = heading.take().as_deref() == Some("The standard library");
+            }
+            Event::Start(Tag::TableRow) if in_section => {
+                cell = 0;
+                row = Some(LibraryRow {
+                    line: line_of(src, range.start),
+                    functions: Vec::new(),
+                    example: None,
+                });
+            }
+            Event::Start(Tag::TableCell) => codes.clear(),
+            Event::Code(c) => codes.push(c.to_string()),
+            Event::End(TagEnd::TableCell) => {
+                if let Some(r) = row.as_mut() {
+                    match cell {
+                        0 => r.functions = codes.clone(),
+                        2 => {
+                            let mut c = codes.clone().into_iter();
+                            r.example = c.next().map(|expr| (expr, c.next()));
+                        }
+                        _ => {}
+                    }
+                }
+                cell += 1;
+            }
+            Event::End(TagEnd::TableRow) => rows.extend(row.take()),
+            _ => {}
+        }
+    }
+    rows
+}
+
+/// The functions each module of src/script/stdlib defines for scripts: the `pub fn`s of its
+/// `pub mod api` (in `<module>.rs`, or `<module>/mod.rs`), as `module::name`.
+fn library_functions() -> BTreeSet<String> {
+    let dir = root().join("src/script/stdlib");
+    let mut out = BTreeSet::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        let module = path.file_stem().unwrap().to_string_lossy().to_string();
+        if module == "mod" {
+            continue;
+        }
+        // A module split into files keeps its `api` in its mod.rs.
+        let file = if path.is_dir() {
+            path.join("mod.rs")
+        } else {
+            path
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
+        let api = text.split("pub mod api {").nth(1).unwrap_or_default();
+        let api = api.split("#[cfg(test)]").next().unwrap_or_default();
+        for line in api.lines() {
+            if let Some(rest) = line.trim().strip_prefix("pub fn ") {
+                let name = rest.split('(').next().unwrap();
+                out.insert(format!("{module}::{name}"));
+            }
+        }
+    }
+    out
+}
+
+/// Every function of the standard library has a row in docs/scripts.md, every row names
+/// functions that exist, and every example runs through the real engine and gives the value
+/// the table says.
+#[test]
+fn the_standard_library_tables_document_every_function_and_their_examples_run() {
+    let page = Path::new("docs/scripts.md");
+    let rows = library_rows(&read(page));
+    let engine = khai::script::engine(&khai::script::Limits::default());
+    let json = |src: &str| -> Result<serde_json::Value, String> {
+        let v = engine
+            .eval::<rhai::Dynamic>(src)
+            .map_err(|e| e.to_string())?;
+        khai::script::convert::to_json(&v).map_err(|e| e.to_string())
+    };
+    let mut problems = Vec::new();
+    let mut documented = BTreeSet::new();
+    for row in &rows {
+        let at = format!("{}:{}", page.display(), row.line);
+        for f in &row.functions {
+            documented.insert(f.split('(').next().unwrap().to_string());
+        }
+        match &row.example {
+            Some((expr, expected)) => match (json(expr), expected.as_deref().map(json)) {
+                (Ok(got), Some(Ok(want))) if got != want => {
+                    problems.push(format!("{at}: {expr} gives {got}, the table says {want}"));
+                }
+                (Err(e), _) => problems.push(format!("{at}: {expr} fails: {e}")),
+                (_, Some(Err(e))) => problems.push(format!("{at}: the result fails: {e}")),
+                _ => {}
+            },
+            None => problems.push(format!("{at}: the row has no example")),
+        }
+    }
+    let defined = library_functions();
+    assert!(defined.len() > 30, "only {} functions found", defined.len());
+    for f in defined.difference(&documented) {
+        problems.push(format!("{}: {f} is not documented", page.display()));
+    }
+    for f in documented.difference(&defined) {
+        problems.push(format!(
+            "{}: {f} is documented but not defined",
+            page.display()
+        ));
+    }
+    fail_with(problems);
 }

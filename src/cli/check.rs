@@ -1,7 +1,9 @@
 //! `khai check`: validate a config and compile its scripts, offline; flag the scripts'
 //! `k8s::<verb>("<kind>", …)` calls that `[operator] uses` does not declare (the generated
 //! RBAC would not grant them), `http::…("<url>", …)` calls `[operator.http] allow` refuses and
-//! `ctx.secret("<name>", …)` reads of Secrets `[operator] secrets` does not name.
+//! `ctx.secret("<name>", …)` reads of Secrets `[operator] secrets` does not name, and calls of
+//! the standard library that name no function of it (or give one the wrong number of
+//! arguments), which Rhai would only find when they run.
 
 use crate::operator::Operator;
 use std::path::PathBuf;
@@ -39,8 +41,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// `file:line:col: message` for each `k8s` call of a script that `[operator] uses` does not
-/// declare, then each literal URL or Secret the config does not allow, each script once, in
-/// file order.
+/// declare, then each unknown call of the standard library, then each literal URL or Secret the
+/// config does not allow, each script once, in file order.
 fn undeclared_calls(op: &Operator) -> Vec<String> {
     use crate::effects::k8s::declared;
     let h = &op.handlers;
@@ -65,6 +67,15 @@ fn undeclared_calls(op: &Operator) -> Vec<String> {
                     call.column
                 ));
             }
+        }
+        for c in crate::script::stdlib::unknown_calls(script.ast()) {
+            out.push(format!(
+                "{}:{}:{}: {}",
+                file.display(),
+                c.line,
+                c.column,
+                c.message
+            ));
         }
         for f in crate::effects::literals::refused(&op.config.model, script.ast()) {
             out.push(format!(

@@ -3,8 +3,9 @@
 //! short, else on tokio's blocking pool.
 
 use super::ctx::{self, ScriptCtx};
-use super::engine::{DEADLINE, Limits, is_over_memory, is_over_shared_memory, limit_hit};
+use super::engine::{Limits, limit_hit};
 use super::error::{ScriptError, position, strip_position};
+use super::stop::{DEADLINE, is_over_memory, is_over_shared_memory};
 use super::{convert, inline, memory};
 use rhai::{AST, Dynamic, Engine, EvalAltResult};
 use std::path::{Path, PathBuf};

@@ -2,9 +2,11 @@
 //! memo APIs registered, and the progress hook that stops a call at its deadline or memory
 //! budget.
 
-use super::{ctx, inline, memo, memory};
+use super::stop::{
+    DEADLINE, OVER_MEMORY, OVER_SHARED_MEMORY, is_over_memory, is_over_shared_memory,
+};
+use super::{ctx, inline, memo, memory, stdlib};
 use rhai::{Dynamic, Engine, EvalAltResult, OptimizationLevel};
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// Bounds on one script call. The defaults fit a reconcile that builds a handful of objects.
@@ -46,19 +48,9 @@ impl Default for Limits {
     }
 }
 
-thread_local! {
-    /// Deadline of the call running on this thread; read by the engine's progress hook.
-    pub(super) static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
-}
-
 /// Why a script may not `import`.
 pub(super) const NO_IMPORT: &str =
     "`import` is not available: scripts cannot load other files; put the functions in this script";
-
-/// How the progress hook says it stopped a call for its memory budget.
-const OVER_MEMORY: &str = "memory budget used up";
-/// How the progress hook says it stopped a call for the memory all calls share.
-const OVER_SHARED_MEMORY: &str = "shared memory budget used up";
 
 /// Builds the one kind of engine khai runs scripts in, with every limit set.
 pub fn engine(limits: &Limits) -> Engine {
@@ -94,6 +86,7 @@ pub fn engine(limits: &Limits) -> Engine {
     memo::register(&mut e);
     crate::effects::k8s::register(&mut e);
     e.register_static_module("http", crate::effects::http::script::module().into());
+    stdlib::register(&mut e);
     nothing_indexes_to_nothing(&mut e);
     e.on_progress(|ops| {
         if inline::over_budget(ops) {
@@ -140,12 +133,4 @@ pub(super) fn limit_hit(err: &EvalAltResult) -> Option<&'static str> {
         EvalAltResult::ErrorTooManyModules(..) => "modules",
         _ => return None,
     })
-}
-
-pub(super) fn is_over_memory(token: &Dynamic) -> bool {
-    token.to_string() == OVER_MEMORY
-}
-
-pub(super) fn is_over_shared_memory(token: &Dynamic) -> bool {
-    token.to_string() == OVER_SHARED_MEMORY
 }

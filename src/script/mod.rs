@@ -15,6 +15,8 @@ mod inline;
 pub mod memo;
 mod memory;
 pub mod stack;
+pub(crate) mod stdlib;
+mod stop;
 
 pub use crate::effects::Reads;
 pub use compiled::{CallArg, Script};

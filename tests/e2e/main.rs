@@ -37,6 +37,7 @@ mod reload;
 mod restart;
 mod servers;
 mod side_effects;
+mod stdlib;
 mod unowned;
 mod webhooks;
 mod workflow;
