@@ -228,7 +228,30 @@ pub fn rhai_json(data: &[u8]) {
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    assert_round_trip(&value, scripts().call("echo", std::slice::from_ref(&value)));
+    let depth = nesting(&value);
+    assert_within_depth(
+        depth,
+        scripts().call("echo", std::slice::from_ref(&value)),
+        |out| assert_round_trip(&value, out),
+    );
+    // The same value nested deeper by the script itself, up to far past any JSON reader: the
+    // call fails naming the depth, never the process.
+    let extra = data.first().map_or(0, |b| usize::from(*b) * 4);
+    let nested = scripts().call("nest", &[value.clone(), json!(extra)]);
+    assert_within_depth(depth + extra, nested, |out| {
+        let mut out = out.expect("a nested value within the limit converts");
+        for _ in 0..extra {
+            out = out
+                .as_array_mut()
+                .and_then(Vec::pop)
+                .expect("one array a level");
+        }
+        assert!(same(&value, &out), "nesting changed the value");
+    });
+    if depth + 2 > khai::nesting::MAX_DEPTH {
+        // `reconcile` below answers with the value two levels down (`list[0]`).
+        return;
+    }
     let ctx = ScriptCtx {
         lookup: Arc::new(Echo(value.clone())),
         ..ScriptCtx::detached("fuzz", "fuzz", Some("ns"))
@@ -292,6 +315,34 @@ pub fn plan(data: &[u8]) {
 
 /// A value that crossed into Rhai and back must be unchanged, or fail with an error that says
 /// why (a script limit), never a panic or a silent change.
+/// How many arrays and maps deep `v` nests.
+fn nesting(v: &Value) -> usize {
+    match v {
+        Value::Array(items) => 1 + items.iter().map(nesting).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(nesting).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// A call whose result nests `depth` deep: past the limit it fails saying so; within it,
+/// `check` judges the result.
+fn assert_within_depth(
+    depth: usize,
+    out: Result<Value, ScriptError>,
+    check: impl FnOnce(Result<Value, ScriptError>),
+) {
+    if depth <= khai::nesting::MAX_DEPTH {
+        return check(out);
+    }
+    match out {
+        Err(ScriptError::Convert { message, .. }) => assert!(
+            message.contains("nests more than 100 arrays and maps deep"),
+            "{message}"
+        ),
+        other => panic!("a result {depth} deep: {other:?}"),
+    }
+}
+
 fn assert_round_trip(input: &Value, out: Result<Value, ScriptError>) {
     match out {
         Ok(out) => assert!(
@@ -351,6 +402,7 @@ fn scripts() -> &'static Script {
         let limits = Limits::default();
         let src = r#"
             fn echo(x) { x }
+            fn nest(x, n) { for i in 0..n { x = [x]; } x }
             fn convert(obj, to_version) { obj }
             fn reconcile(obj, ctx) {
                 #{ obj: obj, got: ctx.get("Thing", "a"), list: ctx.list("Thing") }
