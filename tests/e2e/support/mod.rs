@@ -3,6 +3,8 @@
 //! Each test binary starts one cluster with `scripts/cluster start` the first time a test asks
 //! for it (or uses `KHAI_TEST_KUBECONFIG` when set, e.g. a kind cluster), and a watchdog process
 //! stops it when the test binary exits, however it exits. Every test gets its own namespace.
+//! `KHAI_TEST_K8S_VERSION` picks the kube-apiserver version (`scripts/cluster start --version`:
+//! `current`, the default, or `v1.20.2`, the oldest supported; docs/kubernetes-versions.md).
 //! Waiting is always on a condition observed through a watch, with a deadline.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
@@ -59,12 +61,23 @@ fn start_cluster() -> Cluster {
     )))
 }
 
-/// Starts a cluster in `dir` with `scripts/cluster start`, and a watchdog that stops it when this
-/// process exits.
+/// The kube-apiserver version the tests run against: `KHAI_TEST_K8S_VERSION`, else the current
+/// one (`scripts/cluster versions`).
+pub fn k8s_version() -> String {
+    std::env::var("KHAI_TEST_K8S_VERSION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "current".to_string())
+}
+
+/// Starts a cluster in `dir` with `scripts/cluster start --version` [`k8s_version`], and a
+/// watchdog that stops it when this process exits.
 fn start_cluster_in(dir: &Path) -> Cluster {
     let script = repo_root().join("scripts/cluster");
     let out = Command::new(&script)
         .arg("start")
+        .arg("--version")
+        .arg(k8s_version())
         .arg(dir)
         .stderr(Stdio::inherit())
         .output()
