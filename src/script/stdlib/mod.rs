@@ -373,3 +373,12 @@ mod tests {
         assert_eq!(quoted(&long).chars().count(), 103);
     }
 }
+
+/// Evaluates `src` in the one engine, as JSON, or the error's message as scripts see it.
+#[cfg(test)]
+pub(crate) fn eval(src: &str) -> Result<serde_json::Value, String> {
+    super::engine(&super::Limits::default())
+        .eval::<rhai::Dynamic>(src)
+        .map(|v| super::convert::to_json(&v).unwrap())
+        .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
+}

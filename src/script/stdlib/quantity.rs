@@ -302,18 +302,12 @@ pub mod api {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::{Limits, engine};
 
     fn canon(s: &str) -> String {
         canonical(parse(s).unwrap())
     }
 
-    fn eval(src: &str) -> Result<serde_json::Value, String> {
-        engine(&Limits::default())
-            .eval::<Dynamic>(src)
-            .map(|v| crate::script::convert::to_json(&v).unwrap())
-            .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
-    }
+    use crate::script::stdlib::eval;
 
     /// Canonical forms as apimachinery's `Quantity.String()` writes them (its quantity_test.go).
     #[test]

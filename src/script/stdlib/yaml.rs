@@ -64,15 +64,7 @@ pub mod api {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::{Limits, engine};
-    use rhai::Dynamic;
-
-    fn eval(src: &str) -> Result<serde_json::Value, String> {
-        engine(&Limits::default())
-            .eval::<Dynamic>(src)
-            .map(|v| crate::script::convert::to_json(&v).unwrap())
-            .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
-    }
+    use crate::script::stdlib::eval;
 
     #[test]
     fn yaml_reads_documents_and_writes_values_back() {

@@ -247,15 +247,7 @@ pub mod api {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::{Limits, engine};
-    use rhai::Dynamic;
-
-    fn eval(src: &str) -> Result<serde_json::Value, String> {
-        engine(&Limits::default())
-            .eval::<Dynamic>(src)
-            .map(|v| crate::script::convert::to_json(&v).unwrap())
-            .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
-    }
+    use crate::script::stdlib::eval;
 
     fn matches(labels: &str, selector: &str) -> bool {
         eval(&format!("labels::matches({labels}, {selector})"))
