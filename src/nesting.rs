@@ -14,7 +14,7 @@ use rhai::{Array, Dynamic, Map};
 /// How many arrays and maps deep a value leaving a script may nest. The API server's JSON
 /// reader and khai's own (serde_json's) stop at 128 levels, and a child sits two levels into a
 /// result (`children[i]`), so no result khai accepts makes an object it could not read back.
-pub const MAX_DEPTH: usize = 100;
+pub const MAX_DEPTH: usize = 120;
 
 /// How many segments of a too-deep value's path its error shows: the outermost say where, the
 /// hundred after them say nothing more.

@@ -336,7 +336,10 @@ fn assert_within_depth(
     }
     match out {
         Err(ScriptError::Convert { message, .. }) => assert!(
-            message.contains("nests more than 100 arrays and maps deep"),
+            message.contains(&format!(
+                "nests more than {} arrays and maps deep",
+                khai::nesting::MAX_DEPTH
+            )),
             "{message}"
         ),
         other => panic!("a result {depth} deep: {other:?}"),

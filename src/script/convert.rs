@@ -266,7 +266,7 @@ mod tests {
         assert!(matches!(err, ToJsonError::TooDeep(_)), "{err}");
         assert_eq!(
             err.to_string(),
-            ".status.a[1][0][0][0]… nests more than 100 arrays and maps deep"
+            ".status.a[1][0][0][0]… nests more than 120 arrays and maps deep"
         );
     }
 }

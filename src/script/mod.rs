@@ -106,6 +106,15 @@ pub fn read_script(
     }
 }
 
+/// Evaluates `src` in the one engine, as JSON, or the error's message as scripts see it.
+#[cfg(test)]
+pub(crate) fn eval_json(src: &str) -> Result<serde_json::Value, String> {
+    engine(&Limits::default())
+        .eval::<rhai::Dynamic>(src)
+        .map(|v| convert::to_json(&v).unwrap())
+        .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -388,7 +397,7 @@ pub(crate) mod tests {
             timeout: Duration::from_secs(120),
             ..Limits::default()
         };
-        for n in [101, 3_000] {
+        for n in [121, 3_000] {
             let s = Script::compile(
                 Arc::new(engine(&limits)),
                 &limits,
@@ -407,7 +416,7 @@ pub(crate) mod tests {
             assert_eq!(
                 err.to_string(),
                 "t.rhai: in reconcile: cannot convert the result to JSON: \
-                 .status.deep[0][0][0][0]… nests more than 100 arrays and maps deep",
+                 .status.deep[0][0][0][0]… nests more than 120 arrays and maps deep",
                 "n = {n}"
             );
         }

@@ -141,10 +141,10 @@ async fn hostile_scripts_fail_alone_and_a_healthy_controller_beside_them_keeps_r
     }
     // Each mode that cannot be carried out fails alone, in words that say why.
     for (name, says) in [
-        ("deep-status", "nests more than 100 arrays and maps deep"),
-        ("deep-child", "nests more than 100 arrays and maps deep"),
+        ("deep-status", "nests more than 120 arrays and maps deep"),
+        ("deep-child", "nests more than 120 arrays and maps deep"),
         ("deep-abandoned", "exceeded its"),
-        ("deep-memo", "nests more than 100 arrays and maps deep"),
+        ("deep-memo", "nests more than 120 arrays and maps deep"),
     ] {
         let o = wait_for(
             &hostiles,

@@ -51,7 +51,7 @@ pub mod api {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::stdlib::eval;
+    use crate::script::eval_json as eval;
 
     #[test]
     fn json_round_trips_every_kind_of_value() {

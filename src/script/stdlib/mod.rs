@@ -206,15 +206,6 @@ fn sign(o: std::cmp::Ordering) -> rhai::INT {
     o as rhai::INT
 }
 
-/// Evaluates `src` in the one engine, as JSON, or the error's message as scripts see it.
-#[cfg(test)]
-pub(crate) fn eval(src: &str) -> Result<serde_json::Value, String> {
-    super::engine(&super::Limits::default())
-        .eval::<rhai::Dynamic>(src)
-        .map(|v| super::convert::to_json(&v).unwrap())
-        .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -307,7 +307,7 @@ mod tests {
         canonical(parse(s).unwrap())
     }
 
-    use crate::script::stdlib::eval;
+    use crate::script::eval_json as eval;
 
     /// Canonical forms as apimachinery's `Quantity.String()` writes them (its quantity_test.go).
     #[test]

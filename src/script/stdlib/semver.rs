@@ -88,7 +88,7 @@ pub mod api {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::stdlib::eval;
+    use crate::script::eval_json as eval;
 
     #[test]
     fn versions_parse_with_or_without_a_v() {

@@ -64,7 +64,7 @@ pub mod api {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::stdlib::eval;
+    use crate::script::eval_json as eval;
 
     #[test]
     fn yaml_reads_documents_and_writes_values_back() {

@@ -247,7 +247,7 @@ pub mod api {
 
 #[cfg(test)]
 mod tests {
-    use crate::script::stdlib::eval;
+    use crate::script::eval_json as eval;
 
     fn matches(labels: &str, selector: &str) -> bool {
         eval(&format!("labels::matches({labels}, {selector})"))
