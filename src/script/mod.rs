@@ -109,9 +109,14 @@ pub fn read_script(
 /// Evaluates `src` in the one engine, as JSON, or the error's message as scripts see it.
 #[cfg(test)]
 pub(crate) fn eval_json(src: &str) -> Result<serde_json::Value, String> {
+    eval_dynamic(src).map(|v| convert::to_json(&v).unwrap())
+}
+
+/// Evaluates `src` in the one engine, or the error's message as scripts see it.
+#[cfg(test)]
+pub(crate) fn eval_dynamic(src: &str) -> Result<rhai::Dynamic, String> {
     engine(&Limits::default())
         .eval::<rhai::Dynamic>(src)
-        .map(|v| convert::to_json(&v).unwrap())
         .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
 }
 

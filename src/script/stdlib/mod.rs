@@ -210,13 +210,8 @@ fn sign(o: std::cmp::Ordering) -> rhai::INT {
 mod tests {
     use super::*;
     use crate::script::{Limits, engine};
-    use rhai::Dynamic;
 
-    fn eval(src: &str) -> Result<Dynamic, String> {
-        let e = engine(&Limits::default());
-        e.eval::<Dynamic>(src)
-            .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
-    }
+    use crate::script::eval_dynamic as eval;
 
     #[test]
     fn every_module_is_reachable_from_a_script_through_the_real_engine() {

@@ -235,14 +235,10 @@ mod tests {
     use crate::script::{Limits, engine};
     use rhai::Dynamic;
 
-    fn eval(src: &str) -> Result<Dynamic, String> {
-        engine(&Limits::default())
-            .eval::<Dynamic>(src)
-            .map_err(|e| e.to_string().replacen("Runtime error: ", "", 1))
-    }
+    use crate::script::eval_dynamic as eval;
 
     fn json(src: &str) -> serde_json::Value {
-        crate::script::convert::to_json(&eval(src).unwrap()).unwrap()
+        crate::script::eval_json(src).unwrap()
     }
 
     #[test]
