@@ -24,20 +24,41 @@ pub(super) async fn turn(obj: &Arc<DynamicObject>, ctx: &Ctx) -> Result<Action, 
         return Ok(Action::requeue(left));
     }
     let mut wake = Vec::new();
+    let mut wrote = false;
     if ctx.beside.handlers.is_some() || ctx.beside.clock.is_some() {
-        let t = beside_turn(obj, ctx)?;
+        let (handlers_ctx, reads) = ctx.tracked_ctx(obj);
+        let mut t = beside_turn(obj, ctx)?;
+        t.ctx = handlers_ctx;
         let mut handled = match &ctx.beside.handlers {
             Some(h) => h.on_change(&t).await?,
             None => Handled::default(),
         };
+        // Handlers run on changes, so a `k8s::` write of theirs that changes the object runs
+        // them again. Timers and daemons are paced by their intervals, not by changes: their
+        // writes are no loop, and do not count.
+        wrote = reads.wrote();
         if let Some(c) = &ctx.beside.clock {
+            t.ctx = ctx.script_ctx(obj);
             wake.push(c.run(&t, &mut handled).await);
         }
         wake.push(handled.retry_in);
         carry_out(obj, ctx, handled).await?;
     }
     if let Some(function) = &ctx.spec.function {
-        wake.push(apply(obj, ctx, function, &key).await?);
+        let (requeue, applied) = apply(obj, ctx, function, &key).await?;
+        wake.push(requeue);
+        wrote |= applied;
+    }
+    if let Recorded::Hot { writes, cooldown } = ctx.spin.record(&key, wrote) {
+        let message = format!(
+            "{writes} reconciles wrote within {}s: something this object's reconcile writes \
+             triggers it again (a child or label it changes every time?); pausing it for {}s",
+            super::spin::WINDOW.as_secs(),
+            cooldown.as_secs()
+        );
+        tracing::warn!(writes, cooldown = ?cooldown, "hot loop: {message}");
+        crate::metrics::hot_loop(&ctx.spec.controller);
+        publish(ctx, obj, EventType::Warning, "HotLoop", &message).await;
     }
     Ok(wake
         .into_iter()
@@ -143,13 +164,14 @@ fn first_refusal(ctx: &Ctx, obj: &DynamicObject, message: &str) -> bool {
 /// server-side apply of `reconcile`'s status, so neither takes away the other's fields.
 const HANDLERS_MANAGER: &str = "khai-handlers";
 
-/// `reconcile` and its plan carried out; returns when the script asked to run again.
+/// `reconcile` and its plan carried out; returns when the script asked to run again, and whether
+/// it wrote anything (a child, the status, or through `k8s::`).
 async fn apply(
     obj: &Arc<DynamicObject>,
     ctx: &Ctx,
     function: &str,
     key: &str,
-) -> Result<Option<std::time::Duration>, ReconcileError> {
+) -> Result<(Option<std::time::Duration>, bool), ReconcileError> {
     let (script_ctx, reads) = ctx.tracked_ctx(obj);
     crate::script::has_view(obj)?;
     let mut plan =
@@ -186,17 +208,6 @@ async fn apply(
     let wrote = outcome.children_applied + outcome.children_pruned > 0
         || outcome.status_written
         || reads.wrote();
-    if let Recorded::Hot { writes, cooldown } = ctx.spin.record(key, wrote) {
-        let message = format!(
-            "{writes} reconciles wrote within {}s: something this object's reconcile writes \
-             triggers it again (a child or label it changes every time?); pausing it for {}s",
-            super::spin::WINDOW.as_secs(),
-            cooldown.as_secs()
-        );
-        tracing::warn!(writes, cooldown = ?cooldown, "hot loop: {message}");
-        crate::metrics::hot_loop(&ctx.spec.controller);
-        publish(ctx, obj, EventType::Warning, "HotLoop", &message).await;
-    }
     capped_events(ctx, obj, &plan.events, |e| {
         publish(ctx, obj, event_type(e), &e.reason, &e.message)
     })
@@ -208,5 +219,5 @@ async fn apply(
         status_written = outcome.status_written,
         "reconciled"
     );
-    Ok(plan.requeue_after)
+    Ok((plan.requeue_after, wrote))
 }

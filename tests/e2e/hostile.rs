@@ -198,3 +198,69 @@ async fn hostile_scripts_fail_alone_and_a_healthy_controller_beside_them_keeps_r
     .await;
     metrics_until(&addr, "khai still serving its metrics", |b| !b.is_empty()).await;
 }
+
+/// A write loop through a handler's `k8s::` call (a label bumped on every update runs the update
+/// handler again) is paused as a reconcile's is: hot-loop damping sees every write an object's
+/// turn causes, whatever path it takes.
+#[tokio::test]
+async fn a_write_loop_through_a_handler_is_paused_like_a_reconciles() {
+    let group = "looper.khai.test";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "looper").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("operator.toml"),
+        format!(
+            r#"
+[operator]
+name = "looper"
+uses = [{{ kind = "Looper", verbs = ["patch"] }}]
+
+[[crd]]
+group = "{group}"
+kind = "Looper"
+versions = ["v1"]
+spec.n = {{ type = "integer", default = 0 }}
+
+[[handler]]
+for = "Looper"
+on = "create"
+script = "looper.rhai"
+function = "bump"
+
+[[handler]]
+for = "Looper"
+on = "update"
+script = "looper.rhai"
+function = "bump"
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("looper.rhai"),
+        r#"
+fn bump(obj, ctx, change) {
+    let n = parse_int(obj.metadata?.labels?.bump ?? "0");
+    k8s::label(obj, #{ bump: `${n + 1}` });
+}
+"#,
+    )
+    .unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &[]);
+    wait_for_crd(&client, &format!("loopers.{group}")).await;
+    let loopers = custom_api(&client, &ns.name, group, "Looper", "loopers");
+    create(&loopers, group, "Looper", "spin", json!({ "n": 1 })).await;
+    let addr = khai.metrics_addr().await;
+    metrics_until(&addr, "a pause of the Looper its handler bumps", |b| {
+        sum(b, "khai_hot_loops_total") >= 1.0
+    })
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    crate::support::wait_for_any(events, "a HotLoop Warning for the Looper", |e| {
+        e.reason.as_deref() == Some("HotLoop")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("spin")
+    })
+    .await;
+}
