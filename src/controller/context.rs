@@ -25,6 +25,8 @@ pub(crate) struct Ctx {
     pub backoff: queue::Backoff,
     /// Per-object write history, to slow down reconciles that keep writing.
     pub spin: super::spin::Spin,
+    /// Per-object Event counts, to cap the Events scripts ask for.
+    pub event_budget: super::event_budget::EventBudget,
     /// Requests waiting for a reconcile, for the workqueue metrics.
     pub pending: queue::Pending,
     /// What runs beside (or instead of) `reconcile` for this kind.
@@ -121,6 +123,7 @@ impl Ctx {
         let key = obj.uid().unwrap_or_else(|| obj.name_any());
         self.backoff.succeed(&key);
         self.spin.forget(&key);
+        self.event_budget.forget(&key);
         crate::sync::lock(&self.released).remove(&key);
         crate::sync::lock(&self.finalized).remove(&key);
         crate::sync::lock(&self.forbidden).remove(&key);

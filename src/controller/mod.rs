@@ -6,6 +6,7 @@
 mod beside;
 mod context;
 mod drive;
+mod event_budget;
 mod finalizer_names;
 mod finalizers;
 mod prepare;

@@ -395,6 +395,7 @@ impl Env<'_> {
             },
             backoff: queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
             spin: Default::default(),
+            event_budget: Default::default(),
             pending: queue::Pending::new(&name),
             released: Default::default(),
             finalized: Default::default(),

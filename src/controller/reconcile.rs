@@ -339,6 +339,7 @@ mod tests {
                 std::time::Duration::from_secs(60),
             ),
             spin: Default::default(),
+            event_budget: Default::default(),
             pending: crate::queue::Pending::new("widgets"),
             beside: Beside::default(),
             released: Default::default(),

@@ -143,14 +143,9 @@ fn already_said(obj: &DynamicObject, reason: &str, message: &str) -> bool {
         .any(|c| c["type"] == "Ready" && c["reason"] == reason && c["message"] == message)
 }
 
-/// Records an Event on `obj`; a failure to record is logged, never fatal.
-/// Events khai records from one answer. A script that returns thousands (one per item of a
-/// list, say) would otherwise turn one reconcile into thousands of writes, each Event or a
-/// patch of its series, and take the API server's attention from every other object.
-pub(crate) const MAX_EVENTS_PER_ANSWER: usize = 10;
-
-/// Records the Events of one answer, at most [`MAX_EVENTS_PER_ANSWER`]; the rest are counted in
-/// `khai_events_dropped_total` and one `EventsDropped` Warning. `record` publishes one.
+/// Records the Events of one answer within the object's budget ([`super::event_budget`]): the
+/// rest are counted in `khai_events_dropped_total`, and the first drop of a window is said with
+/// one `EventsDropped` Warning. `record` publishes one.
 pub(crate) async fn capped_events<'a, F, Fut>(
     ctx: &Ctx,
     obj: &DynamicObject,
@@ -160,22 +155,29 @@ pub(crate) async fn capped_events<'a, F, Fut>(
     F: FnMut(&'a crate::reconcile::PlannedEvent) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let kept = events.len().min(MAX_EVENTS_PER_ANSWER);
-    for e in &events[..kept] {
+    use super::event_budget::{PER_ANSWER, PER_WINDOW, WINDOW};
+    let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    let grant = ctx.event_budget.take(&key, events.len());
+    for e in &events[..grant.kept] {
         record(e).await;
     }
-    let dropped = events.len() - kept;
-    if dropped > 0 {
-        crate::metrics::events_dropped(&ctx.spec.controller, dropped);
+    if grant.dropped > 0 {
+        crate::metrics::events_dropped(&ctx.spec.controller, grant.dropped);
+    }
+    if grant.say {
         let message = format!(
-            "the answer asked for {} Events; khai records at most {MAX_EVENTS_PER_ANSWER} per \
-             answer and dropped {dropped}",
-            events.len()
+            "the answer asked for {} Events and khai dropped {}: it records at most \
+             {PER_ANSWER} per answer and {PER_WINDOW} per object within {}s; further drops \
+             in this window are only counted in khai_events_dropped_total",
+            events.len(),
+            grant.dropped,
+            WINDOW.as_secs()
         );
         publish(ctx, obj, EventType::Warning, "EventsDropped", &message).await;
     }
 }
 
+/// Records an Event on `obj`; a failure to record is logged, never fatal.
 pub(crate) async fn publish(
     ctx: &Ctx,
     obj: &DynamicObject,

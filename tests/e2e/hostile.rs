@@ -1,8 +1,8 @@
 //! The invariant "a broken config or script never takes the daemon down", as a class: one khai
 //! runs a hostile controller beside a healthy one, and every hostile mode (values nested deeper
 //! than any stack walks, one abandoned at the time limit, a write loop through `k8s::`, a flood
-//! of Events, a deep memo) fails alone, clearly, while the healthy controller keeps reconciling
-//! in the same process.
+//! of Events in one answer or a few in every answer, a deep memo) fails alone, clearly, while the
+//! healthy controller keeps reconciling in the same process.
 
 use crate::support::metrics::{metrics_until, sum};
 use crate::support::{Khai, TestNamespace, custom_api, wait_for, wait_for_crd};
@@ -24,6 +24,13 @@ fn reconcile(obj, ctx) {
     if mode == "self-write" {
         let n = parse_int(obj.metadata?.labels?.bump ?? "0");
         k8s::label(obj, #{ bump: `${n + 1}` });
+    }
+    if mode == "chatty" {
+        let n = (ctx.memo.n ?? 0) + 1;
+        ctx.memo.n = n;
+        let events = [];
+        for i in 0..5 { events.push(#{ type: "Normal", reason: "Chatter", message: `answer ${n} event ${i}` }); }
+        return #{ events: events, requeue_after: "1s", status: #{ phase: "Ready" } };
     }
     if mode == "events" {
         let events = [];
@@ -135,6 +142,7 @@ async fn hostile_scripts_fail_alone_and_a_healthy_controller_beside_them_keeps_r
         "deep-memo",
         "self-write",
         "events",
+        "chatty",
     ];
     for mode in modes {
         create(&hostiles, group, "Hostile", mode, json!({ "mode": mode })).await;
@@ -186,6 +194,23 @@ async fn hostile_scripts_fail_alone_and_a_healthy_controller_beside_them_keeps_r
         floods <= 10,
         "{floods} Flood Events recorded from one answer"
     );
+    // An object whose every answer asks for a few Events gets at most 30 a minute in all (an
+    // Event repeated as a series counts each time).
+    crate::support::wait_for_any(events.clone(), "the chatty Hostile's EventsDropped", |e| {
+        e.reason.as_deref() == Some("EventsDropped")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("chatty")
+    })
+    .await;
+    let chatter = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Chatter"))
+        .map(|e| e.series.map_or(1, |s| s.count))
+        .sum::<i32>();
+    assert_eq!(chatter, 30, "Chatter Events recorded within the minute");
 
     // Through all of it the process stayed up and the healthy controller kept working.
     create(&calms, group, "Calm", "after", json!({ "n": 2 })).await;
