@@ -272,13 +272,40 @@ pub fn rhai_json(data: &[u8]) {
     }
 }
 
-/// A script's answer → plan: a plan, or an error naming the field; children always carry
-/// apiVersion, kind and name; a plan's status takes khai's conditions.
+/// A script's answer → plan (judged by [`check_plan`]), and the same answer with a status the
+/// script nests deeper.
 pub fn plan(data: &[u8]) {
     let Ok(answer) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    match reconcile::parse_plan(answer) {
+    check_plan(reconcile::parse_plan(answer.clone()));
+    // The same answer with a status field the script nests deeper, up to far past any JSON
+    // reader: the call fails naming the depth, never the process; within the limit the answer
+    // makes a plan as any other.
+    if !answer.is_object() {
+        return;
+    }
+    let extra = data.last().map_or(0, |b| usize::from(*b) * 4);
+    let mut shape = answer.clone();
+    let mut status = match shape.get("status") {
+        Some(Value::Object(fields)) => fields.clone(),
+        _ => serde_json::Map::new(),
+    };
+    status.remove("deep");
+    shape["status"] = Value::Object(status);
+    // The answer, its status, and `extra + 1` arrays.
+    let depth = nesting(&shape).max(extra + 3);
+    let out = scripts().call("deepen_status", &[answer.clone(), json!(extra)]);
+    assert_within_depth(depth, out, |out| match out {
+        Ok(deeper) => check_plan(reconcile::parse_plan(deeper)),
+        Err(e) => assert_clean_error(&answer, &e),
+    });
+}
+
+/// A plan, or an error naming the field; children always carry apiVersion, kind and name; a
+/// plan's status takes khai's conditions.
+fn check_plan(parsed: Result<reconcile::Plan, reconcile::InvalidAnswer>) {
+    match parsed {
         Err(e) => {
             let message = e.problem.to_string();
             assert!(
@@ -313,8 +340,6 @@ pub fn plan(data: &[u8]) {
     }
 }
 
-/// A value that crossed into Rhai and back must be unchanged, or fail with an error that says
-/// why (a script limit), never a panic or a silent change.
 /// How many arrays and maps deep `v` nests.
 fn nesting(v: &Value) -> usize {
     match v {
@@ -346,6 +371,8 @@ fn assert_within_depth(
     }
 }
 
+/// A value that crossed into Rhai and back must be unchanged, or fail with an error that says
+/// why (a script limit), never a panic or a silent change.
 fn assert_round_trip(input: &Value, out: Result<Value, ScriptError>) {
     match out {
         Ok(out) => assert!(
@@ -406,6 +433,13 @@ fn scripts() -> &'static Script {
         let src = r#"
             fn echo(x) { x }
             fn nest(x, n) { for i in 0..n { x = [x]; } x }
+            fn deepen_status(answer, n) {
+                let status = answer.status;
+                if type_of(status) != "map" { status = #{}; }
+                status.deep = nest([], n);
+                answer.status = status;
+                answer
+            }
             fn convert(obj, to_version) { obj }
             fn reconcile(obj, ctx) {
                 #{ obj: obj, got: ctx.get("Thing", "a"), list: ctx.list("Thing") }

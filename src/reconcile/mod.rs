@@ -8,6 +8,7 @@
 
 pub mod children;
 pub mod conditions;
+mod list_keys;
 pub mod lookup;
 
 use crate::script::type_name;
@@ -90,6 +91,13 @@ pub enum Problem {
     UnknownKey,
     #[error(transparent)]
     Duration(#[from] DurationError),
+    #[error("has no `{key}`, which the API server needs to tell the entries of `{list}` apart")]
+    MissingListKey {
+        key: &'static str,
+        list: &'static str,
+    },
+    #[error("repeats {keys} of {first}; each entry of the list needs its own")]
+    RepeatedListKeys { keys: String, first: String },
     /// A handler's answer, as `handler::answer` reads it, is invalid (`khai test`).
     #[error("{0}")]
     Handler(String),
@@ -194,7 +202,15 @@ fn parse_children(v: Value) -> Result<Vec<Value>, InvalidAnswer> {
             return Err(Problem::Empty.at(field("metadata.name")));
         }
     }
-    Ok(items.into_iter().map(without_nulls).collect())
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, child)| {
+            let mut child = without_nulls(child);
+            list_keys::fill(&mut child, &format!("children[{i}]"))?;
+            Ok(child)
+        })
+        .collect()
 }
 
 /// `v` without the map entries whose value is null (`()` in a script): in a desired child,

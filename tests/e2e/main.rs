@@ -29,6 +29,7 @@ mod idle;
 mod image;
 mod install_path;
 mod kopf;
+mod list_keys;
 mod manifests;
 mod operations;
 mod rate_limit;
