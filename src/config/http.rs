@@ -225,11 +225,23 @@ pub struct SecretName {
     pub name: String,
 }
 
+/// The name of an `[operator] secrets` entry that stands for every Secret (of the watched
+/// namespaces, or of one namespace: `"team-a/*"`), named by the script at read time.
+pub const ANY_SECRET: &str = "*";
+
+impl SecretName {
+    /// Whether this entry lets scripts read Secret `name` of `namespace`.
+    pub fn covers(&self, namespace: &str, name: &str) -> bool {
+        (self.name == name || self.name == ANY_SECRET)
+            && self.namespace.as_deref().is_none_or(|q| q == namespace)
+    }
+}
+
 /// Why an `[operator] secrets` entry is not a Secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "{written:?} is not a Secret: {what} {part:?} must be a lowercase DNS name; write \"name\" \
-     or \"namespace/name\""
+    "{written:?} is not a Secret: {what} {part:?} must be a lowercase DNS name; write \"name\", \
+     \"namespace/name\", or \"*\" for every Secret"
 )]
 pub struct SecretNameError {
     /// The entry as written.
@@ -270,7 +282,10 @@ impl std::str::FromStr for SecretName {
         };
         Ok(SecretName {
             namespace: namespace.map(|ns| check(ns, "namespace")).transpose()?,
-            name: check(name, "name")?,
+            name: match name {
+                ANY_SECRET => name.to_string(),
+                _ => check(name, "name")?,
+            },
         })
     }
 }

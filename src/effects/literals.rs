@@ -46,7 +46,11 @@ pub fn refused(model: &Model, ast: &AST) -> Vec<Finding> {
                 })
             } else if method && f.name.as_str() == "secret" {
                 match f.args.len() {
-                2 => literal(0).filter(|name| !secrets.iter().any(|s| s.name == *name)).map(
+                2 => literal(0).filter(|name| {
+                    !secrets
+                        .iter()
+                        .any(|s| s.name == *name || s.name == crate::config::http::ANY_SECRET)
+                }).map(
                     |name| {
                         format!(
                             "ctx.secret(\"{name}\", …): [operator] secrets does not name it (add \

@@ -2,11 +2,13 @@
 //! watch of each by name, so RBAC grants them by `resourceNames` and nothing wider.
 //!
 //! An entry `"name"` is that Secret in every watched namespace (the object's namespace is the
-//! one read), `"namespace/name"` that one Secret. A Secret the config does not name is an error
+//! one read), `"namespace/name"` that one Secret. The opt-in `"*"` (or `"namespace/*"`) is every
+//! Secret there, for objects that name their own credentials: one watch of all of them, which
+//! RBAC grants without `resourceNames`. A Secret the config does not name is an error
 //! that says which entry to add; a missing Secret or key is `()`. Values never appear in logs or
 //! errors.
 
-use crate::config::http::SecretName;
+use crate::config::http::{ANY_SECRET, SecretName};
 use crate::watch::{Filter, Informer, Informers, Kind};
 use base64::Engine as _;
 use std::sync::Arc;
@@ -66,7 +68,7 @@ impl Secrets {
         for n in names {
             let filter = Filter {
                 labels: None,
-                fields: Some(format!("metadata.name={}", n.name)),
+                fields: (n.name != ANY_SECRET).then(|| format!("metadata.name={}", n.name)),
             };
             let namespaces: Vec<Option<String>> = match (&n.namespace, watched.is_empty()) {
                 (Some(ns), _) => vec![Some(ns.clone())],
@@ -96,9 +98,7 @@ impl Secrets {
 
     /// Whether `[operator] secrets` lets scripts read Secret `namespace/name`.
     pub fn lists(names: &[SecretName], namespace: &str, name: &str) -> bool {
-        names
-            .iter()
-            .any(|n| n.name == name && n.namespace.as_deref().is_none_or(|q| q == namespace))
+        names.iter().any(|n| n.covers(namespace, name))
     }
 
     /// The watches it reads, to keep running while a controller uses them.
@@ -115,9 +115,7 @@ impl Secrets {
     ) -> Result<Option<String>, Error> {
         let namespace = namespace.ok_or(Error::NoNamespace)?;
         let watch = self.watches.iter().find(|(n, ns, _)| {
-            n.name == name
-                && n.namespace.as_deref().is_none_or(|q| q == namespace)
-                && ns.as_deref().is_none_or(|w| w == namespace)
+            n.covers(namespace, name) && ns.as_deref().is_none_or(|w| w == namespace)
         });
         let Some((_, _, informer)) = watch else {
             return Err(Error::NotListed {
@@ -231,5 +229,34 @@ mod tests {
             err,
             "ctx.secret: key \"bin\" of Secret a/k is not UTF-8 text"
         );
+    }
+
+    #[test]
+    fn the_opt_in_star_reads_any_secret_of_its_namespaces_by_the_name_the_script_gives() {
+        let objects = vec![
+            secret("a", "from-the-object", json!({ "token": "dG9r" })),
+            secret("b", "elsewhere", json!({ "token": "dG9r" })),
+        ];
+        let any = secrets(&["*"], objects.clone());
+        assert_eq!(
+            any.read(Some("a"), "from-the-object", "token")
+                .unwrap()
+                .as_deref(),
+            Some("tok")
+        );
+        assert_eq!(any.read(Some("a"), "missing", "token").unwrap(), None);
+        let in_b = secrets(&["b/*"], objects);
+        assert_eq!(
+            in_b.read(Some("b"), "elsewhere", "token")
+                .unwrap()
+                .as_deref(),
+            Some("tok")
+        );
+        assert!(matches!(
+            in_b.read(Some("a"), "from-the-object", "token"),
+            Err(Error::NotListed { .. })
+        ));
+        let bad: Result<SecretName, _> = "a/b*".parse();
+        assert!(bad.is_err(), "only a whole name is a wildcard");
     }
 }

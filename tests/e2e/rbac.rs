@@ -872,3 +872,91 @@ async fn access_example_runs_namespaced_with_its_extra_rules_in_the_cluster_role
     let refused: Vec<&String> = logs.iter().filter(|l| denied(l)).collect();
     assert!(refused.is_empty(), "khai was refused: {refused:#?}");
 }
+
+/// `[operator] secrets = ["*"]`, the opt-in for objects that name their own credentials: the
+/// script reads the Secret its object names, as the ServiceAccount the generated RBAC binds,
+/// with no 403.
+#[tokio::test]
+async fn a_secret_named_by_the_object_is_read_with_the_star_opt_in_and_the_generated_rbac() {
+    let group = "creds.rbac.khai.test";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "rbac-star").await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("operator.toml"),
+        format!(
+            r#"
+[operator]
+name = "creds"
+secrets = ["*"]
+
+[[crd]]
+group = "{group}"
+kind = "Client"
+versions = ["v1"]
+spec.secretName = {{ type = "string" }}
+status.tokenLength = {{ type = "integer" }}
+
+[[controller]]
+for = "Client"
+script = "client.rhai"
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("client.rhai"),
+        r#"
+fn reconcile(obj, ctx) {
+    let token = ctx.secret(obj.spec.secretName, "token");
+    #{ status: #{ tokenLength: if token == () { -1 } else { token.len() } } }
+}
+"#,
+    )
+    .unwrap();
+    let docs = generate_rbac(dir.path(), &ns.name);
+    let secret_rules: Vec<&Value> = docs
+        .iter()
+        .flat_map(|d| d["rules"].as_array().into_iter().flatten())
+        .filter(|r| r["resources"] == json!(["secrets"]))
+        .collect();
+    assert!(
+        !secret_rules.is_empty()
+            && secret_rules
+                .iter()
+                .all(|r| r.get("resourceNames").is_none()),
+        "{secret_rules:#?}"
+    );
+    apply(&client, &ns.name, &docs).await;
+    let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-creds").await;
+    let mark = crate::support::audit::mark();
+    let _khai = Khai::start_with_kubeconfig(dir.path(), &ns.name, &[], &kubeconfig);
+    crate::support::wait_for_crd(&client, &format!("clients.{group}")).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), &ns.name);
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": { "name": "my-creds" }, "stringData": { "token": "abcd" },
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let clients = crate::support::custom_api(&client, &ns.name, group, "Client", "clients");
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Client",
+        "metadata": { "name": "c" }, "spec": { "secretName": "my-creds" },
+    }))
+    .unwrap();
+    clients.create(&PostParams::default(), &obj).await.unwrap();
+    wait_for(
+        &clients,
+        "c",
+        "the token read",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["tokenLength"] == 4),
+    )
+    .await;
+    let user = format!("system:serviceaccount:{}:khai-creds", ns.name);
+    let refused = crate::support::audit::forbidden(mark, &user);
+    assert!(refused.is_empty(), "refused: {refused:#?}");
+}

@@ -19,7 +19,7 @@
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
 //! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`) |
-//! | `ctx.secret`: `[operator] secrets`, each watched by name | get, list, watch on `secrets` by name |
+//! | `ctx.secret`: `[operator] secrets`, each watched by name | get, list, watch on `secrets` by name (all of them for the opt-in `"*"`) |
 //!
 //! A Secret named `namespace/name` is granted by a Role in that namespace alone; an unqualified
 //! name where the operator watches (a Role per watched namespace, or the ClusterRole).
@@ -427,6 +427,28 @@ script = "h.rhai"
         let p = input(&model, false, &["a"]);
         assert!(named(&p.cluster).is_empty());
         assert_eq!(named(&p.namespaced).len(), 1);
+    }
+
+    #[test]
+    fn the_opt_in_star_grants_every_secret_of_its_namespaces_without_resource_names() {
+        let src = HELLO.replace(
+            "name = \"hello\"",
+            "name = \"hello\"\nsecrets = [\"db-credentials\", \"*\", \"billing/*\"]",
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let p = input(&model, false, &["a"]);
+        let all = json!({ "apiGroups": [""], "resources": ["secrets"],
+                          "verbs": ["get", "list", "watch"] });
+        let secret_rules = |rules: &Rules| {
+            rules
+                .policy_rules()
+                .into_iter()
+                .filter(|r| r["resources"] == json!(["secrets"]))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(secret_rules(&p.namespaced), [all.clone()]);
+        assert_eq!(secret_rules(&p.secrets["billing"]), [all]);
+        assert!(secret_rules(&p.cluster).is_empty());
     }
 
     #[test]

@@ -2,14 +2,19 @@
 //! the rules of `[[operator.extra_rbac]]`.
 
 use super::Plan;
+use crate::config::http::ANY_SECRET;
 use crate::config::model::Model;
 
 /// Adds to `p` the grants on `[operator] secrets` and `[[operator.extra_rbac]]`.
 pub(super) fn grant(model: &Model, p: &mut Plan) {
     let scoped = p.scoped();
     // Secrets are watched by name (a `metadata.name` field selector), which RBAC grants by
-    // `resourceNames`, never all Secrets.
+    // `resourceNames`; only the opt-in `"*"` is granted all Secrets (of its namespaces).
     let secret_verbs = &["get", "list", "watch"];
+    let names_or_all = |names: Vec<String>| match names.iter().any(|n| n == ANY_SECRET) {
+        true => Vec::new(),
+        false => names,
+    };
     let unqualified: Vec<String> = model
         .operator
         .secrets
@@ -23,17 +28,21 @@ pub(super) fn grant(model: &Model, p: &mut Plan) {
         } else {
             &mut p.cluster
         };
-        rules.add_named("", "secrets", &unqualified, secret_verbs);
+        rules.add_named("", "secrets", &names_or_all(unqualified), secret_verbs);
     }
+    let mut qualified: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for s in &model.operator.secrets {
         if let Some(ns) = &s.namespace {
-            p.secrets.entry(ns.clone()).or_default().add_named(
-                "",
-                "secrets",
-                std::slice::from_ref(&s.name),
-                secret_verbs,
-            );
+            qualified.entry(ns).or_default().push(s.name.clone());
         }
+    }
+    for (ns, names) in qualified {
+        p.secrets.entry(ns.to_string()).or_default().add_named(
+            "",
+            "secrets",
+            &names_or_all(names),
+            secret_verbs,
+        );
     }
     for r in &model.operator.extra_rbac {
         if !scoped || r.cluster {
