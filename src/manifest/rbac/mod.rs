@@ -446,7 +446,7 @@ script = "h.rhai"
                 .filter(|r| r["resources"] == json!(["secrets"]))
                 .collect::<Vec<_>>()
         };
-        assert_eq!(secret_rules(&p.namespaced), [all.clone()]);
+        assert_eq!(secret_rules(&p.namespaced), std::slice::from_ref(&all));
         assert_eq!(secret_rules(&p.secrets["billing"]), [all]);
         assert!(secret_rules(&p.cluster).is_empty());
     }
