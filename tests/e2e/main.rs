@@ -20,6 +20,7 @@ mod crds;
 mod edges;
 mod engine;
 mod examples;
+mod failing;
 mod handlers;
 mod hello;
 mod helm;
