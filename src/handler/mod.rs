@@ -124,6 +124,23 @@ impl Handlers {
             .any(|e| e.spec.on == On::Delete && !e.spec.optional)
     }
 
+    /// Whether a delete handler that waits (not `optional`) is for the object by its filters
+    /// (`labels`, `annotations`, `when`): only then does khai hold it with its finalizer.
+    pub(crate) async fn holds(&self, turn: &Turn<'_>) -> bool {
+        for entry in self
+            .entries
+            .iter()
+            .filter(|e| e.spec.on == On::Delete && !e.spec.optional)
+        {
+            if filter::metadata_passes(&entry.spec.filters(), &turn.view)
+                && self.wanted(entry, turn).await
+            {
+                return true;
+            }
+        }
+        false
+    }
+
     /// The handlers run on each watch event, with no retries and no bookkeeping.
     pub(crate) fn spies(&self) -> impl Iterator<Item = &Entry> {
         self.entries.iter().filter(|e| e.spec.on == On::Event)

@@ -34,6 +34,7 @@ mod manifests;
 mod operations;
 mod rate_limit;
 mod rbac;
+mod release;
 mod reload;
 mod restart;
 mod servers;
