@@ -111,6 +111,8 @@ async fn release(args: Args) -> anyhow::Result<ExitCode> {
         for ns in places {
             let api = crate::watch::api(&client, kind, ns.as_deref());
             for obj in list(&api).await? {
+                // Listed across namespaces, written in its own.
+                let api = crate::watch::api(&client, kind, obj.namespace().as_deref());
                 released += release_one(&api, kind, &obj, operator).await?;
             }
         }

@@ -53,7 +53,7 @@ pub(crate) async fn reconcile_one(
             // The cache shows the finalizer gone: a later one is a new hold, to be let go again.
             crate::sync::lock(&ctx.released).remove(&key);
         }
-        match selected(&obj, &ctx).await {
+        match selected(&obj, &ctx, ours).await {
             Ok(true) => {}
             // An object that stops matching is let go: cleaned up as for a deletion, and its
             // finalizer removed, so it never hangs on deletion after khai stops caring.
@@ -147,7 +147,10 @@ async fn holds_for_handlers(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, Reco
 /// a warning with the object and the reason, a Warning Event, retried with backoff), not "not
 /// selected": `reconcile` could not read it either, and calling it unselected would hide
 /// for good an object whose children khai manages.
-async fn selected(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, ReconcileError> {
+///
+/// For an object khai holds (`ours`), a failing predicate is a failed reconcile too: letting
+/// the object go would run `finalize` because of a script error.
+async fn selected(obj: &DynamicObject, ctx: &Ctx, ours: bool) -> Result<bool, ReconcileError> {
     if !ctx
         .spec
         .annotations
@@ -169,6 +172,7 @@ async fn selected(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, ReconcileError
     }
     match ctx.spec.script.call_args_async(when, args).await {
         Ok(v) => Ok(v == Value::Bool(true)),
+        Err(e) if ours => Err(ReconcileError::Plan(e.into())),
         Err(e) => {
             tracing::warn!(error = %e, "when() failed; skipping object");
             Ok(false)
@@ -261,6 +265,26 @@ mod tests {
             forbidden: Default::default(),
             echoes: Default::default(),
         }
+    }
+
+    /// A `when` that throws for an object khai holds must not let the object go (and run
+    /// `finalize`) because of a script error: the reconcile fails and is retried.
+    #[tokio::test]
+    async fn a_failing_when_does_not_let_go_of_an_object_khai_holds() {
+        let api = FakeApi::default();
+        let ctx = Arc::new(ctx(
+            &api,
+            "fn when(obj) { throw \"boom\" }\nfn reconcile(obj, ctx) { #{} }",
+            Some("when"),
+        ));
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "x.dev/v1", "kind": "Widget",
+            "metadata": { "name": "w", "namespace": "ns", "uid": "u1",
+                          "finalizers": ["khai.dev/op"] },
+        }))
+        .unwrap();
+        let err = reconcile_one(Arc::new(obj), ctx).await.unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
     }
 
     /// Issue 11: an object `when` could not be given to was quietly "not selected", with no log.

@@ -3,7 +3,11 @@
 //! or a delete handler's filters) cleans it up once and releases the finalizer, and never
 //! deletes an object that is only filtered out. `khai release` strips what is left.
 
-use crate::support::{Khai, TestNamespace, configmaps, custom_api, wait_for, wait_for_crd};
+use crate::support::kubelet::{container_of, service_account_kubeconfig};
+use crate::support::{Khai, TestNamespace, configmaps, custom_api, helm, wait_for, wait_for_crd};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::batch::v1::Job;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -11,11 +15,15 @@ use serde_json::{Value, json};
 /// call as a ConfigMap (`fin-<name>`, then `fin-<name>-again` for any further call), and a
 /// delete handler of Gadgets filtered by a label, which records its calls the same way.
 fn operator(group: &str) -> tempfile::TempDir {
+    operator_named(group, "letgo")
+}
+
+fn operator_named(group: &str, name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         r#"
 [operator]
-name = "letgo"
+name = "{name}"
 uses = [{{ kind = "v1/ConfigMap", verbs = ["create"] }}]
 
 [[crd]]
@@ -310,4 +318,116 @@ fn release(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_charts_pre_delete_hook_runs_khai_release_as_khais_service_account() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "hook").await;
+    let suffix = ns.name.rsplit('-').next().unwrap().to_string();
+    let (name, group) = (format!("hook{suffix}"), format!("hook{suffix}.khai.dev"));
+    let finalizer = format!("khai.dev/{name}");
+    let op = operator_named(&group, &name);
+    let tmp = tempfile::tempdir().unwrap();
+    let values = tmp.path().join("values.yaml");
+    let generated =
+        crate::support::khai_stdout(&["generate", "values", op.path().to_str().unwrap()]);
+    std::fs::write(&values, generated).unwrap();
+    let chart = helm::chart();
+    let set = [
+        "-f",
+        helm::arg(&values),
+        "-n",
+        &ns.name,
+        "--set",
+        "releaseHook.enabled=true",
+    ];
+    let mut install = vec!["install", "hook", helm::arg(&chart)];
+    install.extend(set);
+    helm::ok(&install);
+
+    // The hook as Helm renders it, accepted by the API server (a server-side dry run).
+    let mut show = set.to_vec();
+    show.extend(["--show-only", "templates/release-hook.yaml"]);
+    let job: Job = serde_saphyr::from_str(&helm::template("hook", &show)).unwrap();
+    let annotations = job.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations["helm.sh/hook"], "pre-delete");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    jobs.create(&dry, &job)
+        .await
+        .expect("the hook Job passes a server-side dry run");
+
+    // khai, as the release's Deployment says, holds a Widget with its finalizer.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let deploy = deployments.get("hook-khai").await.unwrap();
+    let c = container_of(&deploy, "hook-khai-5d8f-x1", &ns.name);
+    let kubeconfig =
+        service_account_kubeconfig(&client, &ns.name, &c.service_account, tmp.path()).await;
+    let mut env = c.env.clone();
+    env.extend([
+        ("KUBECONFIG".into(), kubeconfig.display().to_string()),
+        ("KHAI_METRICS_BIND".into(), "127.0.0.1:0".into()),
+    ]);
+    let khai = Khai::start_exact(&crate::support::khai_bin(), &c.args, &env);
+    wait_for_crd(&client, &format!("widgets.{group}")).await;
+    let widgets = custom_api(&client, &ns.name, &group, "Widget", "widgets");
+    let w: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": { "name": "w", "labels": { "keep": "yes" },
+                      "annotations": { "example.com/managed": "" } },
+    }))
+    .unwrap();
+    widgets.create(&PostParams::default(), &w).await.unwrap();
+    let held = |o: Option<&DynamicObject>| {
+        o.is_some_and(|o| o.finalizers().iter().any(|f| *f == finalizer))
+    };
+    wait_for(&widgets, "w", "khai's finalizer", held).await;
+
+    // The hook's pod, as the kubelet would run it: the Job's container with a token of its
+    // ServiceAccount, which is khai's own.
+    let pod = Deployment {
+        spec: Some(DeploymentSpec {
+            template: job.spec.clone().unwrap().template,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let hook = container_of(&pod, "hook-khai-release-x1", &ns.name);
+    assert_eq!(hook.service_account, c.service_account);
+    let out = std::process::Command::new(crate::support::khai_bin())
+        .args(&hook.args)
+        .envs(hook.env.iter().cloned())
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("released Widget {}/w", ns.name)),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), &ns.name);
+    let lease = leases.get(&format!("khai-{name}")).await.unwrap();
+    let holder = lease.spec.unwrap().holder_identity.unwrap_or_default();
+    assert!(
+        holder.starts_with("khai-release-"),
+        "the hook holds the Lease: {holder}"
+    );
+
+    // The running khai has stopped leading: nothing puts the finalizer back, and deleting the
+    // Widget is not held up.
+    widgets.delete("w", &DeleteParams::default()).await.unwrap();
+    crate::support::wait_until_gone(&widgets, "w", "the released Widget").await;
+    khai.terminate().await;
+    helm::ok(&["uninstall", "hook", "-n", &ns.name, "--no-hooks"]);
 }
