@@ -442,7 +442,7 @@ impl Script {
             .get("status")
             .and_then(|s| s.clone().try_cast::<serde_json::Value>())
             .and_then(|s| match s {
-                serde_json::Value::Object(m) => Some(m),
+                serde_json::Value::Object(m) => Some(Box::new(m)),
                 _ => None,
             });
         match kind.as_str() {

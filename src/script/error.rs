@@ -51,7 +51,7 @@ pub enum ScriptError {
         delay: crate::config::duration::Duration,
         /// The status the script asked to write with khai's `Ready=False`
         /// (`retry(msg, delay, #{ status })`).
-        status: Option<serde_json::Map<String, serde_json::Value>>,
+        status: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     },
     /// The script declared, with `fail(message)`, that retrying cannot help until the object
     /// changes.
@@ -62,7 +62,7 @@ pub enum ScriptError {
         message: String,
         /// The status the script asked to write with khai's `Ready=False`
         /// (`fail(msg, #{ status })`).
-        status: Option<serde_json::Map<String, serde_json::Value>>,
+        status: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     },
     /// A value could not be converted between JSON and Rhai.
     #[error("{}: in {function}: {message}", file.display())]
@@ -98,7 +98,9 @@ impl ScriptError {
     /// The status a failing answer (`retry`, `fail`) asked to write, if any.
     pub fn failing_status(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
         match self {
-            ScriptError::Retry { status, .. } | ScriptError::Fail { status, .. } => status.as_ref(),
+            ScriptError::Retry { status, .. } | ScriptError::Fail { status, .. } => {
+                status.as_deref()
+            }
             _ => None,
         }
     }

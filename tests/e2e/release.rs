@@ -259,13 +259,22 @@ async fn khai_release_strips_the_operators_finalizers_and_annotations_and_lets_s
     }
     widgets.delete("a", &DeleteParams::default()).await.unwrap();
     let dir = op.path().to_str().unwrap();
-    let first = release(&["release", "--config", dir, "--namespace", &ns.name]);
+    let release = || {
+        crate::support::khai_stdout_on_cluster(&[
+            "release",
+            "--config",
+            dir,
+            "--namespace",
+            &ns.name,
+        ])
+    };
+    let first = release();
     assert!(
         first.contains(&format!("released Widget {}/a", ns.name)),
         "{first}"
     );
     assert!(first.contains("released 2 object(s)"), "{first}");
-    let second = release(&["release", "--config", dir, "--namespace", &ns.name]);
+    let second = release();
     assert!(
         second.starts_with("nothing to release"),
         "idempotent: {second}"
@@ -303,21 +312,6 @@ async fn wait_for_crd_or_install(op: &tempfile::TempDir, ns: &str) {
     wait_for_crd(&client, "gadgets.release.khai.dev").await;
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0));
-}
-
-/// Runs `khai args` against the test cluster; its stdout.
-fn release(args: &[&str]) -> String {
-    let out = std::process::Command::new(crate::support::khai_bin())
-        .args(args)
-        .env("KUBECONFIG", crate::support::kubeconfig())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "khai {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 #[tokio::test]
@@ -382,9 +376,7 @@ async fn the_charts_pre_delete_hook_runs_khai_release_as_khais_service_account()
     }))
     .unwrap();
     widgets.create(&PostParams::default(), &w).await.unwrap();
-    let held = |o: Option<&DynamicObject>| {
-        o.is_some_and(|o| o.finalizers().iter().any(|f| *f == finalizer))
-    };
+    let held = |o: Option<&DynamicObject>| o.is_some_and(|o| o.finalizers().contains(&finalizer));
     wait_for(&widgets, "w", "khai's finalizer", held).await;
 
     // The hook's pod, as the kubelet would run it: the Job's container with a token of its
