@@ -351,3 +351,49 @@ pub fn register(engine: &mut Engine) {
             Err(control("fail", msg, None, status))
         });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::ScriptError;
+    use super::super::tests::compile;
+    use super::ScriptCtx;
+    use serde_json::json;
+
+    #[test]
+    fn retry_and_fail_carry_the_status_their_options_give() {
+        let s = compile(
+            "fn a(obj, ctx) { retry(\"not yet\", \"10s\", #{ status: #{ phase: \"Waiting\" } }) }\n\
+             fn b(obj, ctx) { fail(\"bad\", #{ status: #{ conditions: [#{ type: \"Valid\", status: \"False\" }] } }) }\n\
+             fn c(obj, ctx) {\n  fail(\"bad\", #{ stauts: #{} })\n}\n\
+             fn d(obj, ctx) {\n  fail(\"bad\", #{ status: 1 })\n}",
+        )
+        .unwrap();
+        let ctx = || ScriptCtx::detached("op", "c", None);
+        let a = s.call_with_ctx("a", &json!({}), ctx()).unwrap_err();
+        assert_eq!(
+            a.failing_status()
+                .map(|m| serde_json::Value::Object(m.clone())),
+            Some(json!({ "phase": "Waiting" }))
+        );
+        assert_eq!(
+            a.to_string(),
+            "scripts/t.rhai: in a: not yet (retry in 10s)"
+        );
+        let b = s.call_with_ctx("b", &json!({}), ctx()).unwrap_err();
+        assert!(matches!(b, ScriptError::Fail { .. }), "{b:?}");
+        assert_eq!(
+            b.failing_status().unwrap()["conditions"][0]["type"],
+            "Valid"
+        );
+        let c = s.call_with_ctx("c", &json!({}), ctx()).unwrap_err();
+        assert_eq!(
+            c.to_string(),
+            "scripts/t.rhai:4:3: in c: fail: unknown option \"stauts\"; the only option is status"
+        );
+        let d = s.call_with_ctx("d", &json!({}), ctx()).unwrap_err();
+        assert_eq!(
+            d.to_string(),
+            "scripts/t.rhai:7:3: in d: fail: status must be a map, got i64"
+        );
+    }
+}

@@ -108,3 +108,34 @@ pub(super) fn compare_plan(expect: &Expect, plan: &Plan) -> Result<Vec<Mismatch>
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::run;
+
+    const FAILING: &str = r#"
+fn reconcile(obj, ctx) {
+    if obj.spec.replicas % 2 == 0 {
+        fail("replicas must be odd", #{ status: #{ phase: "Invalid",
+            conditions: [#{ type: "Valid", status: "False", reason: "Odd" }] } });
+    }
+    #{}
+}
+"#;
+
+    #[test]
+    fn a_case_asserts_the_status_of_a_failing_reconcile() {
+        let found = run(
+            FAILING,
+            "expect:\n  error: replicas must be odd\n  status: { phase: Invalid, conditions: [{ type: Valid, status: \"False\" }] }\n",
+        );
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(
+            run(
+                FAILING,
+                "expect:\n  error: replicas must be odd\n  status: { phase: Ready }\n"
+            ),
+            [r#"status.phase: expected "Ready", got "Invalid""#]
+        );
+    }
+}

@@ -193,7 +193,7 @@ mod tests {
         case::parse(Path::new("tests/c.yaml"), &format!("{obj}{src}")).unwrap()
     }
 
-    fn run(script: &str, src: &str) -> Vec<String> {
+    pub(super) fn run(script: &str, src: &str) -> Vec<String> {
         let (_dir, op) = operator(script);
         let found = run_case(&op, &case(src)).unwrap();
         found.iter().map(ToString::to_string).collect()
@@ -232,32 +232,6 @@ fn reconcile(obj, ctx) {
         assert_eq!(
             run(SCRIPT, "expect:\n  status: { phase: Ready }\n"),
             [r#"status.phase: expected "Ready", got "Pending""#]
-        );
-    }
-
-    const FAILING: &str = r#"
-fn reconcile(obj, ctx) {
-    if obj.spec.replicas % 2 == 0 {
-        fail("replicas must be odd", #{ status: #{ phase: "Invalid",
-            conditions: [#{ type: "Valid", status: "False", reason: "Odd" }] } });
-    }
-    #{}
-}
-"#;
-
-    #[test]
-    fn a_case_asserts_the_status_of_a_failing_reconcile() {
-        let found = run(
-            FAILING,
-            "expect:\n  error: replicas must be odd\n  status: { phase: Invalid, conditions: [{ type: Valid, status: \"False\" }] }\n",
-        );
-        assert!(found.is_empty(), "{found:?}");
-        assert_eq!(
-            run(
-                FAILING,
-                "expect:\n  error: replicas must be odd\n  status: { phase: Ready }\n"
-            ),
-            [r#"status.phase: expected "Ready", got "Invalid""#]
         );
     }
 
