@@ -6,6 +6,7 @@ mod json_log;
 mod new;
 mod operations;
 mod rbac_verify;
+mod release;
 mod run;
 mod test;
 mod webhook_flags;
@@ -43,6 +44,9 @@ pub enum Command {
     Generate(generate::Args),
     /// Check the current credentials against the RBAC the config needs.
     Rbac(rbac_verify::Args),
+    /// Strip every finalizer and annotation of an operator from the objects of its kinds,
+    /// running no script (before an uninstall).
+    Release(release::Args),
     /// Run an operator's offline test cases (tests/*.yaml) without a cluster.
     Test(test::Args),
     /// Scaffold a new operator folder, or add a controller to one.
@@ -61,6 +65,7 @@ pub fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Rbac(args) => rbac_verify::run(args),
         Command::Test(args) => test::run(args),
+        Command::Release(args) => release::run(args),
         Command::New(args) => new::run(args),
         Command::Version => {
             println!("khai {}", env!("CARGO_PKG_VERSION"));

@@ -73,6 +73,9 @@ pub(crate) struct Spec {
     pub when: Option<String>,
     /// Annotations an object must carry to be reconciled.
     pub annotations: Vec<String>,
+    /// The filters the API server applies to the controller's watch (`selector`,
+    /// `field_selector`).
+    pub filter: crate::watch::Filter,
     /// Whether khai owns `.status` of this kind (a CRD of this config with a status schema) and
     /// so maintains `observedGeneration` and the `Ready` condition.
     pub manage_status: bool,

@@ -9,6 +9,7 @@ use super::report::error_policy;
 use crate::config::model::Parents;
 use crate::queue;
 use futures::StreamExt;
+use kube::ResourceExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use tokio_util::sync::CancellationToken;
 
@@ -51,9 +52,18 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
     let pending = ctx.pending.clone();
     crate::metrics::controller_started(&name, p.concurrency);
     let (stops, stopping) = tokio::sync::mpsc::channel(STOPS);
+    let (leaves, leaving) = tokio::sync::mpsc::channel(STOPS);
     let forget = {
         let ctx = ctx.clone();
         move |o: &kube::api::DynamicObject| {
+            // A real deletion comes with no finalizer left: one that still carries this
+            // controller's left the server-side filters, and is let go (`release::left`).
+            if super::release::filtered_by_server(&ctx)
+                && o.finalizers().contains(&ctx.spec.finalizer_name)
+                && leaves.try_send(std::sync::Arc::new(o.clone())).is_err()
+            {
+                tracing::warn!(object = %o.name_any(), "too many objects leaving the controller's filters at once; one keeps khai's finalizer until `khai release`");
+            }
             for s in ctx.forget(o) {
                 if stops.try_send(s).is_err() {
                     tracing::warn!(
@@ -135,9 +145,17 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
             }
             futures::future::ready(())
         });
+    let leaving =
+        futures::stream::unfold(
+            leaving,
+            |mut rx| async move { rx.recv().await.map(|o| (o, rx)) },
+        );
+    let left =
+        leaving.for_each_concurrent(LEAVING_AT_ONCE, |o| super::release::left(o, ctx.clone()));
     tokio::select! {
         () = controller => {}
         () = beside(&ctx, spies, stopping) => {}
+        () = left => {}
     }
     // khai is stopping (or this controller is replaced): the daemons still running stop too.
     if let Some(clock) = &ctx.beside.clock {
@@ -175,8 +193,12 @@ fn forget_memo(obj: &kube::api::DynamicObject) {
     crate::handler::memos().forget(&obj.uid().unwrap_or_default());
 }
 
-/// Daemons of deleted objects waiting for their `stop`.
+/// Daemons of deleted objects waiting for their `stop`; objects that left the controller's
+/// server-side filters waiting to be let go.
 const STOPS: usize = 1024;
+
+/// Objects that left the controller's server-side filters let go at once.
+const LEAVING_AT_ONCE: usize = 8;
 
 /// Runs what the watch events of the controller's kind call for apart from its turns: the raw
 /// event handlers and the optional delete handlers (`spies`, when there are any) and the

@@ -50,6 +50,45 @@ pub(crate) async fn remove(
     Ok(())
 }
 
+/// What `khai release` strips from one object: every finalizer of `operator`'s and every
+/// annotation under `<operator>.khai.dev/` (the handlers' records), as a JSON patch that tests
+/// each value is still where it was seen. `None` when the object carries none.
+pub(crate) fn release_patch(
+    obj: &DynamicObject,
+    operator: &str,
+) -> Option<(Vec<String>, Vec<String>, json_patch::Patch)> {
+    let prefix = crate::handler::progress::Keys::new(operator).prefix;
+    let mut ops = Vec::new();
+    let mut finalizers = Vec::new();
+    for (i, f) in obj.finalizers().iter().enumerate().rev() {
+        if is_khai(f, operator) {
+            let path = format!("/metadata/finalizers/{i}");
+            ops.push(json!({ "op": "test", "path": path, "value": f }));
+            ops.push(json!({ "op": "remove", "path": path }));
+            finalizers.insert(0, f.clone());
+        }
+    }
+    let annotations: Vec<String> = obj
+        .annotations()
+        .keys()
+        .filter(|k| k.starts_with(&prefix))
+        .cloned()
+        .collect();
+    for k in &annotations {
+        // JSON pointer escaping: `~` and `/` in a key.
+        let path = format!(
+            "/metadata/annotations/{}",
+            k.replace('~', "~0").replace('/', "~1")
+        );
+        ops.push(json!({ "op": "remove", "path": path }));
+    }
+    if ops.is_empty() {
+        return None;
+    }
+    let patch = serde_json::from_value(Value::Array(ops)).ok()?;
+    Some((finalizers, annotations, patch))
+}
+
 /// After a reload: removes the operator's finalizers from the objects of the kinds that no
 /// controller of the new version runs for (`old` are the controllers of the version before,
 /// `next` those of the new one). With no controller left for a kind, no reconcile would ever
@@ -81,5 +120,40 @@ pub(crate) async fn release_abandoned(old: &[Arc<Ctx>], next: &[Arc<Ctx>]) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_strips_the_operators_finalizers_and_annotations_only() {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "x",
+                "finalizers": ["other.io/keep", "khai.dev/op", "big.khai.dev/op", "khai.dev/other"],
+                "annotations": { "op.khai.dev/last-handled": "{}", "op.khai.dev/progress": "{}",
+                                 "other.khai.dev/last-handled": "{}", "note": "n" } },
+        }))
+        .unwrap();
+        let (finalizers, annotations, patch) = release_patch(&obj, "op").unwrap();
+        assert_eq!(finalizers, ["khai.dev/op", "big.khai.dev/op"]);
+        assert_eq!(
+            annotations,
+            ["op.khai.dev/last-handled", "op.khai.dev/progress"]
+        );
+        let mut doc = serde_json::to_value(&obj).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        assert_eq!(
+            doc["metadata"]["finalizers"],
+            json!(["other.io/keep", "khai.dev/other"])
+        );
+        assert_eq!(
+            doc["metadata"]["annotations"],
+            json!({ "other.khai.dev/last-handled": "{}", "note": "n" })
+        );
+        let clean: DynamicObject = serde_json::from_value(doc).unwrap();
+        assert!(release_patch(&clean, "op").is_none(), "idempotent");
     }
 }

@@ -7,16 +7,18 @@ mod beside;
 mod context;
 mod drive;
 mod event_budget;
+mod exclusive;
 mod finalizer_names;
 mod finalizers;
 mod prepare;
 mod reconcile;
+mod release;
 mod report;
 mod spin;
 mod turn;
 
 pub(crate) use drive::start;
-pub(crate) use finalizers::release_abandoned;
+pub(crate) use finalizers::{release_abandoned, release_patch};
 pub(crate) use prepare::{Fingerprint, Prepared, prepare};
 
 use crate::watch;

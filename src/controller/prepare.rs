@@ -375,6 +375,7 @@ impl Env<'_> {
                 finalizers: self.finalizers.clone(),
                 when: ctl.when.clone(),
                 annotations: ctl.annotations.clone(),
+                filter: filter.clone(),
                 script: (*script).clone(),
                 kind: kind.clone(),
                 manage_status,

@@ -2,10 +2,10 @@
 //! its plan carried out, or (for an object on its way out) `finalize` until it lets go.
 
 use super::context::Ctx;
+use super::exclusive::Exclusive;
+use super::release::{cleanup, let_go, release_finalizers};
 use super::report::{ReconcileError, object_span, report_failure, result_label};
-use super::turn::{beside_turn, carry_out, turn};
-use crate::apply::Progress;
-use crate::handler::Handled;
+use super::turn::{beside_turn, turn};
 use crate::script::object_view;
 use crate::watch;
 use kube::ResourceExt;
@@ -44,35 +44,41 @@ pub(crate) async fn reconcile_one(
             }
             return result;
         }
-        // An object that carries this controller's finalizer is always seen through to its end.
         let ours = obj
             .finalizers()
             .iter()
             .any(|f| *f == ctx.spec.finalizer_name);
+        let key = obj.uid().unwrap_or_else(|| obj.name_any());
         if !ours {
-            match selected(&obj, &ctx).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tracing::debug!("not selected by the controller's filters");
-                    return Ok(Action::await_change());
+            // The cache shows the finalizer gone: a later one is a new hold, to be let go again.
+            crate::sync::lock(&ctx.released).remove(&key);
+        }
+        match selected(&obj, &ctx, ours).await {
+            Ok(true) => {}
+            // An object that stops matching is let go: cleaned up as for a deletion, and its
+            // finalizer removed, so it never hangs on deletion after khai stops caring.
+            Ok(false) if ours => {
+                let result = let_go(&obj, &ctx).await;
+                if let Err(e) = &result {
+                    report_failure(&obj, &ctx, e).await;
                 }
-                Err(e) => {
-                    report_failure(&obj, &ctx, &e).await;
-                    return Err(e);
-                }
+                return result;
+            }
+            Ok(false) => {
+                tracing::debug!("not selected by the controller's filters");
+                return Ok(Action::await_change());
+            }
+            Err(e) => {
+                report_failure(&obj, &ctx, &e).await;
+                return Err(e);
             }
         }
         // khai deleting children itself (unowned ones, or in order) holds the object with its
         // finalizer too: it is what makes a parent deleted while khai was down wait for khai.
         let needs_finalizer = ctx.spec.finalize.is_some()
             || ctx.spec.children.deletes_children()
-            || ctx
-                .beside
-                .handlers
-                .as_ref()
-                .is_some_and(|h| h.hold_deletion());
+            || holds_for_handlers(&obj, &ctx).await?;
         let own = std::slice::from_ref(&ctx.spec.finalizer_name);
-        let key = obj.uid().unwrap_or_else(|| obj.name_any());
         let deleting = obj.metadata.deletion_timestamp.is_some();
         let result = match needs_finalizer {
             // Cleaned up and let go already; the cache does not show it yet (another controller
@@ -125,41 +131,12 @@ pub(crate) async fn reconcile_one(
     result
 }
 
-/// Proof that one object is reconciled by one controller at a time, as kube-runtime promises
-/// and khai's own keying must not undo (issue 11: a cluster-scoped parent queued under each of
-/// its children's namespaces ran concurrently). A second reconcile of an object already in
-/// flight is counted in `khai_reconcile_overlaps_total` and logged as an error; tests assert
-/// the counter stays at 0. The set holds at most the objects reconciling right now.
-struct Exclusive {
-    key: Option<(String, String)>,
-}
-
-static IN_FLIGHT: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashSet<(String, String)>>,
-> = std::sync::LazyLock::new(Default::default);
-
-impl Exclusive {
-    fn enter(controller: &str, obj: &DynamicObject) -> Self {
-        let key = (
-            controller.to_string(),
-            obj.uid().unwrap_or_else(|| obj.name_any()),
-        );
-        let mut set = crate::sync::lock(&IN_FLIGHT);
-        if set.insert(key.clone()) {
-            Self { key: Some(key) }
-        } else {
-            tracing::error!("two reconciles of this object at once; this is a bug in khai");
-            crate::metrics::reconcile_overlap(controller);
-            Self { key: None }
-        }
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            crate::sync::lock(&IN_FLIGHT).remove(&key);
-        }
+/// Whether a delete handler that waits (not `optional`) is for `obj` by its filters, and so
+/// holds it with khai's finalizer.
+async fn holds_for_handlers(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, ReconcileError> {
+    match &ctx.beside.handlers {
+        Some(h) if h.hold_deletion() => Ok(h.holds(&beside_turn(obj, ctx)?).await),
+        _ => Ok(false),
     }
 }
 
@@ -170,7 +147,10 @@ impl Drop for Exclusive {
 /// a warning with the object and the reason, a Warning Event, retried with backoff), not "not
 /// selected": `reconcile` could not read it either, and calling it unselected would hide
 /// for good an object whose children khai manages.
-async fn selected(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, ReconcileError> {
+///
+/// For an object khai holds (`ours`), a failing predicate is a failed reconcile too: letting
+/// the object go would run `finalize` because of a script error.
+async fn selected(obj: &DynamicObject, ctx: &Ctx, ours: bool) -> Result<bool, ReconcileError> {
     if !ctx
         .spec
         .annotations
@@ -192,73 +172,11 @@ async fn selected(obj: &DynamicObject, ctx: &Ctx) -> Result<bool, ReconcileError
     }
     match ctx.spec.script.call_args_async(when, args).await {
         Ok(v) => Ok(v == Value::Bool(true)),
+        Err(e) if ours => Err(ReconcileError::Plan(e.into())),
         Err(e) => {
             tracing::warn!(error = %e, "when() failed; skipping object");
             Ok(false)
         }
-    }
-}
-
-/// Removes khai's finalizers `names` from `obj` ([`super::finalizers::remove`]).
-async fn release_finalizers(
-    obj: &DynamicObject,
-    ctx: &Ctx,
-    names: &[String],
-) -> Result<(), ReconcileError> {
-    super::finalizers::remove(&ctx.services.client, &ctx.spec.kind, obj, names)
-        .await
-        .map_err(ReconcileError::RemoveFinalizer)
-}
-
-/// The deletion path: the delete handlers until all are done, the daemons stopped, then
-/// `finalize` until it returns true, then the children khai deletes itself (its unowned
-/// children, or all of them in reverse order of the plan) until they are gone; the finalizer is
-/// then removed.
-async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
-    if let Some(h) = &ctx.beside.handlers
-        && h.hold_deletion()
-    {
-        let t = beside_turn(obj, ctx)?;
-        let (done, handled) = h.on_delete(&t).await?;
-        carry_out(obj, ctx, handled).await?;
-        if !done {
-            return Err(ReconcileError::DeleteHandlersPending);
-        }
-    }
-    if let Some(c) = &ctx.beside.clock {
-        let t = beside_turn(obj, ctx)?;
-        let mut handled = Handled::default();
-        c.run(&t, &mut handled).await;
-    }
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    if let Some(function) = &ctx.spec.finalize
-        && !crate::sync::lock(&ctx.finalized).contains(&key)
-    {
-        let done = ctx
-            .spec
-            .script
-            .call_async(function, object_view(obj)?, ctx.script_ctx(obj))
-            .await
-            .map_err(|e| ReconcileError::Plan(e.into()))?;
-        if done != Value::Bool(true) {
-            return Err(ReconcileError::NotFinalized {
-                function: function.clone(),
-            });
-        }
-        tracing::info!("finalized");
-        crate::sync::lock(&ctx.finalized).insert(key);
-    }
-    if !ctx.spec.children.deletes_children() {
-        return Ok(Action::await_change());
-    }
-    match ctx
-        .services
-        .applier
-        .delete_children(obj, &ctx.caches.owned, ctx.spec.children)
-        .await?
-    {
-        Progress::Done => Ok(Action::await_change()),
-        waiting => Err(ReconcileError::DeletingChildren(waiting)),
     }
 }
 
@@ -306,6 +224,7 @@ mod tests {
                 kind: widgets(),
                 when: when.map(str::to_string),
                 annotations: Vec::new(),
+                filter: Default::default(),
                 manage_status: false,
                 params: json!({}),
                 children: Default::default(),
@@ -347,6 +266,26 @@ mod tests {
             forbidden: Default::default(),
             echoes: Default::default(),
         }
+    }
+
+    /// A `when` that throws for an object khai holds must not let the object go (and run
+    /// `finalize`) because of a script error: the reconcile fails and is retried.
+    #[tokio::test]
+    async fn a_failing_when_does_not_let_go_of_an_object_khai_holds() {
+        let api = FakeApi::default();
+        let ctx = Arc::new(ctx(
+            &api,
+            "fn when(obj) { throw \"boom\" }\nfn reconcile(obj, ctx) { #{} }",
+            Some("when"),
+        ));
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "x.dev/v1", "kind": "Widget",
+            "metadata": { "name": "w", "namespace": "ns", "uid": "u1",
+                          "finalizers": ["khai.dev/op"] },
+        }))
+        .unwrap();
+        let err = reconcile_one(Arc::new(obj), ctx).await.unwrap_err();
+        assert!(err.to_string().contains("boom"), "{err}");
     }
 
     /// Issue 11: an object `when` could not be given to was quietly "not selected", with no log.

@@ -2,7 +2,7 @@
 //! condition on the object, and a retry delay (the script's own, or per-object backoff).
 
 use super::context::Ctx;
-use crate::reconcile::conditions::{self, Health};
+use crate::reconcile::conditions;
 use crate::script::ScriptError;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
@@ -31,6 +31,9 @@ pub(super) enum ReconcileError {
     AddFinalizer(#[source] crate::client::ApiError),
     #[error("failed to remove khai's finalizer: {0}")]
     RemoveFinalizer(#[source] crate::client::ApiError),
+    /// The object could not be read back from the API server.
+    #[error("failed to read the object: {0}")]
+    Read(#[source] crate::client::ApiError),
     #[error(transparent)]
     Handlers(#[from] crate::handler::Error),
     #[error("failed to write the status handlers returned: {0}")]
@@ -108,16 +111,10 @@ pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &Reconci
     if !(reason == FORBIDDEN && already_said(obj, reason, &message)) {
         publish(ctx, obj, EventType::Warning, reason, &message).await;
     }
-    if ctx.spec.manage_status && obj.metadata.deletion_timestamp.is_none() {
-        let mut status = obj.data["status"].as_object().cloned().unwrap_or_default();
-        conditions::set(
-            &mut status,
-            obj,
-            Health::Failing {
-                reason,
-                message: &message,
-            },
-        );
+    let answer = err.script_error().and_then(ScriptError::failing_status);
+    if (ctx.spec.manage_status || answer.is_some()) && obj.metadata.deletion_timestamp.is_none() {
+        // One write: the failing answer's status and khai's Ready=False together.
+        let status = conditions::failing(obj, answer, reason, &message, ctx.spec.manage_status);
         match ctx
             .services
             .applier

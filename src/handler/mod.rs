@@ -124,6 +124,29 @@ impl Handlers {
             .any(|e| e.spec.on == On::Delete && !e.spec.optional)
     }
 
+    /// Whether a delete handler that waits (not `optional`) is for the object by its filters
+    /// (`labels`, `annotations`, `when`): only then does khai hold it with its finalizer.
+    pub(crate) async fn holds(&self, turn: &Turn<'_>) -> bool {
+        !self.deletes_for(turn).await.is_empty()
+    }
+
+    /// The delete handlers that wait (not `optional`) whose filters select the object.
+    async fn deletes_for(&self, turn: &Turn<'_>) -> Vec<&Entry> {
+        let mut wanted = Vec::new();
+        for entry in self
+            .entries
+            .iter()
+            .filter(|e| e.spec.on == On::Delete && !e.spec.optional)
+        {
+            if filter::metadata_passes(&entry.spec.filters(), &turn.view)
+                && self.wanted(entry, turn).await
+            {
+                wanted.push(entry);
+            }
+        }
+        wanted
+    }
+
     /// The handlers run on each watch event, with no retries and no bookkeeping.
     pub(crate) fn spies(&self) -> impl Iterator<Item = &Entry> {
         self.entries.iter().filter(|e| e.spec.on == On::Event)
@@ -233,18 +256,7 @@ impl Handlers {
         let before = progress.clone();
         let old = rec.last.clone().unwrap_or(Value::Null);
         let mut handled = Handled::default();
-        let mut wanted = Vec::new();
-        for entry in self
-            .entries
-            .iter()
-            .filter(|e| e.spec.on == On::Delete && !e.spec.optional)
-        {
-            if filter::metadata_passes(&entry.spec.filters(), &turn.view)
-                && self.wanted(entry, turn).await
-            {
-                wanted.push(entry);
-            }
-        }
+        let wanted = self.deletes_for(turn).await;
         let record = json!({ "type": "delete", "old": old, "new": Value::Null,
                              "diff": diffs(&old, &Value::Null) });
         for entry in &wanted {

@@ -268,6 +268,66 @@ impl Elector {
     }
 }
 
+/// Takes the Lease `name` from whoever holds it, for `hold`, so no replica leads meanwhile:
+/// the leader finds another holder at its next renewal and stops reconciling, and standbys wait
+/// for a lease that stays valid. Returns how long the replaced leader may still be finishing
+/// (its lease duration), `None` when nobody held the Lease.
+pub(crate) async fn take_over(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    identity: &str,
+    hold: Duration,
+) -> Result<Option<Duration>, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let ours = |spec: LeaseSpec, transitions: i32| LeaseSpec {
+        holder_identity: Some(identity.to_string()),
+        lease_duration_seconds: Some(seconds(hold)),
+        acquire_time: Some(now()),
+        renew_time: Some(now()),
+        lease_transitions: Some(transitions),
+        ..spec
+    };
+    // A leader renewing at the same moment makes the replace a conflict: read and try again.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let Some(lease) = api.get_opt(name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some(namespace.into()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(ours(LeaseSpec::default(), 0)),
+            };
+            match api.create(&PostParams::default(), &lease).await {
+                Err(kube::Error::Api(s)) if s.code == 409 && attempts < 5 => continue,
+                other => return other.map(|_| None),
+            }
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let held = spec
+            .holder_identity
+            .as_deref()
+            .is_some_and(|h| !h.is_empty() && h != identity);
+        let finishing = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs);
+        let transitions = spec.lease_transitions.unwrap_or(0) + 1;
+        let lease = Lease {
+            spec: Some(ours(spec, transitions)),
+            ..lease
+        };
+        match api.replace(name, &PostParams::default(), &lease).await {
+            Ok(_) => return Ok(held.then(|| finishing.unwrap_or(hold))),
+            Err(kube::Error::Api(s)) if s.code == 409 && attempts < 5 => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 fn now() -> MicroTime {
     MicroTime(Timestamp::now())
 }

@@ -3,8 +3,10 @@
 //! `Ready` is `True` after a reconcile whose plan was carried out, `False` while failing; a
 //! `Failed` condition (`True`) joins it while failing, carrying the same reason and message, so
 //! `kubectl wait --for=condition=Failed` works. Conditions of other types are the script's: the
-//! ones it returns are kept beside khai's two (merged by `type`), and while a reconcile fails the
-//! object keeps the ones it had. A condition's `lastTransitionTime` changes only when its status
+//! ones it returns are kept beside khai's two (merged by `type`). While a reconcile fails, the
+//! conditions its failing answer restates (`fail(msg, #{ status })`) are written as given and
+//! every other one of the script's becomes `Unknown` ([`failing`]): a condition judged by an
+//! earlier success never stays `True` beside `Ready=False`. A condition's `lastTransitionTime` changes only when its status
 //! does (khai fills it in when a script leaves it out), so an unchanged outcome yields an
 //! identical status and no write. Every condition khai sets carries a `message`, `""` when there
 //! is nothing to say (`Ready` after a success), as Kubernetes' own conditions do.
@@ -39,6 +41,63 @@ pub fn set(status: &mut Map<String, Value>, obj: &DynamicObject, health: Health<
         .filter(|c| !KHAI_TYPES.contains(&c["type"].as_str().unwrap_or_default()));
     conditions.extend(theirs.map(|c| stamped(obj, c)));
     status.insert("conditions".into(), Value::Array(conditions));
+}
+
+/// The status a failing reconcile writes: the object's own, with the fields of the failing
+/// answer's `status` (`fail(msg, #{ status })`, `retry(msg, delay, #{ status })`) in place of
+/// its own. Where khai manages the status (`managed`), it also gets `Ready=False`, `Failed=True`
+/// and `observedGeneration`; the script's conditions the answer restates are merged by `type`,
+/// and the others turn `Unknown` with the failure's reason and message.
+pub fn failing(
+    obj: &DynamicObject,
+    answer: Option<&Map<String, Value>>,
+    reason: &str,
+    message: &str,
+    managed: bool,
+) -> Map<String, Value> {
+    let mut status = obj.data["status"].as_object().cloned().unwrap_or_default();
+    let mut restated: Vec<Value> = Vec::new();
+    for (k, v) in answer.into_iter().flatten() {
+        match (k.as_str(), v) {
+            ("conditions", Value::Array(c)) if managed => restated.clone_from(c),
+            _ => {
+                status.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if !managed {
+        return status;
+    }
+    let type_of = |c: &Value| c["type"].as_str().unwrap_or_default().to_string();
+    let mut conditions: Vec<Value> = Vec::new();
+    for c in status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let t = type_of(c);
+        if KHAI_TYPES.contains(&t.as_str()) || restated.iter().any(|r| type_of(r) == t) {
+            continue;
+        }
+        let mut c = c.clone();
+        if c["status"] != "Unknown"
+            && let Some(map) = c.as_object_mut()
+        {
+            map.insert("status".into(), json!("Unknown"));
+            map.insert("reason".into(), json!(reason));
+            map.insert("message".into(), json!(message));
+            map.insert(
+                "lastTransitionTime".into(),
+                json!(since(obj, &t, "Unknown")),
+            );
+        }
+        conditions.push(c);
+    }
+    conditions.extend(restated);
+    status.insert("conditions".into(), Value::Array(conditions));
+    set(&mut status, obj, Health::Failing { reason, message });
+    status
 }
 
 /// The condition types khai sets itself; a script's conditions of these types are replaced.
@@ -178,5 +237,69 @@ mod tests {
             .map(|c| c["type"].as_str().unwrap())
             .collect();
         assert_eq!(types, ["Ready", "Failed", "Synced"]);
+    }
+
+    #[test]
+    fn a_failing_answer_restates_conditions_and_the_others_turn_unknown() {
+        let o = obj(json!({ "phase": "Running", "size": 3, "conditions": [
+            { "type": "Ready", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z" },
+            { "type": "Synced", "status": "True", "reason": "UpToDate", "lastTransitionTime": "2021-01-01T00:00:00Z" },
+            { "type": "Valid", "status": "True", "lastTransitionTime": "2021-01-01T00:00:00Z" },
+            { "type": "Probed", "status": "Unknown", "reason": "Old", "lastTransitionTime": "2019-01-01T00:00:00Z" },
+        ] }));
+        let answer = json!({ "phase": "Invalid", "conditions": [
+            { "type": "Valid", "status": "False", "reason": "BadSize", "message": "odd" },
+        ] });
+        let s = failing(&o, answer.as_object(), "Failed", "size must be even", true);
+        assert_eq!(
+            s["phase"], "Invalid",
+            "the answer's fields replace the object's"
+        );
+        assert_eq!(s["size"], 3, "fields the answer leaves out stay");
+        assert_eq!(s["observedGeneration"], 3);
+        let by_type = |t: &str| {
+            s["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == t)
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(by_type("Ready")["status"], "False");
+        assert_eq!(by_type("Failed")["status"], "True");
+        let valid = by_type("Valid");
+        assert_eq!(
+            (&valid["status"], &valid["reason"]),
+            (&json!("False"), &json!("BadSize"))
+        );
+        assert_ne!(valid["lastTransitionTime"], "2021-01-01T00:00:00Z");
+        let synced = by_type("Synced");
+        assert_eq!(
+            (&synced["status"], &synced["reason"], &synced["message"]),
+            (
+                &json!("Unknown"),
+                &json!("Failed"),
+                &json!("size must be even")
+            )
+        );
+        assert_ne!(synced["lastTransitionTime"], "2021-01-01T00:00:00Z");
+        assert_eq!(
+            by_type("Probed"),
+            json!({ "type": "Probed", "status": "Unknown", "reason": "Old", "lastTransitionTime": "2019-01-01T00:00:00Z" }),
+            "a condition already Unknown is left as it is"
+        );
+        assert_eq!(s["conditions"].as_array().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn a_failing_answer_of_a_status_khai_does_not_manage_is_written_as_given() {
+        let o = obj(json!({ "conditions": [{ "type": "Synced", "status": "True" }] }));
+        let answer = json!({ "phase": "Invalid" });
+        let s = failing(&o, answer.as_object(), "Failed", "m", false);
+        assert_eq!(
+            Value::Object(s),
+            json!({ "phase": "Invalid", "conditions": [{ "type": "Synced", "status": "True" }] })
+        );
     }
 }

@@ -437,6 +437,14 @@ impl Script {
         let kind = map.get(ctx::CONTROL_KEY)?.to_string();
         let field = |k: &str| map.get(k).map(ToString::to_string).unwrap_or_default();
         let (file, function, message) = (self.file.clone(), function.to_string(), field("message"));
+        // `retry()` and `fail()` checked the status was a map before they threw.
+        let status = map
+            .get("status")
+            .and_then(|s| s.clone().try_cast::<serde_json::Value>())
+            .and_then(|s| match s {
+                serde_json::Value::Object(m) => Some(Box::new(m)),
+                _ => None,
+            });
         match kind.as_str() {
             "retry" => Some(ScriptError::Retry {
                 file,
@@ -444,11 +452,13 @@ impl Script {
                 message,
                 // `retry()` read the delay before it threw (see `ctx::retry`).
                 delay: map.get("delay")?.clone().try_cast()?,
+                status,
             }),
             "fail" => Some(ScriptError::Fail {
                 file,
                 function,
                 message,
+                status,
             }),
             _ => None,
         }

@@ -182,23 +182,59 @@ fn secret(c: &ScriptCtx, namespace: Option<&str>, name: &str, key: &str) -> Rhai
 /// Marker key of the map thrown by `retry()` and `fail()`.
 pub const CONTROL_KEY: &str = "__khai_control";
 
-fn control(kind: &str, message: &str, delay: Option<Duration>) -> Box<EvalAltResult> {
+fn control(
+    kind: &str,
+    message: &str,
+    delay: Option<Duration>,
+    status: Option<Value>,
+) -> Box<EvalAltResult> {
     let mut m = Map::new();
     m.insert(CONTROL_KEY.into(), kind.into());
     m.insert("message".into(), message.into());
     if let Some(d) = delay {
         m.insert("delay".into(), Dynamic::from(d));
     }
+    if let Some(s) = status {
+        m.insert("status".into(), Dynamic::from(s));
+    }
     Box::new(EvalAltResult::ErrorRuntime(m.into(), Position::NONE))
 }
 
 /// `retry(message, delay)`: the delay is read here, so a bad one is an error at the script's
 /// line that names it, not a retry that quietly falls back to backoff.
-fn retry(message: &str, delay: &str) -> RhaiResult<()> {
+fn retry(message: &str, delay: &str, status: Option<Value>) -> RhaiResult<()> {
     let d: Duration = delay
         .parse()
         .map_err(|e| fail_with(format!("retry: cannot read '{delay}' as a duration: {e}")))?;
-    Err(control("retry", message, Some(d)))
+    Err(control("retry", message, Some(d), status))
+}
+
+/// The options of a failing answer, `fail(msg, #{ status })` or `retry(msg, delay, #{ status })`:
+/// the status to write with khai's `Ready=False`, read here so a mistake is an error at the
+/// script's line.
+fn failing_options(function: &str, options: &Map) -> RhaiResult<Option<Value>> {
+    let mut status = None;
+    for (key, value) in options {
+        match key.as_str() {
+            "status" => {
+                let json = super::convert::to_json(value)
+                    .map_err(|e| fail_with(format!("{function}: status: {e}")))?;
+                if !json.is_object() {
+                    return Err(fail_with(format!(
+                        "{function}: status must be a map, got {}",
+                        value.type_name()
+                    )));
+                }
+                status = Some(json);
+            }
+            other => {
+                return Err(fail_with(format!(
+                    "{function}: unknown option {other:?}; the only option is status"
+                )));
+            }
+        }
+    }
+    Ok(status)
 }
 
 /// The options of `ctx.list(kind, #{ selector, namespace })`: each a string, nothing else.
@@ -303,8 +339,61 @@ pub fn register(engine: &mut Engine) {
         .register_fn("log_info", |msg: &str| inline::log(Level::INFO, msg))
         .register_fn("log_warn", |msg: &str| inline::log(Level::WARN, msg))
         .register_fn("log_error", |msg: &str| inline::log(Level::ERROR, msg))
-        .register_fn("retry", retry)
+        .register_fn("retry", |msg: &str, delay: &str| retry(msg, delay, None))
+        .register_fn("retry", |msg: &str, delay: &str, options: Map| {
+            retry(msg, delay, failing_options("retry", &options)?)
+        })
         .register_fn("fail", |msg: &str| -> RhaiResult<()> {
-            Err(control("fail", msg, None))
+            Err(control("fail", msg, None, None))
+        })
+        .register_fn("fail", |msg: &str, options: Map| -> RhaiResult<()> {
+            let status = failing_options("fail", &options)?;
+            Err(control("fail", msg, None, status))
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ScriptError;
+    use super::super::tests::compile;
+    use super::ScriptCtx;
+    use serde_json::json;
+
+    #[test]
+    fn retry_and_fail_carry_the_status_their_options_give() {
+        let s = compile(
+            "fn a(obj, ctx) { retry(\"not yet\", \"10s\", #{ status: #{ phase: \"Waiting\" } }) }\n\
+             fn b(obj, ctx) { fail(\"bad\", #{ status: #{ conditions: [#{ type: \"Valid\", status: \"False\" }] } }) }\n\
+             fn c(obj, ctx) {\n  fail(\"bad\", #{ stauts: #{} })\n}\n\
+             fn d(obj, ctx) {\n  fail(\"bad\", #{ status: 1 })\n}",
+        )
+        .unwrap();
+        let ctx = || ScriptCtx::detached("op", "c", None);
+        let a = s.call_with_ctx("a", &json!({}), ctx()).unwrap_err();
+        assert_eq!(
+            a.failing_status()
+                .map(|m| serde_json::Value::Object(m.clone())),
+            Some(json!({ "phase": "Waiting" }))
+        );
+        assert_eq!(
+            a.to_string(),
+            "scripts/t.rhai: in a: not yet (retry in 10s)"
+        );
+        let b = s.call_with_ctx("b", &json!({}), ctx()).unwrap_err();
+        assert!(matches!(b, ScriptError::Fail { .. }), "{b:?}");
+        assert_eq!(
+            b.failing_status().unwrap()["conditions"][0]["type"],
+            "Valid"
+        );
+        let c = s.call_with_ctx("c", &json!({}), ctx()).unwrap_err();
+        assert_eq!(
+            c.to_string(),
+            "scripts/t.rhai:4:3: in c: fail: unknown option \"stauts\"; the only option is status"
+        );
+        let d = s.call_with_ctx("d", &json!({}), ctx()).unwrap_err();
+        assert_eq!(
+            d.to_string(),
+            "scripts/t.rhai:7:3: in d: fail: status must be a map, got i64"
+        );
+    }
 }

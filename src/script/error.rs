@@ -49,6 +49,9 @@ pub enum ScriptError {
         function: String,
         message: String,
         delay: crate::config::duration::Duration,
+        /// The status the script asked to write with khai's `Ready=False`
+        /// (`retry(msg, delay, #{ status })`).
+        status: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     },
     /// The script declared, with `fail(message)`, that retrying cannot help until the object
     /// changes.
@@ -57,6 +60,9 @@ pub enum ScriptError {
         file: PathBuf,
         function: String,
         message: String,
+        /// The status the script asked to write with khai's `Ready=False`
+        /// (`fail(msg, #{ status })`).
+        status: Option<Box<serde_json::Map<String, serde_json::Value>>>,
     },
     /// A value could not be converted between JSON and Rhai.
     #[error("{}: in {function}: {message}", file.display())]
@@ -89,6 +95,16 @@ pub(super) fn position(pos: Position) -> Option<(usize, usize)> {
 }
 
 impl ScriptError {
+    /// The status a failing answer (`retry`, `fail`) asked to write, if any.
+    pub fn failing_status(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+        match self {
+            ScriptError::Retry { status, .. } | ScriptError::Fail { status, .. } => {
+                status.as_deref()
+            }
+            _ => None,
+        }
+    }
+
     /// The `kind` label of `khai_script_errors_total`.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -134,7 +134,7 @@ pub(crate) mod tests {
         Script::compile(Arc::new(engine(&limits)), &limits, Path::new("t.rhai"), src).unwrap()
     }
 
-    fn compile(src: &str) -> Result<Script, ScriptError> {
+    pub(crate) fn compile(src: &str) -> Result<Script, ScriptError> {
         let limits = Limits {
             timeout: Duration::from_millis(200),
             ..Limits::default()
@@ -509,7 +509,8 @@ pub(crate) mod tests {
                 file: "scripts/t.rhai".into(),
                 function: "a".into(),
                 message: "not yet".into(),
-                delay: crate::config::duration::Duration::from_secs(10)
+                delay: crate::config::duration::Duration::from_secs(10),
+                status: None,
             }
         );
         assert_eq!(

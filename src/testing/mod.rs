@@ -193,7 +193,7 @@ mod tests {
         case::parse(Path::new("tests/c.yaml"), &format!("{obj}{src}")).unwrap()
     }
 
-    fn run(script: &str, src: &str) -> Vec<String> {
+    pub(super) fn run(script: &str, src: &str) -> Vec<String> {
         let (_dir, op) = operator(script);
         let found = run_case(&op, &case(src)).unwrap();
         found.iter().map(ToString::to_string).collect()

@@ -42,15 +42,13 @@ pub(super) fn check(case: &Case) -> Result<(), Error> {
     }
     check_keys_fit_the_call(case)?;
     let e = &case.expect;
-    let others = e.children.is_some()
-        || e.status.is_some()
-        || e.requeue_after.is_some()
-        || e.events.is_some();
+    // `status` beside `error` is the status of the failing answer (`fail(msg, #{ status })`).
+    let others = e.children.is_some() || e.requeue_after.is_some() || e.events.is_some();
     if e.error.is_some() && others {
         return Err(bad(
             "expect.error".into(),
-            "cannot be combined with children, status, requeue_after or events: a failed \
-             reconcile has no plan",
+            "cannot be combined with children, requeue_after or events: a failed reconcile \
+             has no plan",
         ));
     }
     Ok(())

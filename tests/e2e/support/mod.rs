@@ -550,8 +550,18 @@ pub async fn wait_exists(api: &Api<DynamicObject>, name: &str, what: &str) -> Dy
 
 /// Runs the `khai` binary with `args`, which must succeed; returns its standard output.
 pub fn khai_stdout(args: &[&str]) -> String {
+    khai_stdout_with(args, &[])
+}
+
+/// `khai args` against the test cluster (its KUBECONFIG), which must succeed; its stdout.
+pub fn khai_stdout_on_cluster(args: &[&str]) -> String {
+    khai_stdout_with(args, &[("KUBECONFIG", kubeconfig())])
+}
+
+fn khai_stdout_with(args: &[&str], env: &[(&str, &Path)]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_khai"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert!(
