@@ -33,7 +33,7 @@ mod unrecorded;
 
 pub(crate) use answer::take_result;
 pub(crate) use answer::warning;
-pub(crate) use call::{budgeted, selects};
+pub(crate) use call::{budgeted, selects, selects_view};
 pub(crate) use change_record::change_record;
 use change_record::{diffs, record, relevant};
 pub(crate) use hooks::{memos, run_hook, run_startup};

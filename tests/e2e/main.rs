@@ -20,6 +20,7 @@ mod crds;
 mod edges;
 mod engine;
 mod examples;
+mod filters;
 mod handlers;
 mod hello;
 mod helm;
