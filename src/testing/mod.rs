@@ -21,6 +21,7 @@ pub(crate) mod case;
 pub(crate) mod compare;
 mod expect;
 mod handler_case;
+mod hooks;
 pub(crate) mod lookup;
 mod problem;
 mod reconcile_case;
@@ -187,7 +188,7 @@ mod tests {
         load_operator(toml, "web.rhai", script)
     }
 
-    fn case(src: &str) -> Case {
+    pub(super) fn case(src: &str) -> Case {
         let obj =
             "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w }, spec: {} }\n";
         case::parse(Path::new("tests/c.yaml"), &format!("{obj}{src}")).unwrap()
@@ -421,7 +422,7 @@ fn finalize(obj, ctx) { http::delete(`https://api.example.com/things/${obj.statu
     }
 
     /// An operator with one CRD and the handler entries `toml`, all in `h.rhai`.
-    fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
+    pub(super) fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
         let head = "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\nspec.replicas = { type = \"integer\" }\n\n";
         load_operator(&format!("{head}{toml}"), "h.rhai", script)
     }

@@ -40,7 +40,7 @@ pub(super) fn run_reconcile(
         namespace,
         params: Value::Object(op.config.model.params.clone()),
         lookup: Arc::new(lookup),
-        memo: Some(crate::script::memo::Memo::default()),
+        memo: Some(super::hooks::operator_memo(op, case)?),
         attempt: None,
         indexes: None,
         effects: stubbed.effects.clone(),

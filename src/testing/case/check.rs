@@ -46,6 +46,13 @@ pub(super) fn check(case: &Case) -> Result<(), Error> {
         || e.status.is_some()
         || e.requeue_after.is_some()
         || e.events.is_some();
+    if e.runs == Some(false) && (others || e.error.is_some()) {
+        return Err(bad(
+            "expect.runs".into(),
+            "false cannot be combined with status, events or error: an entry that does not \
+             run answers nothing",
+        ));
+    }
     if e.error.is_some() && others {
         return Err(bad(
             "expect.error".into(),
@@ -105,7 +112,7 @@ fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
             "allowed", "message", "reason", "code", "warnings", "object", "patch",
         ],
         Call::Convert(_) => &["object", "error"],
-        Call::Handler(_) => &["status", "events", "error"],
+        Call::Handler(_) => &["status", "events", "error", "runs"],
     };
     match case
         .expect
