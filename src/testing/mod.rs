@@ -25,22 +25,21 @@ mod hooks;
 pub(crate) mod lookup;
 mod problem;
 mod reconcile_case;
+mod stored;
 mod stubbed;
 pub(crate) mod webhook;
 
 use handler_case::run_handler;
 use reconcile_case::run_reconcile;
+use stored::{defaulted, stored};
 use stubbed::Stubbed;
 
 pub(crate) use case::{Call, Case};
 pub(crate) use compare::Mismatch;
 pub(crate) use problem::{Invalid, Problem};
 
-use crate::config::model::{Crd, Scope};
 use crate::operator::Operator;
 use crate::webhook::admission::Kind;
-use lookup::KindRef;
-use serde_json::{Value, json};
 use std::path::PathBuf;
 
 /// Why a case could not be run at all (as opposed to running and not matching).
@@ -112,51 +111,6 @@ pub(crate) fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Erro
         ));
     }
     Ok(mismatches)
-}
-
-/// The CRD of this config that declares `obj`'s kind, if any.
-fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
-    let kind = KindRef::of(obj);
-    op.config.model.crds.iter().find(|c| {
-        c.kind == kind.kind
-            && kind.group.as_deref() == Some(c.group.as_str())
-            && c.versions
-                .iter()
-                .any(|v| Some(v.name()) == kind.version.as_deref())
-    })
-}
-
-/// `obj` as the API server would store and serve it: CRD defaults filled in, and the metadata a
-/// create sets when absent (namespace `default` or `namespace`, `uid`, `generation: 1`).
-fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
-    let mut out = defaulted(op, obj, namespace)?;
-    if let Some(meta) = out["metadata"].as_object_mut() {
-        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
-        let uid = format!("uid-{name}");
-        meta.entry("uid").or_insert_with(|| json!(uid));
-        meta.entry("generation").or_insert_with(|| json!(1));
-    }
-    Ok(out)
-}
-
-/// `obj` as the API server decodes it, before admission: CRD defaults filled in, no
-/// `managedFields`, and a namespaced object in `namespace` (else `default`) when it names none.
-fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
-    let mut out = obj.clone();
-    let crd = crd_of(op, obj);
-    if let Some(crd) = crd {
-        crate::schema::default_object(crd, &mut out).map_err(Problem::Default)?;
-    }
-    let cluster_scoped = crd.is_some_and(|c| c.scope == Scope::Cluster);
-    let meta = out["metadata"].as_object_mut().ok_or(Problem::NoMetadata)?;
-    meta.remove("managedFields");
-    if !cluster_scoped && !meta.contains_key("namespace") {
-        meta.insert(
-            "namespace".into(),
-            json!(namespace.unwrap_or(DEFAULT_NAMESPACE)),
-        );
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
