@@ -92,4 +92,23 @@ mod tests {
         assert_eq!(made.len(), 1);
         assert_eq!(made[0].get("namespace"), None, "{}", made[0]);
     }
+
+    #[test]
+    fn a_write_whose_answer_a_reconcile_returns_by_accident_fails_as_it_does_live() {
+        let toml = "[operator]\nname = \"t\"\nuses = [{ kind = \"v1/ConfigMap\", verbs = [\"apply\"] }]\n\n\
+                    [[controller]]\nfor = \"v1/Namespace\"\nscript = \"ns.rhai\"\n";
+        // No `;` after the call: its answer, the ConfigMap, is what reconcile returns.
+        let script = "fn reconcile(obj, ctx) {\n\
+                      \x20   k8s::apply(#{ apiVersion: \"v1\", kind: \"ConfigMap\", metadata: #{ name: \"seed\", namespace: obj.metadata.name } })\n}\n";
+        let (_dir, op) = load_operator(toml, "ns.rhai", script);
+        let c = case::parse(
+            Path::new("tests/c.yaml"),
+            "object: { apiVersion: v1, kind: Namespace, metadata: { name: team-a } }\n\
+             calls:\n  - request: { call: k8s::apply, name: seed }\n\
+             expect: { error: \"reconcile returned an invalid result\" }\n",
+        )
+        .unwrap();
+        let found = crate::testing::run_case(&op, &c).unwrap();
+        assert!(found.is_empty(), "{found:?}");
+    }
 }
