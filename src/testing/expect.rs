@@ -40,6 +40,22 @@ pub(super) fn expectations(
     compare_plan(expect, &plan)
 }
 
+/// [`expectations`] for a reconcile, whose failure shows too: an expected `error` that matches
+/// compares the case's `status` and `events` with what khai writes and records when the
+/// reconcile fails that way (`failed`).
+pub(super) fn reconcile_expectations(
+    expect: &Expect,
+    answer: Result<Plan, reconcile::Error>,
+    failed: impl FnOnce(&reconcile::Error) -> Plan,
+) -> Result<Vec<Mismatch>, Invalid> {
+    if let (Err(e), Some(want)) = (&answer, &expect.error)
+        && e.to_string().contains(want.as_str())
+    {
+        return compare_plan(expect, &failed(e));
+    }
+    expectations(expect, answer)
+}
+
 pub(super) fn compare_plan(expect: &Expect, plan: &Plan) -> Result<Vec<Mismatch>, Invalid> {
     let mut out = Vec::new();
     if let Some(children) = &expect.children {

@@ -437,4 +437,31 @@ fn reconcile(obj, ctx) {
         let bad = r#"fn reconcile(obj, ctx) { ctx.list("Deployment", #{ namspace: "*" }); #{} }"#;
         assert!(run(bad, "expect: { error: 'unknown option \"namspace\"' }\n").is_empty());
     }
+
+    #[test]
+    fn a_failing_reconcile_case_checks_the_event_and_status_khai_writes() {
+        let script = "fn reconcile(obj, ctx) { fail(\"no capacity\") }";
+        assert_eq!(
+            run(script, "expect:\n  error: no capacity\n  events: []\n"),
+            ["events: expected 0 items, got 1 item"],
+            "the failure's Warning Event is there to check"
+        );
+        let expect = "expect:\n  error: no capacity\n  events: [{ type: Warning, reason: Failed }]\n  \
+             status:\n    phase: old\n    conditions:\n      - { type: Ready, status: \"False\", reason: Failed }\n      - { type: Failed, status: \"True\", reason: Failed }\n";
+        let obj = "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w }, spec: {}, status: { phase: old } }\n";
+        let (_dir, op) = operator(script);
+        let c = case::parse(Path::new("tests/c.yaml"), &format!("{obj}{expect}")).unwrap();
+        let found = run_case(&op, &c).unwrap();
+        assert!(found.is_empty(), "{found:?}");
+        // A status the failure does not write is a mismatch.
+        let c = case::parse(
+            Path::new("tests/c.yaml"),
+            &format!("{obj}expect:\n  error: no capacity\n  status: {{ phase: new }}\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            run_case(&op, &c).unwrap()[0].to_string(),
+            r#"status.phase: expected "new", got "old""#
+        );
+    }
 }

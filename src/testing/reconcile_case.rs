@@ -3,7 +3,7 @@
 
 use super::case::Case;
 use super::compare::Mismatch;
-use super::expect::expectations;
+use super::expect::{expectations, reconcile_expectations};
 use super::lookup::{KindRef, MemoryLookup, Owner};
 use super::stubbed::Stubbed;
 use super::{Error, Invalid, Problem, stored};
@@ -70,7 +70,39 @@ pub(super) fn run_reconcile(
     }
     let answer =
         plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
-    expectations(&case.expect, answer).map_err(|i| i.in_case(case))
+    reconcile_expectations(&case.expect, answer, |e| failed(op, &object, e))
+        .map_err(|i| i.in_case(case))
+}
+
+/// What khai writes and records when a reconcile of `object` fails with `e`
+/// (`controller::report`): a Warning Event, and where khai owns the status (a CRD of the config
+/// with a status), the object's status with `Ready=False` and `Failed=True`.
+fn failed(op: &Operator, object: &Value, e: &reconcile::Error) -> Plan {
+    use crate::reconcile::conditions::{self, Health};
+    let reason = e.failure_reason();
+    let message: String = e.to_string().chars().take(1024).collect();
+    let owns_status = super::stored::crd_of(op, object).is_some_and(|c| c.status.is_some());
+    let status = owns_status
+        .then(|| serde_json::from_value::<kube::api::DynamicObject>(object.clone()).ok())
+        .flatten()
+        .map(|obj| {
+            let mut status = object["status"].as_object().cloned().unwrap_or_default();
+            let failing = Health::Failing {
+                reason,
+                message: &message,
+            };
+            conditions::set(&mut status, &obj, failing);
+            status
+        });
+    Plan {
+        status,
+        events: vec![reconcile::PlannedEvent {
+            warning: true,
+            reason: reason.into(),
+            message,
+        }],
+        ..Plan::default()
+    }
 }
 
 /// Refuses the children `khai run` would refuse ([`reconcile::children::place`], the same

@@ -18,7 +18,7 @@ pub(super) fn namespaced(op: &Operator, obj: &Value) -> Option<bool> {
 }
 
 /// The CRD of this config that declares `obj`'s kind, if any.
-fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
+pub(super) fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
     let kind = KindRef::of(obj);
     op.config.model.crds.iter().find(|c| {
         c.kind == kind.kind

@@ -53,11 +53,20 @@ pub(super) fn check(case: &Case) -> Result<(), Error> {
              run answers nothing",
         ));
     }
-    if e.error.is_some() && others {
+    if case.call == Call::Reconcile {
+        // A failed reconcile has no children or requeue, but a status and an Event.
+        if e.error.is_some() && (e.children.is_some() || e.requeue_after.is_some()) {
+            return Err(bad(
+                "expect.error".into(),
+                "cannot be combined with children or requeue_after: a failed reconcile has \
+                 no plan (status and events are what khai writes and records on the failure)",
+            ));
+        }
+    } else if e.error.is_some() && others {
         return Err(bad(
             "expect.error".into(),
             "cannot be combined with children, status, requeue_after or events: a failed \
-             reconcile has no plan",
+             call has no plan",
         ));
     }
     Ok(())
