@@ -35,6 +35,7 @@ mod operations;
 mod rate_limit;
 mod rbac;
 mod reload;
+mod replace;
 mod restart;
 mod servers;
 mod side_effects;
