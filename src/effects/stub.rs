@@ -151,7 +151,12 @@ fn identity(request: &Value) -> Value {
     {
         if let Some(v) = &k.version {
             let group = k.group.as_deref().unwrap_or_default();
-            o["apiVersion"] = if group.is_empty() { v.clone() } else { format!("{group}/{v}") }.into();
+            o["apiVersion"] = if group.is_empty() {
+                v.clone()
+            } else {
+                format!("{group}/{v}")
+            }
+            .into();
         }
         o["kind"] = k.kind.into();
     }
@@ -168,7 +173,9 @@ fn filled(mut obj: Value, request: &Value) -> Value {
     if let Some(ns) = request["namespace"].as_str() {
         meta.insert("namespace".into(), ns.into());
     }
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     for (key, value) in [
         ("uid", Value::from(format!("uid-{name}"))),
         ("resourceVersion", "1".into()),
@@ -250,15 +257,24 @@ mod tests {
         let create = json!({"call": "k8s::create", "kind": "v1/ConfigMap", "namespace": "d",
             "name": "c", "object": {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "c", "namespace": "d"}, "data": {"k": "v"}}});
-        let s = Stubs::new(vec![expected(Value::Null), expected(json!({"data": {"k": "w"}}))]);
+        let s = Stubs::new(vec![
+            expected(Value::Null),
+            expected(json!({"data": {"k": "w"}})),
+        ]);
         let Answer::Response(got) = s.answer(&create) else {
             panic!("expected a response");
         };
         assert_eq!(got["data"], json!({"k": "v"}), "the object as written");
         assert_eq!(got["kind"], "ConfigMap");
         let meta = &got["metadata"];
-        assert_eq!((&meta["name"], &meta["namespace"]), (&json!("c"), &json!("d")));
-        assert_eq!((&meta["uid"], &meta["resourceVersion"]), (&json!("uid-c"), &json!("1")));
+        assert_eq!(
+            (&meta["name"], &meta["namespace"]),
+            (&json!("c"), &json!("d"))
+        );
+        assert_eq!(
+            (&meta["uid"], &meta["resourceVersion"]),
+            (&json!("uid-c"), &json!("1"))
+        );
         assert!(meta["creationTimestamp"].is_string(), "{got}");
         let Answer::Response(got) = s.answer(&create) else {
             panic!("expected a response");

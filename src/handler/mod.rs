@@ -28,6 +28,7 @@ pub(crate) mod index;
 pub(crate) mod load;
 pub(crate) mod progress;
 mod recorded;
+pub(crate) mod schedule;
 pub(crate) mod spy;
 mod unrecorded;
 

@@ -87,7 +87,13 @@ pub(super) fn run_handler(
         (&h.script, h.spec.function(), args, false, h.spec.filters())
     } else if let Some(t) = compiled.timers.iter().find(|t| t.spec.function == name) {
         let args = vec![obj, c];
-        (&t.script, t.spec.function.clone(), args, false, t.spec.filters())
+        (
+            &t.script,
+            t.spec.function.clone(),
+            args,
+            false,
+            t.spec.filters(),
+        )
     } else if let Some(d) = compiled
         .daemons
         .iter()
@@ -288,7 +294,9 @@ mod tests {
         // The case's object has no label and no replicas: neither entry would run live.
         assert_eq!(
             found(&op, "handler: made\nexpect: { status: { ran: true } }\n"),
-            ["runs: expected true, got it does not run: its labels filter excludes the object, as under khai run"]
+            [
+                "runs: expected true, got it does not run: its labels filter excludes the object, as under khai run"
+            ]
         );
         assert!(found(&op, "handler: made\nexpect: { runs: false }\n").is_empty());
         assert_eq!(
@@ -321,7 +329,11 @@ mod tests {
                       fn made(obj, ctx, change) { #{ status: #{ region: ctx.memo.region } } }\n";
         let (_dir, op) = handler_operator(toml, script);
         assert!(
-            found(&op, "handler: made\nexpect: { status: { region: eu-west } }\n").is_empty()
+            found(
+                &op,
+                "handler: made\nexpect: { status: { region: eu-west } }\n"
+            )
+            .is_empty()
         );
     }
 }

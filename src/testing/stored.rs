@@ -31,7 +31,11 @@ pub(super) fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
 
 /// `obj` as the API server would store and serve it: CRD defaults filled in, and the metadata a
 /// create sets when absent (namespace `default` or `namespace`, `uid`, `generation: 1`).
-pub(super) fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
+pub(super) fn stored(
+    op: &Operator,
+    obj: &Value,
+    namespace: Option<&str>,
+) -> Result<Value, Problem> {
     let mut out = defaulted(op, obj, namespace)?;
     if let Some(meta) = out["metadata"].as_object_mut() {
         let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
@@ -44,7 +48,11 @@ pub(super) fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Res
 
 /// `obj` as the API server decodes it, before admission: CRD defaults filled in, no
 /// `managedFields`, and a namespaced object in `namespace` (else `default`) when it names none.
-pub(super) fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
+pub(super) fn defaulted(
+    op: &Operator,
+    obj: &Value,
+    namespace: Option<&str>,
+) -> Result<Value, Problem> {
     let mut out = obj.clone();
     let crd = crd_of(op, obj);
     if let Some(crd) = crd {
@@ -61,7 +69,6 @@ pub(super) fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> 
     }
     Ok(out)
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -27,14 +27,46 @@ const FILTERS: [(&str, &str); 4] = [
 /// function.
 const KINDS: [(&str, &str, &str); 9] = [
     ("create", HANDLER_CREATE, CHANGE),
-    ("update", "[[handler]]\non = \"update\"\nfunction = \"{f}\"", CHANGE),
-    ("field", "[[handler]]\non = \"field\"\nfield = \"spec.size\"\nfunction = \"{f}\"", CHANGE),
-    ("delete", "[[handler]]\non = \"delete\"\nfunction = \"{f}\"", CHANGE),
-    ("gone", "[[handler]]\non = \"delete\"\noptional = true\nfunction = \"{f}\"", CHANGE),
-    ("resume", "[[handler]]\non = \"resume\"\nfunction = \"{f}\"", CHANGE),
-    ("event", "[[handler]]\non = \"event\"\nfunction = \"{f}\"", CHANGE),
-    ("timer", "[[timer]]\nfunction = \"{f}\"\ninterval = \"1s\"", "obj, ctx"),
-    ("daemon", "[[daemon]]\ntick = \"{f}\"\ninterval = \"1s\"", "obj, ctx, state"),
+    (
+        "update",
+        "[[handler]]\non = \"update\"\nfunction = \"{f}\"",
+        CHANGE,
+    ),
+    (
+        "field",
+        "[[handler]]\non = \"field\"\nfield = \"spec.size\"\nfunction = \"{f}\"",
+        CHANGE,
+    ),
+    (
+        "delete",
+        "[[handler]]\non = \"delete\"\nfunction = \"{f}\"",
+        CHANGE,
+    ),
+    (
+        "gone",
+        "[[handler]]\non = \"delete\"\noptional = true\nfunction = \"{f}\"",
+        CHANGE,
+    ),
+    (
+        "resume",
+        "[[handler]]\non = \"resume\"\nfunction = \"{f}\"",
+        CHANGE,
+    ),
+    (
+        "event",
+        "[[handler]]\non = \"event\"\nfunction = \"{f}\"",
+        CHANGE,
+    ),
+    (
+        "timer",
+        "[[timer]]\nfunction = \"{f}\"\ninterval = \"1s\"",
+        "obj, ctx",
+    ),
+    (
+        "daemon",
+        "[[daemon]]\ntick = \"{f}\"\ninterval = \"1s\"",
+        "obj, ctx, state",
+    ),
 ];
 const HANDLER_CREATE: &str = "[[handler]]\non = \"create\"\nfunction = \"{f}\"";
 const CHANGE: &str = "obj, ctx, change";

@@ -37,6 +37,7 @@ mod rbac;
 mod reload;
 mod replace;
 mod restart;
+mod schedules;
 mod servers;
 mod side_effects;
 mod stdlib;

@@ -51,9 +51,12 @@ async fn replace_puts_the_whole_object_and_a_stale_resource_version_is_a_conflic
     let _khai = Khai::start(dir.path(), &ns.name, &[]);
     let api = widgets(&client, GROUP, &ns.name);
     create_widget(&api, GROUP, "w", "hello").await;
-    let w = wait_for(&api, "w", "the widget's status", |o: Option<&DynamicObject>| {
-        o.is_some_and(|o| o.data["status"]["phase"].is_string())
-    })
+    let w = wait_for(
+        &api,
+        "w",
+        "the widget's status",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["phase"].is_string()),
+    )
     .await;
     let phase = w.data["status"]["phase"].as_str().unwrap();
     assert!(

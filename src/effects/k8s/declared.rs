@@ -10,7 +10,14 @@ use rhai::{AST, ASTNode, Expr, FnCallExpr, Position, Stmt};
 const KIND_FIRST: &[&str] = &["get", "list", "patch", "patch_status", "delete"];
 
 /// The verbs whose first argument is an object.
-const OBJECT_FIRST: &[&str] = &["create", "apply", "replace", "patch", "patch_status", "delete"];
+const OBJECT_FIRST: &[&str] = &[
+    "create",
+    "apply",
+    "replace",
+    "patch",
+    "patch_status",
+    "delete",
+];
 
 /// One `k8s::<verb>("<kind>", …)` call in a script.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,10 +62,12 @@ fn literal_kind(f: &FnCallExpr) -> Option<String> {
         Expr::StringConstant(kind, _) if KIND_FIRST.contains(&verb) => Some(kind.to_string()),
         Expr::Map(m, _) if OBJECT_FIRST.contains(&verb) => {
             let text = |key: &str| {
-                m.0.iter().find(|(k, _)| k.as_str() == key).and_then(|(_, v)| match v {
-                    Expr::StringConstant(s, _) => Some(s.to_string()),
-                    _ => None,
-                })
+                m.0.iter()
+                    .find(|(k, _)| k.as_str() == key)
+                    .and_then(|(_, v)| match v {
+                        Expr::StringConstant(s, _) => Some(s.to_string()),
+                        _ => None,
+                    })
             };
             Some(format!("{}/{}", text("apiVersion")?, text("kind")?))
         }
