@@ -290,23 +290,18 @@ impl Api {
                 }
                 Ok(Value::Array(items))
             }
-            Op::Create(t, o) => {
+            Op::Create(t, o) | Op::Replace(t, o) => {
                 let obj: DynamicObject = serde_json::from_value(o.clone())
                     .map_err(|e| Failure::new("invalid", 0, e.to_string()))?;
                 let pp = PostParams {
                     field_manager: Some(self.field_manager.clone()),
                     ..PostParams::default()
                 };
-                object(api(&t.namespace).create(&pp, &obj).await?)
-            }
-            Op::Replace(t, o) => {
-                let obj: DynamicObject = serde_json::from_value(o.clone())
-                    .map_err(|e| Failure::new("invalid", 0, e.to_string()))?;
-                let pp = PostParams {
-                    field_manager: Some(self.field_manager.clone()),
-                    ..PostParams::default()
-                };
-                object(api(&t.namespace).replace(&t.name, &pp, &obj).await?)
+                let api = api(&t.namespace);
+                object(match op {
+                    Op::Replace(..) => api.replace(&t.name, &pp, &obj).await?,
+                    _ => api.create(&pp, &obj).await?,
+                })
             }
             Op::Apply(t, o) => {
                 let mut params = PatchParams::apply(&self.field_manager);
