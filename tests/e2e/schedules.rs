@@ -73,3 +73,51 @@ async fn schedules_run_on_their_interval_and_cron_and_a_failing_one_harms_nothin
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_schedule_runs_on_the_leader_only_and_moves_with_the_lease() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "schedules-lead").await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = "[operator]\nname = \"schedules-lead\"\n\n\
+                [[schedule]]\nname = \"beat\"\nscript = \"s.rhai\"\nfunction = \"beat\"\ninterval = \"1s\"\n";
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("s.rhai"), "fn beat(ctx) { }\n").unwrap();
+    let flags = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        &ns.name,
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "1s",
+    ];
+    let runs = |b: &str| sum(b, "khai_schedule_runs_total");
+    let leading = |b: &str| sum(b, "leader_election_master_status");
+    let first = Khai::start(dir.path(), &ns.name, &flags);
+    let first_addr = first.metrics_addr().await;
+    metrics_until(&first_addr, "the first replica leads", |b| {
+        leading(b) == 1.0
+    })
+    .await;
+    let second = Khai::start(dir.path(), &ns.name, &flags);
+    let second_addr = second.metrics_addr().await;
+    metrics_until(&first_addr, "three runs on the leader", |b| runs(b) >= 3.0).await;
+    let standby = metrics_until(&second_addr, "the standby's metrics", |b| {
+        b.contains("leader_election_master_status")
+    })
+    .await;
+    assert_eq!(leading(&standby), 0.0, "{standby}");
+    assert_eq!(
+        runs(&standby),
+        0.0,
+        "the standby ran the schedule: {standby}"
+    );
+    first.terminate().await;
+    metrics_until(&second_addr, "runs on the new leader", |b| {
+        leading(b) == 1.0 && runs(b) >= 1.0
+    })
+    .await;
+}
