@@ -162,6 +162,7 @@ fn probes() -> Vec<(&'static str, String)> {
         ("timer", format!("[[timer]]\n{p}")),
         ("daemon", format!("[[daemon]]\n{p}")),
         ("index", format!("[[index]]\n{p}")),
+        ("schedule", format!("[[schedule]]\n{p}")),
     ]
 }
 
@@ -386,6 +387,12 @@ fn defaults() -> Vec<(&'static str, String, &'static str)> {
             "daemon",
             format!("[[daemon]]\n{each}tick = \"f\"\ninterval = \"1m\"\n"),
             "/daemon/0",
+        ),
+        (
+            "schedule",
+            // Neither cron nor interval: parsed, not validated, so both show their defaults.
+            "[[schedule]]\nname = \"s\"\nscript = \"s.rhai\"\nfunction = \"f\"\n".into(),
+            "/schedule/0",
         ),
     ]
 }

@@ -240,6 +240,25 @@ pub struct Index {
     pub function: String,
 }
 
+/// `[[schedule]]`: a function run on a clock that belongs to no object (a cron expression or an
+/// interval), on the leader only.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Schedule {
+    /// What logs and metrics call it; unique.
+    pub name: String,
+    pub script: PathBuf,
+    /// `fn name(ctx)`.
+    pub function: String,
+    /// A cron expression: five fields (minute granularity) or six (seconds first), or an alias
+    /// such as `@hourly`; in UTC.
+    pub cron: Option<String>,
+    /// Instead of `cron`: run every this long, counted from the end of the previous run.
+    pub interval: Option<Duration>,
+    /// What one call may do beyond computing; the default budget when left out.
+    pub budget: Option<crate::config::budget::Budget>,
+}
+
 /// `[operator] startup` and `cleanup`: a function run once when khai starts or stops.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]

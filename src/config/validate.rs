@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(
             check(src),
             "operator.toml:2:44: operator.uses[0].verbs[1]: unknown verb \"watch\": the k8s \
-             module's verbs are get, list, create, apply, patch, patch_status, delete"
+             module's verbs are get, list, create, apply, patch, patch_status, replace, delete"
         );
     }
 

@@ -100,10 +100,8 @@ pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &Reconci
         publish(ctx, obj, EventType::Normal, "DeletingChildren", &message).await;
         return;
     }
-    let reason = match err.script_error() {
-        Some(ScriptError::Retry { .. }) => "RetryRequested",
-        Some(ScriptError::Fail { .. }) => "Failed",
-        Some(ScriptError::Api { reason, .. }) if reason == "forbidden" => FORBIDDEN,
+    let reason = match err {
+        ReconcileError::Plan(e) => e.failure_reason(),
         _ => "ReconcileFailed",
     };
     // A call khai's RBAC does not allow fails the same way until someone changes the RBAC or
@@ -128,8 +126,7 @@ pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &Reconci
     }
 }
 
-/// The Event and condition reason of a script's API call the API server refused (403).
-pub(crate) const FORBIDDEN: &str = "Forbidden";
+pub(crate) use crate::reconcile::FORBIDDEN;
 
 /// Whether `obj`'s `Ready` condition already reports `reason` with `message`.
 fn already_said(obj: &DynamicObject, reason: &str, message: &str) -> bool {

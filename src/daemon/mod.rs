@@ -100,7 +100,16 @@ pub(crate) async fn run(
         opts: &opts,
         informers: &informers,
     };
-    let controllers = supervise(prepared, updates, &env, &shutdown);
+    // Schedules run beside the controllers, so on the leader only, and stop with them.
+    let schedules = crate::handler::schedule::run_all(
+        op.handlers.schedules.clone(),
+        operator.clone(),
+        schedule_effects(&op, &client),
+        shutdown.clone(),
+    );
+    let controllers = async {
+        futures::join!(supervise(prepared, updates, &env, &shutdown), schedules);
+    };
     let result = match &opts.leader {
         None => {
             drain(controllers, &shutdown, opts.shutdown_grace).await;
@@ -118,6 +127,20 @@ pub(crate) async fn run(
     informers.shutdown();
     tracing::info!("all controllers stopped");
     result
+}
+
+/// What `[[schedule]]` calls may reach: the `k8s` module through the operator's client.
+fn schedule_effects(op: &Operator, client: &kube::Client) -> Option<Arc<crate::effects::Effects>> {
+    (!op.handlers.schedules.is_empty()).then(|| {
+        let api = crate::effects::k8s::Api::new(client.clone(), &op.config.model);
+        Arc::new(crate::effects::Effects {
+            k8s: Some(Arc::new(api)),
+            ..crate::effects::Effects::new(
+                tokio::runtime::Handle::current(),
+                crate::effects::Budget::default(),
+            )
+        })
+    })
 }
 
 /// Installs the config's CRDs and waits for them to be Established, when it asks for that.

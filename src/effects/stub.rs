@@ -69,7 +69,7 @@ impl Stubs {
         let answer = match self.expected.get(n) {
             Some(e) if matches(&e.request, request) => match &e.error {
                 Some(err) => Answer::Error(err.clone()),
-                None => Answer::Response(e.response.clone()),
+                None => Answer::Response(served(request, &e.response)),
             },
             Some(e) => Answer::Unexpected(format!(
                 "unexpected call {request} (call {} of the case expects {})",
@@ -113,6 +113,78 @@ impl Stubs {
             .map(|s| s.made.clone())
             .unwrap_or_default()
     }
+}
+
+/// What a call answers: for a write of an object (`k8s::create`, `apply`, `replace`, `patch`,
+/// `patch_status`), what the API server would, the object as written (for a patch, a merge patch
+/// over the object's identity) with the metadata the server fills in, and the case's
+/// `response`, if any, merged over it; for any other call, the case's `response` as it is.
+fn served(request: &Value, response: &Value) -> Value {
+    let written = match request["call"].as_str().unwrap_or_default() {
+        "k8s::create" | "k8s::apply" | "k8s::replace" => request["object"].clone(),
+        "k8s::patch" | "k8s::patch_status" => {
+            let mut o = identity(request);
+            if request["patch"].is_object() {
+                json_patch::merge(&mut o, &request["patch"]);
+            }
+            o
+        }
+        _ => return response.clone(),
+    };
+    if !(response.is_null() || response.is_object()) {
+        return response.clone();
+    }
+    let mut out = filled(written, request);
+    if response.is_object() {
+        json_patch::merge(&mut out, response);
+    }
+    out
+}
+
+/// `apiVersion`, `kind`, `metadata.name` and `namespace` of the object a request is about.
+fn identity(request: &Value) -> Value {
+    let mut o = serde_json::json!({ "metadata": { "name": request["name"] } });
+    if let Ok(k) = request["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .parse::<crate::config::kind::KindRef>()
+    {
+        if let Some(v) = &k.version {
+            let group = k.group.as_deref().unwrap_or_default();
+            o["apiVersion"] = if group.is_empty() {
+                v.clone()
+            } else {
+                format!("{group}/{v}")
+            }
+            .into();
+        }
+        o["kind"] = k.kind.into();
+    }
+    o
+}
+
+/// `obj` with the metadata the API server sets when absent: the request's namespace (none for
+/// a cluster-scoped object), `uid`, `resourceVersion`, `generation`, `creationTimestamp`.
+fn filled(mut obj: Value, request: &Value) -> Value {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return obj;
+    };
+    let name = request["name"].as_str().unwrap_or_default();
+    if let Some(ns) = request["namespace"].as_str() {
+        meta.insert("namespace".into(), ns.into());
+    }
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    for (key, value) in [
+        ("uid", Value::from(format!("uid-{name}"))),
+        ("resourceVersion", "1".into()),
+        ("generation", 1.into()),
+        ("creationTimestamp", now.into()),
+    ] {
+        meta.entry(key).or_insert(value);
+    }
+    obj
 }
 
 /// Whether every field `want` gives equals `got`'s (maps recursively; anything else exactly).
@@ -173,6 +245,64 @@ mod tests {
             "{m}"
         );
         assert_eq!(s.mismatch(), Some(m));
+    }
+
+    #[test]
+    fn a_write_answers_the_object_as_the_server_stores_it_and_the_response_goes_over_it() {
+        let expected = |response: Value| Expected {
+            request: json!({"call": "k8s::create"}),
+            response,
+            error: None,
+        };
+        let create = json!({"call": "k8s::create", "kind": "v1/ConfigMap", "namespace": "d",
+            "name": "c", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "d"}, "data": {"k": "v"}}});
+        let s = Stubs::new(vec![
+            expected(Value::Null),
+            expected(json!({"data": {"k": "w"}})),
+        ]);
+        let Answer::Response(got) = s.answer(&create) else {
+            panic!("expected a response");
+        };
+        assert_eq!(got["data"], json!({"k": "v"}), "the object as written");
+        assert_eq!(got["kind"], "ConfigMap");
+        let meta = &got["metadata"];
+        assert_eq!(
+            (&meta["name"], &meta["namespace"]),
+            (&json!("c"), &json!("d"))
+        );
+        assert_eq!(
+            (&meta["uid"], &meta["resourceVersion"]),
+            (&json!("uid-c"), &json!("1"))
+        );
+        assert!(meta["creationTimestamp"].is_string(), "{got}");
+        let Answer::Response(got) = s.answer(&create) else {
+            panic!("expected a response");
+        };
+        assert_eq!(got["data"], json!({"k": "w"}), "the case's response wins");
+        assert_eq!(got["metadata"]["uid"], "uid-c");
+
+        // A patch of a cluster-scoped object: its identity and the patch, with no namespace.
+        let patch = json!({"call": "k8s::patch", "kind": "v1/Namespace", "name": "team-a",
+            "patch": {"metadata": {"labels": {"x": "y"}}}});
+        let s = Stubs::new(vec![Expected {
+            request: json!({"call": "k8s::patch"}),
+            response: Value::Null,
+            error: None,
+        }]);
+        let Answer::Response(got) = s.answer(&patch) else {
+            panic!("expected a response");
+        };
+        assert_eq!(got["apiVersion"], "v1");
+        assert_eq!(got["metadata"]["labels"], json!({"x": "y"}));
+        assert_eq!(got["metadata"].get("namespace"), None);
+        // A read answers what the case says, nothing more.
+        let s = stubs();
+        let get = json!({"call": "k8s::get", "kind": "v1/Pod", "name": "a"});
+        assert_eq!(
+            s.answer(&get),
+            Answer::Response(json!({"metadata": {"name": "a"}}))
+        );
     }
 
     #[test]

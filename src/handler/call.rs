@@ -23,13 +23,25 @@ pub(crate) async fn selects(
     turn: &Turn<'_>,
     what: &str,
 ) -> bool {
+    selects_view(script, when, &turn.view, &turn.ctx, what).await
+}
+
+/// [`selects`] for an object seen outside a turn (a spy's watch event, an object gone): `view`
+/// is the object as scripts see it, `ctx` the `ctx` its calls get.
+pub(crate) async fn selects_view(
+    script: &Script,
+    when: Option<&str>,
+    view: &Value,
+    ctx: &ScriptCtx,
+    what: &str,
+) -> bool {
     let Some(when) = when else {
         return true;
     };
-    let mut args = vec![CallArg::Json(turn.view.clone())];
+    let mut args = vec![CallArg::Json(view.clone())];
     if script.has_function(when, 2) {
         // A predicate computes; it makes no calls.
-        let mut ctx = turn.ctx.clone();
+        let mut ctx = ctx.clone();
         ctx.effects = None;
         args.push(CallArg::Ctx(ctx));
     }

@@ -1,5 +1,5 @@
 //! Compiling what runs beside the controllers: `[[handler]]`, `[[timer]]`, `[[daemon]]`,
-//! `[[index]]` and the `[operator] startup`/`cleanup` hooks. Each script file is compiled once,
+//! `[[index]]`, `[[schedule]]` and the `[operator] startup`/`cleanup` hooks. Each script file is compiled once,
 //! and every function an entry names is checked to exist with the parameters khai calls it
 //! with; a problem points at the config line that names the function.
 
@@ -23,6 +23,14 @@ pub struct Compiled {
     pub indexes: Vec<IndexEntry>,
     pub startup: Option<HookEntry>,
     pub cleanup: Option<HookEntry>,
+    pub schedules: Vec<ScheduleEntry>,
+}
+
+/// One `[[schedule]]` with its compiled script.
+#[derive(Debug, Clone)]
+pub struct ScheduleEntry {
+    pub spec: crate::config::handlers::Schedule,
+    pub script: Script,
 }
 
 /// `startup` or `cleanup` with its compiled script.
@@ -41,6 +49,7 @@ impl Compiled {
             && self.indexes.is_empty()
             && self.startup.is_none()
             && self.cleanup.is_none()
+            && self.schedules.is_empty()
     }
 }
 
@@ -95,6 +104,15 @@ pub(crate) fn load(
         let wanted = [("function", x.function.as_str(), OBJ)];
         if let Some(script) = l.script("index", i, &x.script, &wanted) {
             out.indexes.push(IndexEntry {
+                spec: x.clone(),
+                script,
+            });
+        }
+    }
+    for (i, x) in model.schedules.iter().enumerate() {
+        let wanted = [("function", x.function.as_str(), CTX)];
+        if let Some(script) = l.script("schedule", i, &x.script, &wanted) {
+            out.schedules.push(ScheduleEntry {
                 spec: x.clone(),
                 script,
             });

@@ -28,12 +28,13 @@ pub(crate) mod index;
 pub(crate) mod load;
 pub(crate) mod progress;
 mod recorded;
+pub(crate) mod schedule;
 pub(crate) mod spy;
 mod unrecorded;
 
 pub(crate) use answer::take_result;
 pub(crate) use answer::warning;
-pub(crate) use call::{budgeted, selects};
+pub(crate) use call::{budgeted, selects, selects_view};
 pub(crate) use change_record::change_record;
 use change_record::{diffs, record, relevant};
 pub(crate) use hooks::{memos, run_hook, run_startup};

@@ -2,7 +2,7 @@
 //! and optional delete handlers once their object is gone.
 
 use super::change_record::diffs;
-use super::{Handlers, budgeted, change, filter};
+use super::{Entry, Handlers, budgeted, change, filter, selects_view};
 use crate::script::{CallArg, ScriptCtx};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -16,7 +16,7 @@ impl Handlers {
         let record = json!({ "type": "delete", "old": essence, "new": Value::Null,
                              "diff": diffs(&essence, &Value::Null) });
         for entry in self.optional_deletes() {
-            if !filter::metadata_passes(&entry.spec.filters(), &view) {
+            if !admits(entry, &view, &ctx).await {
                 continue;
             }
             let args = vec![
@@ -38,7 +38,7 @@ impl Handlers {
     /// an object of the initial list, see [`spy`]); `view` is the whole object.
     pub(crate) async fn on_event(&self, view: Value, kind: Option<&str>, ctx: ScriptCtx) {
         for entry in self.spies() {
-            if !filter::metadata_passes(&entry.spec.filters(), &view) {
+            if !admits(entry, &view, &ctx).await {
                 continue;
             }
             let event = json!({ "type": kind, "object": view });
@@ -56,4 +56,12 @@ impl Handlers {
             }
         }
     }
+}
+
+/// Whether `entry`'s filters (labels, annotations and its `when`) select the object `view`, as
+/// they do for the handlers run in an object's turn.
+async fn admits(entry: &Entry, view: &Value, ctx: &ScriptCtx) -> bool {
+    let filters = entry.spec.filters();
+    filter::metadata_passes(&filters, view)
+        && selects_view(&entry.script, filters.when, view, ctx, &entry.spec.id()).await
 }

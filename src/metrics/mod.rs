@@ -14,8 +14,8 @@ pub(crate) use record::{
     applied, config_loaded, config_reloaded, controller_failed, controller_started, echo_skipped,
     events_dropped, hot_loop, http_request, leader, queue_add, queue_retry, queue_state,
     rate_limited, reconcile_finished, reconcile_overlap, reconcile_started, request_sent,
-    script_api_call, script_call, script_limit_abort, status_written, watch_restarted,
-    watch_started,
+    schedule_run, script_api_call, script_call, script_limit_abort, status_written,
+    watch_restarted, watch_started,
 };
 
 use prometheus::core::Collector;
@@ -55,6 +55,7 @@ struct Metrics {
     hot_loops: IntCounterVec,
     events_dropped: IntCounterVec,
     echo_skips: IntCounterVec,
+    schedule_runs: IntCounterVec,
     leader: IntGaugeVec,
     config_reloads: IntCounterVec,
     config_hash: Gauge,
@@ -290,6 +291,12 @@ impl Metrics {
                 "khai_echo_skips_total",
                 "Watch events of a child khai had just applied that reconciled nothing: the child held what khai sent and its parent's reconcile read nothing else",
                 ctl,
+            ),
+            schedule_runs: counter(
+                &r,
+                "khai_schedule_runs_total",
+                "Runs of a [[schedule]] function, by schedule and result (success or error)",
+                &["schedule", "result"],
             ),
             leader: gauge(
                 &r,

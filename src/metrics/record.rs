@@ -197,6 +197,14 @@ pub(crate) fn echo_skipped(controller: &str) {
     METRICS.echo_skips.with_label_values(&[controller]).inc();
 }
 
+/// A run of the `[[schedule]]` `schedule` ended with `result` (`success` or `error`).
+pub(crate) fn schedule_run(schedule: &str, result: &str) {
+    METRICS
+        .schedule_runs
+        .with_label_values(&[schedule, result])
+        .inc();
+}
+
 /// A watch of `kind` failed and is being restarted.
 pub(crate) fn watch_restarted(kind: &str) {
     METRICS.watch_restarts.with_label_values(&[kind]).inc();

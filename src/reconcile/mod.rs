@@ -64,6 +64,22 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The reason of the Warning Event and of the `Ready=False` condition a reconcile that
+    /// failed this way gets.
+    pub fn failure_reason(&self) -> &'static str {
+        match self {
+            Error::Script(ScriptError::Retry { .. }) => "RetryRequested",
+            Error::Script(ScriptError::Fail { .. }) => "Failed",
+            Error::Script(ScriptError::Api { reason, .. }) if reason == "forbidden" => FORBIDDEN,
+            _ => "ReconcileFailed",
+        }
+    }
+}
+
+/// The Event and condition reason of a script's API call the API server refused (403).
+pub const FORBIDDEN: &str = "Forbidden";
+
 /// What is wrong with a script's answer, and where in it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{field}: {problem}")]

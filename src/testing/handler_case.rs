@@ -36,7 +36,7 @@ pub(super) fn run_handler(
         object["metadata"]["namespace"].as_str(),
     );
     ctx.params = Value::Object(op.config.model.params.clone());
-    ctx.memo = Some(crate::script::memo::Memo::default());
+    ctx.memo = Some(super::hooks::operator_memo(op, case)?);
     ctx.effects = stubbed.effects.clone();
     let (lookup, indexes) =
         handler_lookups(op, case, &input.name, &object).map_err(|i| i.in_case(case))?;
@@ -68,8 +68,8 @@ pub(super) fn run_handler(
         }
         (None, None) => {}
     }
-    let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx));
-    let (script, function, args, daemon) = if let Some(h) = handler {
+    let (obj, c) = (CallArg::Json(object.clone()), CallArg::Ctx(ctx.clone()));
+    let (script, function, args, daemon, filters) = if let Some(h) = handler {
         let old = match &input.old {
             Some(o) => essence(&stored(op, o, None).map_err(|p| p.at("old").in_case(case))?),
             None if h.spec.on == crate::config::handlers::On::Delete => essence(&object),
@@ -84,22 +84,43 @@ pub(super) fn run_handler(
             _ => change_record(&h.spec, &old, &essence(&object)),
         };
         let args = vec![obj, c, CallArg::Json(record)];
-        (&h.script, h.spec.function(), args, false)
+        (&h.script, h.spec.function(), args, false, h.spec.filters())
     } else if let Some(t) = compiled.timers.iter().find(|t| t.spec.function == name) {
-        (&t.script, t.spec.function.clone(), vec![obj, c], false)
+        let args = vec![obj, c];
+        (
+            &t.script,
+            t.spec.function.clone(),
+            args,
+            false,
+            t.spec.filters(),
+        )
     } else if let Some(d) = compiled
         .daemons
         .iter()
         .find(|d| d.spec.tick == name || d.spec.stop.as_deref() == Some(name))
     {
         let state = CallArg::Json(input.state.clone().unwrap_or(Value::Null));
-        (&d.script, name.to_string(), vec![obj, c, state], true)
+        let args = vec![obj, c, state];
+        (&d.script, name.to_string(), args, true, d.spec.filters())
     } else {
         let name = name.to_string();
         return Err(Problem::NoHandlerFunction { name }
             .at("handler")
             .in_case(case));
     };
+    let excluded = excluded_by(&filters, script, &object, &ctx);
+    match (excluded, case.expect.runs) {
+        (None, Some(false)) => {
+            let got = "it runs: its filters select the object";
+            return Ok(vec![Mismatch::new("runs", "false", got)]);
+        }
+        (Some(_), Some(false)) => return Ok(Vec::new()),
+        (Some(why), _) => {
+            let got = format!("it does not run: {why}, as under khai run");
+            return Ok(vec![Mismatch::new("runs", "true", got)]);
+        }
+        (None, _) => {}
+    }
     let answer = script
         .call_args(&function, &args)
         .map_err(reconcile::Error::Script)
@@ -126,6 +147,44 @@ pub(super) fn run_handler(
             })
         });
     expectations(&case.expect, answer).map_err(|i| i.in_case(case))
+}
+
+/// Which of an entry's filters keeps it from running for `object` under `khai run`, if any:
+/// its labels, its annotations, or its `when` (which, failing, selects nothing there too).
+fn excluded_by(
+    filters: &crate::config::handlers::Filters<'_>,
+    script: &crate::script::Script,
+    object: &Value,
+    ctx: &ScriptCtx,
+) -> Option<String> {
+    use crate::config::handlers::Filters;
+    use crate::handler::filter::metadata_passes;
+    use crate::script::CallArg;
+    let none = std::collections::BTreeMap::new();
+    let only = |labels, annotations| Filters {
+        labels,
+        annotations,
+        when: None,
+    };
+    if !metadata_passes(&only(filters.labels, &none), object) {
+        return Some("its labels filter excludes the object".into());
+    }
+    if !metadata_passes(&only(&none, filters.annotations), object) {
+        return Some("its annotations filter excludes the object".into());
+    }
+    let when = filters.when?;
+    let mut args = vec![CallArg::Json(object.clone())];
+    if script.has_function(when, 2) {
+        // A predicate computes; it makes no calls (as `handler::selects`).
+        let mut ctx = ctx.clone();
+        ctx.effects = None;
+        args.push(CallArg::Ctx(ctx));
+    }
+    match script.call_args(when, &args) {
+        Ok(Value::Bool(true)) => None,
+        Ok(v) => Some(format!("its when ({when}) answers {v}")),
+        Err(e) => Some(format!("its when ({when}) fails: {e}")),
+    }
 }
 
 /// What a handler, timer or daemon case's `ctx` reads: lookups over the case's `cache` (and its
@@ -212,4 +271,69 @@ pub(super) fn handler_lookups(
     })
     .map_err(|e| Problem::Index(e).at("cache"))?;
     Ok((lookup, indexes))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::run_case;
+    use crate::testing::tests::{case, handler_operator};
+
+    fn found(op: &crate::operator::Operator, src: &str) -> Vec<String> {
+        let found = run_case(op, &case(src)).unwrap();
+        found.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_handler_case_runs_only_where_the_entrys_filters_select_the_object() {
+        let toml = "[[handler]]\nfor = \"Web\"\non = \"create\"\nscript = \"h.rhai\"\nfunction = \"made\"\nlabels = { pick = \"yes\" }\n\n\
+                    [[timer]]\nfor = \"Web\"\nscript = \"h.rhai\"\nfunction = \"tick\"\ninterval = \"1s\"\nwhen = \"big\"\n";
+        let script = "fn made(obj, ctx, change) { #{ status: #{ ran: true } } }\n\
+                      fn tick(obj, ctx) { #{ status: #{ ran: true } } }\n\
+                      fn big(obj) { obj.spec.replicas > 2 }\n";
+        let (_dir, op) = handler_operator(toml, script);
+        // The case's object has no label and no replicas: neither entry would run live.
+        assert_eq!(
+            found(&op, "handler: made\nexpect: { status: { ran: true } }\n"),
+            [
+                "runs: expected true, got it does not run: its labels filter excludes the object, as under khai run"
+            ]
+        );
+        assert!(found(&op, "handler: made\nexpect: { runs: false }\n").is_empty());
+        assert_eq!(
+            found(&op, "handler: tick\nexpect: { status: { ran: true } }\n")[0],
+            "runs: expected true, got it does not run: its when (big) answers false, as under khai run"
+        );
+        let labelled = "handler: made\nobject: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w, labels: { pick: \"yes\" } }, spec: { replicas: 3 } }\n";
+        let c = crate::testing::case::parse(
+            std::path::Path::new("tests/c.yaml"),
+            &format!("{labelled}expect: {{ status: {{ ran: true }} }}\n"),
+        )
+        .unwrap();
+        assert!(run_case(&op, &c).unwrap().is_empty());
+        let c = crate::testing::case::parse(
+            std::path::Path::new("tests/c.yaml"),
+            &format!("{labelled}expect: {{ runs: false }}\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            run_case(&op, &c).unwrap()[0].to_string(),
+            "runs: expected false, got it runs: its filters select the object"
+        );
+    }
+
+    #[test]
+    fn a_case_starts_from_the_memo_the_startup_hook_fills() {
+        let toml = "[operator.startup]\nscript = \"h.rhai\"\nfunction = \"startup\"\n\n\
+                    [[handler]]\nfor = \"Web\"\non = \"create\"\nscript = \"h.rhai\"\nfunction = \"made\"\n";
+        let script = "fn startup(ctx) { ctx.memo.region = \"eu-west\"; }\n\
+                      fn made(obj, ctx, change) { #{ status: #{ region: ctx.memo.region } } }\n";
+        let (_dir, op) = handler_operator(toml, script);
+        assert!(
+            found(
+                &op,
+                "handler: made\nexpect: { status: { region: eu-west } }\n"
+            )
+            .is_empty()
+        );
+    }
 }

@@ -21,25 +21,25 @@ pub(crate) mod case;
 pub(crate) mod compare;
 mod expect;
 mod handler_case;
+mod hooks;
 pub(crate) mod lookup;
 mod problem;
 mod reconcile_case;
+mod stored;
 mod stubbed;
 pub(crate) mod webhook;
 
 use handler_case::run_handler;
 use reconcile_case::run_reconcile;
+use stored::{defaulted, stored};
 use stubbed::Stubbed;
 
 pub(crate) use case::{Call, Case};
 pub(crate) use compare::Mismatch;
 pub(crate) use problem::{Invalid, Problem};
 
-use crate::config::model::{Crd, Scope};
 use crate::operator::Operator;
 use crate::webhook::admission::Kind;
-use lookup::KindRef;
-use serde_json::{Value, json};
 use std::path::PathBuf;
 
 /// Why a case could not be run at all (as opposed to running and not matching).
@@ -113,51 +113,6 @@ pub(crate) fn run_case(op: &Operator, case: &Case) -> Result<Vec<Mismatch>, Erro
     Ok(mismatches)
 }
 
-/// The CRD of this config that declares `obj`'s kind, if any.
-fn crd_of<'a>(op: &'a Operator, obj: &Value) -> Option<&'a Crd> {
-    let kind = KindRef::of(obj);
-    op.config.model.crds.iter().find(|c| {
-        c.kind == kind.kind
-            && kind.group.as_deref() == Some(c.group.as_str())
-            && c.versions
-                .iter()
-                .any(|v| Some(v.name()) == kind.version.as_deref())
-    })
-}
-
-/// `obj` as the API server would store and serve it: CRD defaults filled in, and the metadata a
-/// create sets when absent (namespace `default` or `namespace`, `uid`, `generation: 1`).
-fn stored(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
-    let mut out = defaulted(op, obj, namespace)?;
-    if let Some(meta) = out["metadata"].as_object_mut() {
-        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
-        let uid = format!("uid-{name}");
-        meta.entry("uid").or_insert_with(|| json!(uid));
-        meta.entry("generation").or_insert_with(|| json!(1));
-    }
-    Ok(out)
-}
-
-/// `obj` as the API server decodes it, before admission: CRD defaults filled in, no
-/// `managedFields`, and a namespaced object in `namespace` (else `default`) when it names none.
-fn defaulted(op: &Operator, obj: &Value, namespace: Option<&str>) -> Result<Value, Problem> {
-    let mut out = obj.clone();
-    let crd = crd_of(op, obj);
-    if let Some(crd) = crd {
-        crate::schema::default_object(crd, &mut out).map_err(Problem::Default)?;
-    }
-    let cluster_scoped = crd.is_some_and(|c| c.scope == Scope::Cluster);
-    let meta = out["metadata"].as_object_mut().ok_or(Problem::NoMetadata)?;
-    meta.remove("managedFields");
-    if !cluster_scoped && !meta.contains_key("namespace") {
-        meta.insert(
-            "namespace".into(),
-            json!(namespace.unwrap_or(DEFAULT_NAMESPACE)),
-        );
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,7 +142,7 @@ mod tests {
         load_operator(toml, "web.rhai", script)
     }
 
-    fn case(src: &str) -> Case {
+    pub(super) fn case(src: &str) -> Case {
         let obj =
             "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w }, spec: {} }\n";
         case::parse(Path::new("tests/c.yaml"), &format!("{obj}{src}")).unwrap()
@@ -421,7 +376,7 @@ fn finalize(obj, ctx) { http::delete(`https://api.example.com/things/${obj.statu
     }
 
     /// An operator with one CRD and the handler entries `toml`, all in `h.rhai`.
-    fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
+    pub(super) fn handler_operator(toml: &str, script: &str) -> (tempfile::TempDir, Operator) {
         let head = "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\nversions = [\"v1\"]\nspec.replicas = { type = \"integer\" }\n\n";
         load_operator(&format!("{head}{toml}"), "h.rhai", script)
     }
@@ -481,5 +436,32 @@ fn reconcile(obj, ctx) {
         );
         let bad = r#"fn reconcile(obj, ctx) { ctx.list("Deployment", #{ namspace: "*" }); #{} }"#;
         assert!(run(bad, "expect: { error: 'unknown option \"namspace\"' }\n").is_empty());
+    }
+
+    #[test]
+    fn a_failing_reconcile_case_checks_the_event_and_status_khai_writes() {
+        let script = "fn reconcile(obj, ctx) { fail(\"no capacity\") }";
+        assert_eq!(
+            run(script, "expect:\n  error: no capacity\n  events: []\n"),
+            ["events: expected 0 items, got 1 item"],
+            "the failure's Warning Event is there to check"
+        );
+        let expect = "expect:\n  error: no capacity\n  events: [{ type: Warning, reason: Failed }]\n  \
+             status:\n    phase: old\n    conditions:\n      - { type: Ready, status: \"False\", reason: Failed }\n      - { type: Failed, status: \"True\", reason: Failed }\n";
+        let obj = "object: { apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w }, spec: {}, status: { phase: old } }\n";
+        let (_dir, op) = operator(script);
+        let c = case::parse(Path::new("tests/c.yaml"), &format!("{obj}{expect}")).unwrap();
+        let found = run_case(&op, &c).unwrap();
+        assert!(found.is_empty(), "{found:?}");
+        // A status the failure does not write is a mismatch.
+        let c = case::parse(
+            Path::new("tests/c.yaml"),
+            &format!("{obj}expect:\n  error: no capacity\n  status: {{ phase: new }}\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            run_case(&op, &c).unwrap()[0].to_string(),
+            r#"status.phase: expected "new", got "old""#
+        );
     }
 }

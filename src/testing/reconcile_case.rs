@@ -3,7 +3,7 @@
 
 use super::case::Case;
 use super::compare::Mismatch;
-use super::expect::expectations;
+use super::expect::{expectations, reconcile_expectations};
 use super::lookup::{KindRef, MemoryLookup, Owner};
 use super::stubbed::Stubbed;
 use super::{Error, Invalid, Problem, stored};
@@ -40,7 +40,7 @@ pub(super) fn run_reconcile(
         namespace,
         params: Value::Object(op.config.model.params.clone()),
         lookup: Arc::new(lookup),
-        memo: Some(crate::script::memo::Memo::default()),
+        memo: Some(super::hooks::operator_memo(op, case)?),
         attempt: None,
         indexes: None,
         effects: stubbed.effects.clone(),
@@ -70,7 +70,36 @@ pub(super) fn run_reconcile(
     }
     let answer =
         plan(script, &ctl.reconcile, &object, ctx).and_then(|p| placed(op, ctl, &object, p));
-    expectations(&case.expect, answer).map_err(|i| i.in_case(case))
+    reconcile_expectations(&case.expect, answer, |e| failed(op, &object, e))
+        .map_err(|i| i.in_case(case))
+}
+
+/// What khai writes and records when a reconcile of `object` fails with `e`
+/// (`controller::report`): a Warning Event, and the status [`conditions::failing`] makes of the
+/// object's own, the failing answer's `status` (`fail(msg, #{ status })`) and, where khai owns
+/// the status (a CRD of the config with a status), `Ready=False` and `Failed=True`.
+fn failed(op: &Operator, object: &Value, e: &reconcile::Error) -> Plan {
+    use crate::reconcile::conditions;
+    let reason = e.failure_reason();
+    let message: String = e.to_string().chars().take(1024).collect();
+    let owns_status = super::stored::crd_of(op, object).is_some_and(|c| c.status.is_some());
+    let answer = match e {
+        reconcile::Error::Script(s) => s.failing_status(),
+        _ => None,
+    };
+    let status = (owns_status || answer.is_some())
+        .then(|| serde_json::from_value::<kube::api::DynamicObject>(object.clone()).ok())
+        .flatten()
+        .map(|obj| conditions::failing(&obj, answer, reason, &message, owns_status));
+    Plan {
+        status,
+        events: vec![reconcile::PlannedEvent {
+            warning: true,
+            reason: reason.into(),
+            message,
+        }],
+        ..Plan::default()
+    }
 }
 
 /// Refuses the children `khai run` would refuse ([`reconcile::children::place`], the same

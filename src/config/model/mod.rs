@@ -54,6 +54,9 @@ pub struct Model {
     /// Lookup tables over a kind, read by every script as `ctx.index(name, key)`.
     #[serde(default, rename = "index")]
     pub indexes: Vec<super::handlers::Index>,
+    /// Functions run on a clock, about no object, on the leader only.
+    #[serde(default, rename = "schedule")]
+    pub schedules: Vec<super::handlers::Schedule>,
 }
 
 fn yes() -> bool {
@@ -117,6 +120,7 @@ impl Model {
             .chain(self.timers.iter().map(|t| t.script.as_path()))
             .chain(self.daemons.iter().map(|d| d.script.as_path()))
             .chain(self.indexes.iter().map(|i| i.script.as_path()))
+            .chain(self.schedules.iter().map(|s| s.script.as_path()))
             .chain(hooks.into_iter().flatten().map(|h| h.script.as_path()))
             .chain(self.crds.iter().filter_map(|c| c.schema_file.as_deref()))
             .chain(

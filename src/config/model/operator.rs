@@ -62,7 +62,8 @@ pub struct OperatorSettings {
 pub struct Uses {
     /// Written as in `[[controller]] for`: `v1/Pod`, `apps/v1/Deployment`, a CRD's kind.
     pub kind: crate::config::kind::KindRef,
-    /// The `k8s` verbs: `get`, `list`, `create`, `apply`, `patch`, `patch_status`, `delete`
+    /// The `k8s` verbs: `get`, `list`, `create`, `apply`, `patch`, `patch_status`, `replace`,
+    /// `delete`
     /// (`label`, `annotate`, `patch_metadata` and `adopt` are `patch`).
     pub verbs: Vec<String>,
 }
@@ -75,6 +76,7 @@ pub const USES_VERBS: &[&str] = &[
     "apply",
     "patch",
     "patch_status",
+    "replace",
     "delete",
 ];
 

@@ -1,5 +1,6 @@
 //! What `khai check` compares with `[operator] uses`: the `k8s::<verb>("<kind>", …)` calls of
-//! a script whose kind is a string literal, found in its compiled AST.
+//! a script whose kind is a string literal, and the `k8s::<verb>(#{ apiVersion, kind, … })`
+//! calls whose object is a map literal with both as strings, found in its compiled AST.
 
 use crate::config::Model;
 use crate::config::kind::KindRef;
@@ -7,6 +8,16 @@ use rhai::{AST, ASTNode, Expr, FnCallExpr, Position, Stmt};
 
 /// The verbs whose first argument is a kind.
 const KIND_FIRST: &[&str] = &["get", "list", "patch", "patch_status", "delete"];
+
+/// The verbs whose first argument is an object.
+const OBJECT_FIRST: &[&str] = &[
+    "create",
+    "apply",
+    "replace",
+    "patch",
+    "patch_status",
+    "delete",
+];
 
 /// One `k8s::<verb>("<kind>", …)` call in a script.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,12 +39,11 @@ pub fn calls(ast: &AST) -> Vec<Call> {
         };
         if let Some((f, pos)) = call
             && f.namespace.to_string() == "k8s"
-            && KIND_FIRST.contains(&f.name.as_str())
-            && let Some(Expr::StringConstant(kind, _)) = f.args.first()
+            && let Some(kind) = literal_kind(f)
         {
             out.push(Call {
                 verb: f.name.to_string(),
-                kind: kind.to_string(),
+                kind,
                 line: pos.line().unwrap_or(0),
                 column: pos.position().unwrap_or(0),
             });
@@ -42,6 +52,32 @@ pub fn calls(ast: &AST) -> Vec<Call> {
     });
     out.sort_by_key(|c| (c.line, c.column));
     out
+}
+
+/// The kind a `k8s::` call names in literals: its first argument, a string, or an object
+/// written as a map literal whose `apiVersion` and `kind` are strings (`v1/ConfigMap`).
+fn literal_kind(f: &FnCallExpr) -> Option<String> {
+    let verb = f.name.as_str();
+    match f.args.first()? {
+        Expr::StringConstant(kind, _) if KIND_FIRST.contains(&verb) => Some(kind.to_string()),
+        Expr::Map(m, _) if OBJECT_FIRST.contains(&verb) => {
+            let text = |key: &str| {
+                m.0.iter()
+                    .find(|(k, _)| k.as_str() == key)
+                    .and_then(|(_, v)| match v {
+                        Expr::StringConstant(s, _) => Some(s.to_string()),
+                        _ => None,
+                    })
+            };
+            Some(format!("{}/{}", text("apiVersion")?, text("kind")?))
+        }
+        Expr::DynamicConstant(v, _) if OBJECT_FIRST.contains(&verb) => {
+            let m = v.read_lock::<rhai::Map>()?;
+            let text = |key: &str| m.get(key)?.clone().into_immutable_string().ok();
+            Some(format!("{}/{}", text("apiVersion")?, text("kind")?))
+        }
+        _ => None,
+    }
 }
 
 /// Why `call` is not covered by `[operator] uses`, if it is not.
@@ -72,7 +108,7 @@ mod tests {
         let engine = crate::script::engine(&crate::script::Limits::default());
         let ast = engine
             .compile(
-                "fn reconcile(obj, ctx) {\n  let k = \"v1/Secret\";\n  k8s::get(\"v1/Pod\", \"a\", \"b\");\n  k8s::list(k);\n  k8s::patch(\"ConfigMap\", \"a\", \"b\", #{});\n}\n",
+                "fn reconcile(obj, ctx) {\n  let k = \"v1/Secret\";\n  k8s::get(\"v1/Pod\", \"a\", \"b\");\n  k8s::list(k);\n  k8s::patch(\"ConfigMap\", \"a\", \"b\", #{});\n  k8s::replace(#{ apiVersion: \"apps/v1\", kind: \"Deployment\", metadata: obj.metadata });\n  k8s::create(#{ apiVersion: \"v1\", kind: \"Secret\", metadata: #{ name: \"x\" } });\n  k8s::apply(obj);\n}\n",
             )
             .unwrap();
         let found: Vec<_> = calls(&ast)
@@ -83,7 +119,9 @@ mod tests {
             found,
             [
                 ("get".to_string(), "v1/Pod".to_string(), 3),
-                ("patch".to_string(), "ConfigMap".to_string(), 5)
+                ("patch".to_string(), "ConfigMap".to_string(), 5),
+                ("replace".to_string(), "apps/v1/Deployment".to_string(), 6),
+                ("create".to_string(), "v1/Secret".to_string(), 7),
             ]
         );
     }

@@ -79,6 +79,9 @@ pub enum Op {
     },
     Create(Target, Value),
     Apply(Target, Value),
+    /// A PUT of the whole object, on the condition that its `metadata.resourceVersion` is still
+    /// the object's.
+    Replace(Target, Value),
     /// A merge patch (a map) or a JSON patch (an array), of the object or its status.
     Patch {
         target: Target,
@@ -101,6 +104,7 @@ impl Op {
             Op::List { .. } => "list",
             Op::Create(..) => "create",
             Op::Apply(..) => "apply",
+            Op::Replace(..) => "replace",
             Op::Patch { status: false, .. } => "patch",
             Op::Patch { status: true, .. } => "patch_status",
             Op::Delete { .. } => "delete",
@@ -114,7 +118,7 @@ impl Op {
 
     fn kind(&self) -> &KindRef {
         match self {
-            Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) => &t.kind,
+            Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) | Op::Replace(t, _) => &t.kind,
             Op::Patch { target, .. } | Op::Delete { target, .. } => &target.kind,
             Op::List { kind, .. } => kind,
         }
@@ -123,7 +127,7 @@ impl Op {
     /// What the call is about, as messages name it: `v1/Pod default/web`.
     pub fn what(&self) -> String {
         match self {
-            Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) => t.to_string(),
+            Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) | Op::Replace(t, _) => t.to_string(),
             Op::Patch { target, .. } | Op::Delete { target, .. } => target.to_string(),
             Op::List {
                 kind, namespace, ..
@@ -140,7 +144,7 @@ impl Op {
         d.insert("call".into(), format!("k8s::{}", self.verb()).into());
         d.insert("kind".into(), self.kind().to_string().into());
         let target = match self {
-            Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) => Some(t),
+            Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) | Op::Replace(t, _) => Some(t),
             Op::Patch { target, .. } | Op::Delete { target, .. } => Some(target),
             Op::List { .. } => None,
         };
@@ -177,7 +181,7 @@ impl Op {
             _ => {}
         }
         match self {
-            Op::Create(_, o) | Op::Apply(_, o) => {
+            Op::Create(_, o) | Op::Apply(_, o) | Op::Replace(_, o) => {
                 d.insert("object".into(), o.clone());
             }
             Op::Patch { patch, .. } => {
@@ -286,14 +290,18 @@ impl Api {
                 }
                 Ok(Value::Array(items))
             }
-            Op::Create(t, o) => {
+            Op::Create(t, o) | Op::Replace(t, o) => {
                 let obj: DynamicObject = serde_json::from_value(o.clone())
                     .map_err(|e| Failure::new("invalid", 0, e.to_string()))?;
                 let pp = PostParams {
                     field_manager: Some(self.field_manager.clone()),
                     ..PostParams::default()
                 };
-                object(api(&t.namespace).create(&pp, &obj).await?)
+                let api = api(&t.namespace);
+                object(match op {
+                    Op::Replace(..) => api.replace(&t.name, &pp, &obj).await?,
+                    _ => api.create(&pp, &obj).await?,
+                })
             }
             Op::Apply(t, o) => {
                 let mut params = PatchParams::apply(&self.field_manager);

@@ -46,6 +46,9 @@ pub fn register(engine: &mut rhai::Engine) {
     m.set_native_fn("apply", |c: Cx, obj: Map| {
         at(&c, object(obj).and_then(|(t, o)| run(Op::Apply(t, o))))
     });
+    m.set_native_fn("replace", |c: Cx, obj: Map| {
+        at(&c, object(obj).and_then(|(t, o)| replace(t, o)))
+    });
     for (name, status) in [("patch", false), ("patch_status", true)] {
         m.set_native_fn(name, move |c: Cx, obj: Map, patch: Dynamic| {
             let op = |target| {
@@ -198,6 +201,22 @@ fn object(obj: Map) -> Result<(Target, Value)> {
         name,
     };
     Ok((target, v))
+}
+
+/// `k8s::replace(obj)`: the whole object, written only if it is unchanged since it was read,
+/// so it must carry the `metadata.resourceVersion` it was read with.
+fn replace(target: Target, obj: Value) -> Result<Dynamic> {
+    if obj["metadata"]["resourceVersion"]
+        .as_str()
+        .is_none_or(str::is_empty)
+    {
+        return Err(bad(format!(
+            "k8s::replace: the {} has no metadata.resourceVersion (replace an object read with \
+             k8s::get, or use k8s::apply)",
+            target
+        )));
+    }
+    run(Op::Replace(target, obj))
 }
 
 fn list(kind: &str, opts: &Map) -> Result<Dynamic> {

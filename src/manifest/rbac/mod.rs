@@ -18,7 +18,7 @@
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name |
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
-//! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`) |
+//! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`; `replace`: update) |
 //! | `ctx.secret`: `[operator] secrets`, each watched by name | get, list, watch on `secrets` by name (all of them for the opt-in `"*"`) |
 //!
 //! A Secret named `namespace/name` is granted by a Role in that namespace alone; an unqualified
@@ -173,7 +173,8 @@ script = "h.rhai"
         let src = HELLO.replace(
             "name = \"hello\"",
             "name = \"hello\"\nuses = [{ kind = \"v1/Pod\", verbs = [\"get\", \"list\", \"patch\"] }, \
-             { kind = \"apps/v1/Deployment\", verbs = [\"apply\", \"patch_status\"] }]",
+             { kind = \"apps/v1/Deployment\", verbs = [\"apply\", \"patch_status\"] }, \
+             { kind = \"v1/Secret\", verbs = [\"replace\"] }]",
         );
         let model = parse(Path::new("operator.toml"), &src).unwrap();
         let p = input(&model, false, &[]);
@@ -183,6 +184,7 @@ script = "h.rhai"
             ["create", "get", "list", "patch", "watch"]
         );
         assert_eq!(rule(&p.cluster, "apps", "deployments/status"), ["patch"]);
+        assert_eq!(rule(&p.cluster, "", "secrets"), ["update"], "a PUT");
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub(super) fn grant(model: &Model, finalizes: &[bool], p: &mut Plan) -> bool {
                 // Server-side apply creates what does not exist yet.
                 "apply" => p.grant(&r, &r.plural, &["create", "patch"]),
                 "patch_status" => p.grant(&r, &format!("{}/status", r.plural), &["patch"]),
+                // A PUT of the whole object.
+                "replace" => p.grant(&r, &r.plural, &["update"]),
                 v => p.grant(&r, &r.plural, &[v]),
             }
         }

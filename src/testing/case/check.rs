@@ -42,13 +42,31 @@ pub(super) fn check(case: &Case) -> Result<(), Error> {
     }
     check_keys_fit_the_call(case)?;
     let e = &case.expect;
-    // `status` beside `error` is the status of the failing answer (`fail(msg, #{ status })`).
-    let others = e.children.is_some() || e.requeue_after.is_some() || e.events.is_some();
-    if e.error.is_some() && others {
+    let others = e.children.is_some()
+        || e.status.is_some()
+        || e.requeue_after.is_some()
+        || e.events.is_some();
+    if e.runs == Some(false) && (others || e.error.is_some()) {
+        return Err(bad(
+            "expect.runs".into(),
+            "false cannot be combined with status, events or error: an entry that does not \
+             run answers nothing",
+        ));
+    }
+    if case.call == Call::Reconcile {
+        // A failed reconcile has no children or requeue, but a status and an Event.
+        if e.error.is_some() && (e.children.is_some() || e.requeue_after.is_some()) {
+            return Err(bad(
+                "expect.error".into(),
+                "cannot be combined with children or requeue_after: a failed reconcile has \
+                 no plan (status and events are what khai writes and records on the failure)",
+            ));
+        }
+    } else if e.error.is_some() && others {
         return Err(bad(
             "expect.error".into(),
-            "cannot be combined with children, requeue_after or events: a failed reconcile \
-             has no plan",
+            "cannot be combined with children, status, requeue_after or events: a failed \
+             call has no plan",
         ));
     }
     Ok(())
@@ -103,7 +121,7 @@ fn check_keys_fit_the_call(case: &Case) -> Result<(), Error> {
             "allowed", "message", "reason", "code", "warnings", "object", "patch",
         ],
         Call::Convert(_) => &["object", "error"],
-        Call::Handler(_) => &["status", "events", "error"],
+        Call::Handler(_) => &["status", "events", "error", "runs"],
     };
     match case
         .expect

@@ -158,6 +158,9 @@ pub(crate) struct Expect {
     pub object: Option<Value>,
     /// Mutate: the JSON Patch khai sends, operation by operation (`[]` for none).
     pub patch: Option<Vec<Value>>,
+    /// Handler: whether the entry runs for the object at all (its `labels`, `annotations` and
+    /// `when` select it); `false` expects its filters to exclude it.
+    pub runs: Option<bool>,
 }
 
 impl Expect {
@@ -177,6 +180,7 @@ impl Expect {
             ("warnings", self.warnings.is_some()),
             ("object", self.object.is_some()),
             ("patch", self.patch.is_some()),
+            ("runs", self.runs.is_some()),
         ];
         present
             .into_iter()

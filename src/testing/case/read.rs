@@ -221,7 +221,7 @@ mod tests {
         let text = err.to_string();
         assert_eq!(
             text,
-            "tests/t.yaml:3:3: unknown field `stauts`, expected one of children, status, requeue_after, events, error, finalized, allowed, message, reason, code, warnings, object, patch"
+            "tests/t.yaml:3:3: unknown field `stauts`, expected one of children, status, requeue_after, events, error, finalized, allowed, message, reason, code, warnings, object, patch, runs"
         );
     }
 
