@@ -13,7 +13,7 @@ use crate::script::{Indexes, Reads, ScriptCtx};
 use crate::watch::{Informer, Kind};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::runtime::events::Recorder;
+use crate::events::Recorder;
 use serde_json::Value;
 use std::sync::Arc;
 

@@ -11,7 +11,7 @@ use crate::operator::Operator;
 use crate::queue;
 use crate::script::Script;
 use crate::watch::{self, Filter, Informer, Informers, Kind};
-use kube::runtime::events::{Recorder, Reporter};
+use crate::events::{Recorder, Reporter};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@ use crate::reconcile::conditions::{self, Health};
 use crate::script::ScriptError;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType};
+use crate::events::{Event as KubeEvent, EventType};
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 

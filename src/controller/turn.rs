@@ -11,7 +11,7 @@ use crate::watch;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
+use crate::events::EventType;
 use std::sync::Arc;
 
 /// The normal path: the object's handlers, timers and daemons, then `reconcile` and its plan

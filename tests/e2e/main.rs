@@ -19,6 +19,7 @@ mod config_map;
 mod crds;
 mod edges;
 mod engine;
+mod events;
 mod examples;
 mod handlers;
 mod hello;
