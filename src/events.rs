@@ -123,7 +123,8 @@ impl Recorder {
         if let Some(mut r) = repeat {
             r.count += 1;
             r.last = now;
-            let patch = json!({ "series": { "count": r.count, "lastObservedTime": MicroTime(now) } });
+            let patch =
+                json!({ "series": { "count": r.count, "lastObservedTime": MicroTime(now) } });
             let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &r.namespace);
             match events
                 .patch(&r.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -172,7 +173,14 @@ impl Recorder {
             action: Some(ev.action.clone()),
             reason: Some(ev.reason.clone()),
             note: ev.note.clone(),
-            type_: Some(if ev.type_ == EventType::Warning { "Warning" } else { "Normal" }.into()),
+            type_: Some(
+                if ev.type_ == EventType::Warning {
+                    "Warning"
+                } else {
+                    "Normal"
+                }
+                .into(),
+            ),
             event_time: Some(MicroTime(now)),
             regarding: Some(regarding.clone()),
             related: ev.secondary.clone(),
@@ -301,7 +309,9 @@ mod tests {
     async fn cluster_scoped_objects_have_their_events_in_default() {
         let api = FakeApi::default();
         let r = recorder(&api);
-        r.publish(&event("Done", "m"), &object(None, "a")).await.unwrap();
+        r.publish(&event("Done", "m"), &object(None, "a"))
+            .await
+            .unwrap();
         assert_eq!(recorded(&api, "default"), [("m".to_string(), 1)]);
     }
 
@@ -316,8 +326,12 @@ mod tests {
             "Event.events.k8s.io \"a.1\" is invalid: involvedObject.namespace: Invalid value: \"\": does not match event.namespace",
             1,
         );
-        r.publish(&event("Done", "one"), &object(None, "a")).await.unwrap();
-        r.publish(&event("Done", "two"), &object(None, "a")).await.unwrap();
+        r.publish(&event("Done", "one"), &object(None, "a"))
+            .await
+            .unwrap();
+        r.publish(&event("Done", "two"), &object(None, "a"))
+            .await
+            .unwrap();
         assert_eq!(
             recorded(&api, "kube-system"),
             [("one".to_string(), 1), ("two".to_string(), 1)]
@@ -341,7 +355,9 @@ mod tests {
         let r = recorder(&api);
         let obj = object(Some("ns"), "a");
         for i in 0..MAX_SERIES + 5 {
-            r.publish(&event("Many", &i.to_string()), &obj).await.unwrap();
+            r.publish(&event("Many", &i.to_string()), &obj)
+                .await
+                .unwrap();
         }
         assert_eq!(lock(&r.state).series.len(), MAX_SERIES);
     }

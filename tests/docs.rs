@@ -123,6 +123,16 @@ fn probes() -> Vec<(&'static str, String)> {
             format!("{CRD}[[crd.printer_columns]]\n{p}"),
         ),
         ("crd.scale", format!("{CRD}[crd.scale]\n{p}")),
+        (
+            "crd.rules",
+            format!("{CRD}[[crd.rules]]\nrule = \"true\"\n{p}"),
+        ),
+        (
+            "FIELD.rules",
+            format!(
+                "{CRD}[crd.spec.x]\ntype = \"string\"\n[[crd.spec.x.rules]]\nrule = \"true\"\n{p}"
+            ),
+        ),
         ("crd.spec.FIELD", format!("{CRD}[crd.spec.x]\n{p}")),
         ("crd.status.FIELD", format!("{CRD}[crd.status.x]\n{p}")),
         (

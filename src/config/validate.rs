@@ -8,6 +8,7 @@ mod crd;
 mod fields;
 mod handlers;
 mod kinds;
+mod rules;
 mod webhook;
 
 use super::ConfigError;

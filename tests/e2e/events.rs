@@ -70,9 +70,9 @@ async fn both_events(client: &kube::Client, kind: &str, name: &str) -> String {
             |e: &Event| {
                 e.reason.as_deref() == Some("Seen")
                     && e.note.as_deref() == Some(note.as_str())
-                    && e.regarding
-                        .as_ref()
-                        .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                    })
             },
         )
         .await;
@@ -112,7 +112,10 @@ async fn events_are_recorded_on_objects_of_every_scope_each_with_its_message() {
         "metadata": { "name": banner_name }, "spec": { "text": "x" },
     }))
     .unwrap();
-    banners.create(&PostParams::default(), &banner).await.unwrap();
+    banners
+        .create(&PostParams::default(), &banner)
+        .await
+        .unwrap();
 
     // The test's own namespace is the Namespace the third controller selects.
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
@@ -135,5 +138,8 @@ async fn events_are_recorded_on_objects_of_every_scope_each_with_its_message() {
     };
     assert_eq!(both_events(&client, "Banner", &banner_name).await, cluster);
     assert_eq!(both_events(&client, "Namespace", &ns.name).await, cluster);
-    banners.delete(&banner_name, &Default::default()).await.unwrap();
+    banners
+        .delete(&banner_name, &Default::default())
+        .await
+        .unwrap();
 }

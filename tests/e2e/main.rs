@@ -11,6 +11,7 @@
 mod support;
 
 mod apiserver;
+mod cel;
 mod chaos;
 mod chart;
 mod cli;

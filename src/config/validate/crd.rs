@@ -25,8 +25,17 @@ pub(super) fn check(crd: &Crd, earlier: &[Crd], index: usize, report: &mut Repor
                     .into(),
             );
         }
+        if !crd.rules.is_empty() {
+            report(
+                &join(&base, &[Seg::Key("rules")]),
+                "rules cannot be combined with schema_file: write them as \
+                 x-kubernetes-validations in the file"
+                    .into(),
+            );
+        }
         return;
     }
+    super::rules::check(crd, &base, report);
     fields::check_object(&crd.spec, &join(&base, &[Seg::Key("spec")]), report);
     if let Some(status) = &crd.status {
         fields::check_object(status, &join(&base, &[Seg::Key("status")]), report);

@@ -280,8 +280,14 @@ script = "h.rhai"
         let model = parse(Path::new("operator.toml"), HELLO).unwrap();
         let p = input(&model, false, &["team-a"]);
         assert!(events(&p).is_empty(), "a namespaced kind: Roles only");
-        assert_eq!(rule(&p.namespaced, "events.k8s.io", "events"), ["create", "patch"]);
-        let cluster = HELLO.replace("versions = [\"v1\"]", "versions = [\"v1\"]\nscope = \"Cluster\"");
+        assert_eq!(
+            rule(&p.namespaced, "events.k8s.io", "events"),
+            ["create", "patch"]
+        );
+        let cluster = HELLO.replace(
+            "versions = [\"v1\"]",
+            "versions = [\"v1\"]\nscope = \"Cluster\"",
+        );
         let model = parse(Path::new("operator.toml"), &cluster).unwrap();
         let p = input(&model, false, &["team-a"]);
         assert_eq!(events(&p), ["create", "patch"]);

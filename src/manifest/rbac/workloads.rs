@@ -117,7 +117,8 @@ pub(super) fn grant(model: &Model, finalizes: &[bool], p: &mut Plan) -> bool {
             .chain(model.daemons.iter().map(|d| &d.for_kind))
             .any(|k| !resolve(model, k).namespaced);
         if cluster_scoped {
-            p.cluster.add("events.k8s.io", "events", &["create", "patch"]);
+            p.cluster
+                .add("events.k8s.io", "events", &["create", "patch"]);
         }
     }
     needs_discovery

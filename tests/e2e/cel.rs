@@ -1,0 +1,124 @@
+//! What current Kubernetes evaluates in CEL for an operator, from the config: CRD validation
+//! rules. On a server too old for one, khai says so at start-up and installs nothing.
+
+use crate::support::{Khai, TestNamespace, custom_api, k8s_version, nanos_u64, wait_for_crd};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const SCRIPT: &str = "fn reconcile(obj, ctx) { #{} }\n";
+
+fn window_operator(group: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "cel"
+
+[[crd]]
+group = "{group}"
+kind = "Window"
+versions = ["v1"]
+rules = [{{ rule = "self.spec.min <= self.spec.max", message = "min must not exceed max", field_path = ".spec.min" }}]
+spec.min = {{ type = "integer", default = 0 }}
+spec.max = {{ type = "integer", default = 10 }}
+
+[crd.spec.size]
+type = "integer"
+rules = [
+  {{ rule = "self <= 100", message = "size is at most 100" }},
+  {{ rule = "self >= oldSelf", message = "size never shrinks", reason = "FieldValueForbidden" }},
+]
+
+[crd.spec.hours]
+type = "object"
+properties = {{ from = {{ type = "integer" }}, to = {{ type = "integer" }} }}
+rules = [{{ rule = "self.from < self.to", message_expression = "self.from == self.to ? 'from equals to' : 'from is after to'" }}]
+
+[[controller]]
+for = "Window"
+script = "w.rhai"
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(dir.path().join("w.rhai"), SCRIPT).unwrap();
+    dir
+}
+
+fn window(group: &str, name: &str, spec: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": format!("{group}/v1"), "kind": "Window",
+        "metadata": { "name": name }, "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// The API server's refusal message of `result`, which must be a 422.
+fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(s)) if s.code == 422 => s.message,
+        other => panic!("expected a 422 refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn crd_rules_refuse_objects_that_break_them_or_khai_names_the_server_too_old() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "cel-rules").await;
+    let group = format!("w{:x}.cel.khai.dev", nanos_u64() % 0xffff_ffff);
+    let op = window_operator(&group);
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    if k8s_version() == "v1.20.2" {
+        let (code, log) = khai.wait().await;
+        let log = log.join("\n");
+        assert_eq!(code, Some(1), "{log}");
+        for want in [
+            "the API server is Kubernetes v1.20.2, older than this config needs",
+            "operator.toml:9:",
+            "crd[0].rules: CRD validation rules (x-kubernetes-validations) need Kubernetes v1.25 or newer; on v1.20 it drops them from the CRD and accepts every object",
+            "crd[0].spec.size.rules",
+            "crd[0].spec.hours.rules",
+        ] {
+            assert!(log.contains(want), "{want:?} not in:\n{log}");
+        }
+        return;
+    }
+    wait_for_crd(&client, &format!("windows.{group}")).await;
+    let api = custom_api(&client, &ns.name, &group, "Window", "windows");
+    let pp = PostParams::default();
+
+    let msg = refusal(
+        api.create(&pp, &window(&group, "a", json!({ "min": 5, "max": 3 })))
+            .await,
+    );
+    assert!(
+        msg.contains("spec.min") && msg.contains("min must not exceed max"),
+        "{msg}"
+    );
+    let msg = refusal(
+        api.create(&pp, &window(&group, "b", json!({ "size": 101 })))
+            .await,
+    );
+    assert!(
+        msg.contains("spec.size") && msg.contains("size is at most 100"),
+        "{msg}"
+    );
+    let hours = json!({ "hours": { "from": 9, "to": 9 } });
+    let msg = refusal(api.create(&pp, &window(&group, "c", hours)).await);
+    assert!(msg.contains("from equals to"), "{msg}");
+
+    // A transition rule holds on creates and is checked on updates.
+    api.create(&pp, &window(&group, "d", json!({ "size": 50 })))
+        .await
+        .unwrap();
+    let shrink = Patch::Merge(json!({ "spec": { "size": 40 } }));
+    let msg = refusal(api.patch("d", &PatchParams::default(), &shrink).await);
+    assert!(
+        msg.contains("size never shrinks") && msg.contains("Forbidden"),
+        "{msg}"
+    );
+    let grow = Patch::Merge(json!({ "spec": { "size": 60 } }));
+    api.patch("d", &PatchParams::default(), &grow)
+        .await
+        .unwrap();
+    drop(khai);
+}
