@@ -162,6 +162,12 @@ fn probes() -> Vec<(&'static str, String)> {
         ),
         ("operator.uses", format!("[[operator.uses]]\n{p}")),
         ("webhook", format!("[[webhook]]\n{p}")),
+        (
+            "webhook.match_conditions",
+            format!(
+                "[[webhook]]\nfor = \"K\"\nscript = \"k.rhai\"\n[[webhook.match_conditions]]\n{p}"
+            ),
+        ),
         ("webhook_server", format!("[webhook_server]\n{p}")),
         (
             "webhook_server.service",

@@ -79,9 +79,21 @@ const RULES: (&str, Version, &str) = (
     "it drops them from the CRD and accepts every object",
 );
 
+const MATCH_CONDITIONS: (&str, Version, &str) = (
+    "webhook match conditions (matchConditions)",
+    Version::v1(28),
+    "it drops them and calls the webhook for every request its rules match",
+);
+
 /// Every feature `model` uses that not every supported server has.
 fn needs(model: &Model) -> Vec<Need> {
     let mut out = Vec::new();
+    for (i, hook) in model.webhooks.iter().enumerate() {
+        if !hook.match_conditions.is_empty() {
+            let at = [Part::Key("webhook".into()), Part::Index(i)];
+            out.push(need(&at, &["match_conditions"], MATCH_CONDITIONS));
+        }
+    }
     for (i, crd) in model.crds.iter().enumerate() {
         let base = vec![Part::Key("crd".into()), Part::Index(i)];
         if !crd.rules.is_empty() {

@@ -122,3 +122,104 @@ async fn crd_rules_refuse_objects_that_break_them_or_khai_names_the_server_too_o
         .unwrap();
     drop(khai);
 }
+
+/// The validate calls khai's scripts answered, from khai's metrics.
+fn validate_calls(body: &str) -> f64 {
+    body.lines()
+        .filter(|l| {
+            l.starts_with("khai_script_duration_seconds_count{")
+                && l.contains("function=\"validate\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn webhook_match_conditions_keep_requests_from_the_webhook_or_khai_names_the_server_too_old()
+{
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "cel-match").await;
+    let group = "match.cel.khai.dev";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("w.rhai"),
+        "fn validate(req) { deny(\"checked and refused\") }\n",
+    )
+    .unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "celmatch"
+
+[[crd]]
+group = "{group}"
+kind = "Gadget"
+versions = ["v1"]
+spec.checked = {{ type = "boolean" }}
+
+[[webhook]]
+for = "Gadget"
+script = "w.rhai"
+validate = "validate"
+match_conditions = [
+  {{ name = "asks-for-checking", expression = "has(object.spec.checked) && object.spec.checked" }},
+]
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    let _registered = crate::webhooks::Registered("khai-celmatch");
+    if k8s_version() == "v1.20.2" {
+        let port = crate::webhooks::free_port();
+        let bind = format!("127.0.0.1:{port}");
+        let url = format!("https://{bind}");
+        let args = [
+            "--webhook-bind",
+            bind.as_str(),
+            "--webhook-url",
+            url.as_str(),
+        ];
+        let (code, log) = Khai::start(dir.path(), &ns.name, &args).wait().await;
+        let log = log.join("\n");
+        assert_eq!(code, Some(1), "{log}");
+        assert!(
+            log.contains("webhook[0].match_conditions: webhook match conditions (matchConditions) need Kubernetes v1.28 or newer; on v1.20 it drops them and calls the webhook for every request its rules match"),
+            "{log}"
+        );
+        return;
+    }
+    let (khai, _) = crate::webhooks::start(dir.path(), &ns.name, true).await;
+    wait_for_crd(&client, &format!("gadgets.{group}")).await;
+    let addr = khai.metrics_addr().await;
+    let api = custom_api(&client, &ns.name, group, "Gadget", "gadgets");
+    let gadget = |name: &str, checked: bool| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Gadget",
+            "metadata": { "name": name }, "spec": { "checked": checked },
+        }))
+        .unwrap()
+    };
+    let pp = PostParams::default();
+    // Matching: the webhook is called and refuses.
+    let msg = match api.create(&pp, &gadget("checked", true)).await {
+        Err(kube::Error::Api(s)) => s.message,
+        other => panic!("expected the webhook's refusal, got {other:?}"),
+    };
+    assert!(msg.contains("checked and refused"), "{msg}");
+    let body = crate::support::metrics::metrics_until(&addr, "the validate call counted", |b| {
+        validate_calls(b) >= 1.0
+    })
+    .await;
+    let called = validate_calls(&body);
+    // Not matching: the API server admits it without calling khai.
+    for i in 0..3 {
+        api.create(&pp, &gadget(&format!("unchecked-{i}"), false))
+            .await
+            .unwrap();
+    }
+    let (_, body) = crate::support::metrics::http_get(&addr, "/metrics").await;
+    assert_eq!(
+        validate_calls(&body),
+        called,
+        "the webhook was called for requests its conditions exclude"
+    );
+}
