@@ -85,6 +85,12 @@ const MATCH_CONDITIONS: (&str, Version, &str) = (
     "it drops them and calls the webhook for every request its rules match",
 );
 
+const SELECTABLE_FIELDS: (&str, Version, &str) = (
+    "CRD selectable fields (selectableFields)",
+    Version::v1(31),
+    "it drops them and refuses field selectors on them",
+);
+
 /// Every feature `model` uses that not every supported server has.
 fn needs(model: &Model) -> Vec<Need> {
     let mut out = Vec::new();
@@ -98,6 +104,9 @@ fn needs(model: &Model) -> Vec<Need> {
         let base = vec![Part::Key("crd".into()), Part::Index(i)];
         if !crd.rules.is_empty() {
             out.push(need(&base, &["rules"], RULES));
+        }
+        if !crd.selectable_fields.is_empty() {
+            out.push(need(&base, &["selectable_fields"], SELECTABLE_FIELDS));
         }
         let mut fields = vec![("spec", &crd.spec)];
         fields.extend(crd.status.as_ref().map(|s| ("status", s)));

@@ -72,6 +72,14 @@ pub fn crd_manifest(crd: &Crd) -> Result<Value, Error> {
             if !columns.is_empty() {
                 ver["additionalPrinterColumns"] = json!(columns);
             }
+            if !crd.selectable_fields.is_empty() {
+                let fields: Vec<Value> = crd
+                    .selectable_fields
+                    .iter()
+                    .map(|p| json!({ "jsonPath": p }))
+                    .collect();
+                ver["selectableFields"] = json!(fields);
+            }
             ver
         })
         .collect();

@@ -1,5 +1,6 @@
-//! What current Kubernetes evaluates in CEL for an operator, from the config: CRD validation
-//! rules. On a server too old for one, khai says so at start-up and installs nothing.
+//! What current Kubernetes gives an operator, from the config: CRD validation rules and webhook
+//! match conditions in CEL, and selectable fields. On a server too old for one, khai says so at
+//! start-up and installs nothing.
 
 use crate::support::{Khai, TestNamespace, custom_api, k8s_version, nanos_u64, wait_for_crd};
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
@@ -221,5 +222,81 @@ match_conditions = [
         validate_calls(&body),
         called,
         "the webhook was called for requests its conditions exclude"
+    );
+}
+
+#[tokio::test]
+async fn a_controller_selects_custom_resources_by_a_selectable_field_or_khai_names_the_server_too_old()
+ {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "cel-select").await;
+    let group = format!("j{:x}.cel.khai.dev", nanos_u64() % 0xffff_ffff);
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[operator]
+name = "celselect"
+
+[[crd]]
+group = "{group}"
+kind = "Job"
+versions = ["v1"]
+spec.queue = {{ type = "string", default = "default" }}
+status.seen = {{ type = "string" }}
+selectable_fields = [".spec.queue"]
+
+[[controller]]
+for = "Job"
+script = "j.rhai"
+field_selector = "spec.queue=fast"
+"#
+    );
+    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+    std::fs::write(
+        dir.path().join("j.rhai"),
+        "fn reconcile(obj, ctx) { #{ status: #{ seen: obj.spec.queue } } }\n",
+    )
+    .unwrap();
+    let khai = Khai::start(dir.path(), &ns.name, &[]);
+    if k8s_version() == "v1.20.2" {
+        let (code, log) = khai.wait().await;
+        let log = log.join("\n");
+        assert_eq!(code, Some(1), "{log}");
+        assert!(
+            log.contains("crd[0].selectable_fields: CRD selectable fields (selectableFields) need Kubernetes v1.31 or newer; on v1.20 it drops them and refuses field selectors on them"),
+            "{log}"
+        );
+        return;
+    }
+    wait_for_crd(&client, &format!("jobs.{group}")).await;
+    let api = custom_api(&client, &ns.name, &group, "Job", "jobs");
+    let job = |name: &str, queue: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": format!("{group}/v1"), "kind": "Job",
+            "metadata": { "name": name }, "spec": { "queue": queue },
+        }))
+        .unwrap()
+    };
+    let pp = PostParams::default();
+    api.create(&pp, &job("slow", "slow")).await.unwrap();
+    api.create(&pp, &job("fast", "fast")).await.unwrap();
+    crate::support::wait_for(
+        &api,
+        "fast",
+        "the fast Job reconciled",
+        |o: Option<&DynamicObject>| o.is_some_and(|o| o.data["status"]["seen"] == "fast"),
+    )
+    .await;
+    let addr = khai.metrics_addr().await;
+    crate::support::metrics::metrics_until(&addr, "an idle work queue", |b| {
+        crate::support::metrics::sum(b, "workqueue_depth") == 0.0
+            && crate::support::metrics::sum(b, "controller_runtime_active_workers") == 0.0
+    })
+    .await;
+    let slow = api.get("slow").await.unwrap();
+    assert!(
+        slow.data["status"].is_null(),
+        "the API server sent khai a Job its field selector excludes: {:?}",
+        slow.data["status"]
     );
 }

@@ -44,6 +44,9 @@ pub struct Crd {
     /// CEL validation rules on the whole object (`self` is the object).
     #[serde(default)]
     pub rules: Vec<Rule>,
+    /// Fields (`.spec.color`) that field selectors may name, in every version.
+    #[serde(default)]
+    pub selectable_fields: Vec<String>,
 }
 
 /// One CEL validation rule of a schema node, emitted in `x-kubernetes-validations`.
