@@ -135,6 +135,20 @@ fn broken(r: &Rule, node: &Node) -> Option<String> {
     )
 }
 
+/// What `expr` gives with `vars` bound, when it is a boolean the CEL crate can compute; `None`
+/// when it does not parse, fails, or is not a boolean.
+pub(crate) fn evaluate_bool(expr: &str, vars: &[(&str, &Value)]) -> Option<bool> {
+    let program = cel::Program::compile(expr).ok()?;
+    let mut ctx = cel::Context::default();
+    for (name, v) in vars {
+        ctx.add_variable(*name, to_cel(v)).ok()?;
+    }
+    match program.execute(&ctx) {
+        Ok(cel::Value::Bool(b)) => Some(b),
+        _ => None,
+    }
+}
+
 /// A JSON value as the API server hands it to CEL: integers are `int` (int64), which
 /// serde's own mapping would make `uint` when positive, so `self.max * 2` would not type.
 fn to_cel(v: &Value) -> cel::Value {

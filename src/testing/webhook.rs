@@ -44,38 +44,21 @@ pub(super) fn run_admission(
     let object = decode("object", &input.object)?;
     let old_object = decode("oldObject", &input.old_object)?;
     // The API server checks the CRD's validation rules before any validating webhook runs.
-    let verdict = match broken_rule(op, &object, &old_object) {
+    let verdict = match super::admission_cel::broken_rule(op, &object, &old_object) {
         Some(refusal) => refusal,
         None => {
             let request = request(op, input, &case.object, object.clone(), old_object);
-            admission::decide_blocking(handler, kind, request)
+            if super::admission_cel::skipped(handler, &request) {
+                Verdict::Allow {
+                    warnings: Vec::new(),
+                    patch: None,
+                }
+            } else {
+                admission::decide_blocking(handler, kind, request)
+            }
         }
     };
     compare_admission(&case.expect, &object, verdict).map_err(|i| i.in_case(case))
-}
-
-/// The API server's refusal of `object` when it breaks a validation rule of its CRD.
-fn broken_rule(op: &Operator, object: &Value, old: &Value) -> Option<Verdict> {
-    let kind = object["kind"].as_str()?;
-    let group = object["apiVersion"].as_str()?.rsplit_once('/')?.0;
-    let crd = op
-        .config
-        .model
-        .crds
-        .iter()
-        .find(|c| c.kind == kind && c.group == group)?;
-    let old = Some(old).filter(|o| !o.is_null());
-    let v = crate::schema::rules::first_violation(crd, object, old)?;
-    let name = object["metadata"]["name"].as_str().unwrap_or_default();
-    let path = if v.path.is_empty() { "<nil>" } else { &v.path };
-    Some(Verdict::Deny {
-        message: format!(
-            "{kind}.{group} {name:?} is invalid: {path}: Invalid value: \"object\": {}",
-            v.message
-        ),
-        reason: "Invalid".into(),
-        code: 422,
-    })
 }
 
 /// Runs a `convert` case.
@@ -402,47 +385,6 @@ fn convert(obj, to) {
             "validate:\n  operation: UPDATE\n  oldObject: {big}\n  object: {WEB}\nexpect:\n  warnings: [scaling down]\n"
         );
         assert_eq!(run(&down), Vec::<String>::new());
-    }
-
-    /// The API server refuses an object that breaks a CRD rule before the webhook runs; a
-    /// transition rule only on an update.
-    #[test]
-    fn validate_cases_are_refused_by_the_crds_rules_first() {
-        let (dir, op) = operator(SCRIPT);
-        let toml = std::fs::read_to_string(dir.path().join("operator.toml")).unwrap().replace(
-            "spec.size = { type = \"integer\" }",
-            "spec.size = { type = \"integer\", rules = [{ rule = \"self <= 10\", message = \"size is at most 10\" }, { rule = \"self >= oldSelf\", message = \"size never shrinks\" }] }",
-        );
-        drop(op);
-        let (_dir, op) = super::super::tests::load_operator(&toml, "w.rhai", SCRIPT);
-        let run = |src: &str| {
-            let c = case::parse(Path::new("tests/c.yaml"), src).unwrap();
-            run_case(&op, &c)
-                .unwrap()
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-        };
-        let with = |size: u32| {
-            format!(
-                "{{ apiVersion: t.khai.dev/v1, kind: Web, metadata: {{ name: w }}, spec: {{ size: {size} }} }}"
-            )
-        };
-        let refused = format!(
-            "validate:\n  object: {}\nexpect:\n  message: 'Web.t.khai.dev \"w\" is invalid: spec.size: Invalid value: \"object\": size is at most 10'\n  code: 422\n",
-            with(11)
-        );
-        assert_eq!(run(&refused), Vec::<String>::new());
-        assert_eq!(
-            run(&format!("validate:\n  object: {}\n", with(3))),
-            Vec::<String>::new()
-        );
-        let shrink = format!(
-            "validate:\n  operation: UPDATE\n  oldObject: {}\n  object: {}\nexpect:\n  message: size never shrinks\n",
-            with(5),
-            with(3)
-        );
-        assert_eq!(run(&shrink), Vec::<String>::new());
     }
 
     #[test]
