@@ -57,36 +57,32 @@ fn validate(req) {
 }
 "#;
 
-    /// An operator with one CRD and a validating webhook.
-    fn operator() -> (tempfile::TempDir, crate::operator::Operator) {
-        let toml = concat!(
-            "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\n",
-            "versions = [\"v1\"]\n",
-            "spec.replicas = { type = \"integer\", default = 2 }\nspec.size = { type = \"integer\" }\n\n",
-            "[[webhook]]\nfor = \"Web\"\nscript = \"w.rhai\"\nvalidate = \"validate\"\n",
+    /// Runs a case (YAML) on an operator with one CRD, whose `size` field has `size_rules`, and
+    /// a validating webhook with `hook_extra` lines; returns the mismatches.
+    fn runner(size_rules: &str, hook_extra: &str) -> impl Fn(&str) -> Vec<String> {
+        let toml = format!(
+            "[operator]\nname = \"t\"\n\n[[crd]]\ngroup = \"t.khai.dev\"\nkind = \"Web\"\n\
+             versions = [\"v1\"]\nspec.replicas = {{ type = \"integer\", default = 2 }}\n\
+             spec.size = {{ type = \"integer\", rules = [{size_rules}] }}\n\n\
+             [[webhook]]\nfor = \"Web\"\nscript = \"w.rhai\"\nvalidate = \"validate\"\n{hook_extra}"
         );
-        super::super::tests::load_operator(toml, "w.rhai", SCRIPT)
+        let (dir, op) = super::super::tests::load_operator(&toml, "w.rhai", SCRIPT);
+        move |src: &str| {
+            let _dir = &dir;
+            let c = case::parse(Path::new("tests/c.yaml"), src).unwrap();
+            let found = run_case(&op, &c).unwrap();
+            found.iter().map(ToString::to_string).collect()
+        }
     }
 
     /// The API server refuses an object that breaks a CRD rule before the webhook runs; a
     /// transition rule only on an update.
     #[test]
     fn validate_cases_are_refused_by_the_crds_rules_first() {
-        let (dir, op) = operator();
-        let toml = std::fs::read_to_string(dir.path().join("operator.toml")).unwrap().replace(
-            "spec.size = { type = \"integer\" }",
-            "spec.size = { type = \"integer\", rules = [{ rule = \"self <= 10\", message = \"size is at most 10\" }, { rule = \"self >= oldSelf\", message = \"size never shrinks\" }] }",
+        let run = runner(
+            "{ rule = \"self <= 10\", message = \"size is at most 10\" }, { rule = \"self >= oldSelf\", message = \"size never shrinks\" }",
+            "",
         );
-        drop(op);
-        let (_dir, op) = super::super::tests::load_operator(&toml, "w.rhai", SCRIPT);
-        let run = |src: &str| {
-            let c = case::parse(Path::new("tests/c.yaml"), src).unwrap();
-            run_case(&op, &c)
-                .unwrap()
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-        };
         let with = |size: u32| {
             format!(
                 "{{ apiVersion: t.khai.dev/v1, kind: Web, metadata: {{ name: w }}, spec: {{ size: {size} }} }}"
@@ -97,10 +93,8 @@ fn validate(req) {
             with(11)
         );
         assert_eq!(run(&refused), Vec::<String>::new());
-        assert_eq!(
-            run(&format!("validate:\n  object: {}\n", with(3))),
-            Vec::<String>::new()
-        );
+        let fine = format!("validate:\n  object: {}\n", with(3));
+        assert_eq!(run(&fine), Vec::<String>::new());
         let shrink = format!(
             "validate:\n  operation: UPDATE\n  oldObject: {}\n  object: {}\nexpect:\n  message: size never shrinks\n",
             with(5),
@@ -112,28 +106,17 @@ fn validate(req) {
     /// The API server does not call a webhook whose match conditions are not all true.
     #[test]
     fn validate_cases_skip_the_webhook_when_a_match_condition_is_false() {
-        let (dir, _op) = operator();
-        let toml = std::fs::read_to_string(dir.path().join("operator.toml"))
-            .unwrap()
-            .replace(
-                "validate = \"validate\"\n",
-                "validate = \"validate\"\nmatch_conditions = [{ name = \"labelled\", expression = \"has(object.metadata.labels)\" }]\n",
-            );
-        let (_dir, op) = super::super::tests::load_operator(&toml, "w.rhai", SCRIPT);
-        let run = |object: &str| {
-            let src = format!("validate:\n  object: {object}\nexpect:\n  allowed: true\n");
-            let c = case::parse(Path::new("tests/c.yaml"), &src).unwrap();
-            run_case(&op, &c)
-                .unwrap()
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-        };
+        let run = runner(
+            "",
+            "match_conditions = [{ name = \"labelled\", expression = \"has(object.metadata.labels)\" }]\n",
+        );
+        let case =
+            |object: &str| format!("validate:\n  object: {object}\nexpect:\n  allowed: true\n");
         let big = "{ apiVersion: t.khai.dev/v1, kind: Web, metadata: { name: w }, spec: { replicas: 9 } }";
-        assert_eq!(run(big), Vec::<String>::new());
+        assert_eq!(run(&case(big)), Vec::<String>::new());
         let labelled = big.replace("name: w }", "name: w, labels: { a: b } }");
         assert_eq!(
-            run(&labelled),
+            run(&case(&labelled)),
             [r#"allowed: expected true, got false (Invalid 422: "khai-test asked for too many")"#]
         );
     }
