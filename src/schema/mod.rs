@@ -14,7 +14,7 @@ pub(crate) mod rules;
 pub use current::MANIFEST_HASH;
 pub use defaults::{apply_defaults, default_object};
 
-use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Rule, Scale, Scope};
+use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Scale, Scope};
 use indexmap::IndexMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
@@ -73,12 +73,11 @@ pub fn crd_manifest(crd: &Crd) -> Result<Value, Error> {
                 ver["additionalPrinterColumns"] = json!(columns);
             }
             if !crd.selectable_fields.is_empty() {
-                let fields: Vec<Value> = crd
+                let paths = crd
                     .selectable_fields
                     .iter()
-                    .map(|p| json!({ "jsonPath": p }))
-                    .collect();
-                ver["selectableFields"] = json!(fields);
+                    .map(|p| json!({ "jsonPath": p }));
+                ver["selectableFields"] = Value::Array(paths.collect());
             }
             ver
         })
@@ -171,8 +170,8 @@ fn root_schema(crd: &Crd) -> Result<Value, Error> {
     if crd.spec.values().any(|f| f.required) {
         root["required"] = json!(["spec"]);
     }
-    if !crd.rules.is_empty() {
-        root["x-kubernetes-validations"] = validations(&crd.rules);
+    if let Some(v) = rules::validations(&crd.rules) {
+        root["x-kubernetes-validations"] = v;
     }
     Ok(root)
 }
@@ -268,43 +267,14 @@ pub fn field_schema(f: &Field) -> Value {
             "x-kubernetes-preserve-unknown-fields",
             f.preserve_unknown_fields.then(|| json!(true)),
         ),
+        ("x-kubernetes-validations", rules::validations(&f.rules)),
     ];
     for (k, v) in extras {
         if let Some(v) = v {
             s[k] = v;
         }
     }
-    if !f.rules.is_empty() {
-        s["x-kubernetes-validations"] = validations(&f.rules);
-    }
     s
-}
-
-/// `x-kubernetes-validations` of a node: its CEL rules, in the API server's spelling.
-fn validations(rules: &[Rule]) -> Value {
-    let rules: Vec<Value> = rules
-        .iter()
-        .map(|r| {
-            let mut v = json!({ "rule": r.rule });
-            let opt = [
-                ("message", r.message.as_ref().map(|m| json!(m))),
-                (
-                    "messageExpression",
-                    r.message_expression.as_ref().map(|m| json!(m)),
-                ),
-                ("reason", r.reason.map(|m| json!(m))),
-                ("fieldPath", r.field_path.as_ref().map(|m| json!(m))),
-                ("optionalOldSelf", r.optional_old_self.map(|m| json!(m))),
-            ];
-            for (k, x) in opt {
-                if let Some(x) = x {
-                    v[k] = x;
-                }
-            }
-            v
-        })
-        .collect();
-    Value::Array(rules)
 }
 
 /// Integral bounds are written as integers so `minimum: 0` does not become `0.0`.

@@ -8,7 +8,38 @@
 
 use crate::config::model::{Crd, Field, Rule};
 use indexmap::IndexMap;
-use serde_json::Value;
+use serde_json::{Value, json};
+
+/// `x-kubernetes-validations` of a node: its CEL rules, in the API server's spelling; `None`
+/// without rules.
+pub(super) fn validations(rules: &[Rule]) -> Option<Value> {
+    if rules.is_empty() {
+        return None;
+    }
+    let rules: Vec<Value> = rules
+        .iter()
+        .map(|r| {
+            let mut v = json!({ "rule": r.rule });
+            let opt = [
+                ("message", r.message.as_ref().map(|m| json!(m))),
+                (
+                    "messageExpression",
+                    r.message_expression.as_ref().map(|m| json!(m)),
+                ),
+                ("reason", r.reason.map(|m| json!(m))),
+                ("fieldPath", r.field_path.as_ref().map(|m| json!(m))),
+                ("optionalOldSelf", r.optional_old_self.map(|m| json!(m))),
+            ];
+            for (k, x) in opt {
+                if let Some(x) = x {
+                    v[k] = x;
+                }
+            }
+            v
+        })
+        .collect();
+    Some(Value::Array(rules))
+}
 
 /// A rule the object breaks: where, and the API server's message for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,6 +254,28 @@ spec.tags = { type = "array", items = { type = "string", rules = [{ rule = "self
         );
         let v = first_violation(&c, &obj("a", 1, 9, json!([])), Some(&old)).unwrap();
         assert_eq!(v.message, "max may at most double, to 4");
+    }
+
+    #[test]
+    fn rules_and_selectable_fields_are_emitted_in_the_api_servers_spelling() {
+        let mut c = crd(RANGE);
+        c.selectable_fields = vec![".spec.range.min".into()];
+        let m = crate::schema::crd_manifest(&c).unwrap();
+        let v = &m["spec"]["versions"][0];
+        let schema = &v["schema"]["openAPIV3Schema"];
+        assert_eq!(
+            schema["x-kubernetes-validations"],
+            json!([{ "rule": "self.metadata.name != 'forbidden'", "message": "that name is taken" }])
+        );
+        assert_eq!(
+            schema["properties"]["spec"]["properties"]["range"]["x-kubernetes-validations"][1],
+            json!({ "rule": "self.max <= oldSelf.max * 2",
+                    "messageExpression": "'max may at most double, to ' + string(oldSelf.max * 2)" })
+        );
+        assert_eq!(
+            v["selectableFields"],
+            json!([{ "jsonPath": ".spec.range.min" }])
+        );
     }
 
     #[test]
