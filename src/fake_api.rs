@@ -23,8 +23,8 @@ pub(crate) struct FakeApi {
 struct State {
     objects: BTreeMap<String, Value>,
     version: u64,
-    /// Answers forced for the next requests to a path: (path, code).
-    failures: Vec<(String, u16)>,
+    /// Answers forced for the next requests to a path: (path, code, message).
+    failures: Vec<(String, u16, String)>,
 }
 
 impl FakeApi {
@@ -51,11 +51,27 @@ impl FakeApi {
         s.objects.insert(path.to_string(), obj);
     }
 
+    /// Every object whose path starts with `prefix`, in path order.
+    pub(crate) fn under(&self, prefix: &str) -> Vec<Value> {
+        let s = crate::sync::lock(&self.inner);
+        s.objects
+            .iter()
+            .filter(|(p, _)| p.starts_with(prefix))
+            .map(|(_, o)| o.clone())
+            .collect()
+    }
+
     /// The next `times` requests to `path` are answered with `code` and nothing else happens.
     pub(crate) fn fail(&self, path: &str, code: u16, times: usize) {
+        self.refuse(path, code, "forced by the test", times);
+    }
+
+    /// As [`FakeApi::fail`], with the API server's `message`.
+    pub(crate) fn refuse(&self, path: &str, code: u16, message: &str, times: usize) {
         let mut s = crate::sync::lock(&self.inner);
         for _ in 0..times {
-            s.failures.push((path.to_string(), code));
+            s.failures
+                .push((path.to_string(), code, message.to_string()));
         }
     }
 
@@ -70,9 +86,9 @@ impl FakeApi {
             .unwrap_or_default()
             .to_string();
         let mut s = crate::sync::lock(&self.inner);
-        if let Some(i) = s.failures.iter().position(|(p, _)| *p == path) {
-            let (_, code) = s.failures.remove(i);
-            return status(code, "Failure", "forced by the test");
+        if let Some(i) = s.failures.iter().position(|(p, _, _)| *p == path) {
+            let (_, code, message) = s.failures.remove(i);
+            return status(code, "Failure", &message);
         }
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         match parts.method {

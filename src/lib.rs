@@ -29,6 +29,7 @@ pub mod config;
 pub(crate) mod controller;
 pub(crate) mod daemon;
 pub mod effects;
+pub(crate) mod events;
 #[cfg(test)]
 mod fake_api;
 pub(crate) mod handler;

@@ -124,6 +124,16 @@ fn probes() -> Vec<(&'static str, String)> {
             format!("{CRD}[[crd.printer_columns]]\n{p}"),
         ),
         ("crd.scale", format!("{CRD}[crd.scale]\n{p}")),
+        (
+            "crd.rules",
+            format!("{CRD}[[crd.rules]]\nrule = \"true\"\n{p}"),
+        ),
+        (
+            "FIELD.rules",
+            format!(
+                "{CRD}[crd.spec.x]\ntype = \"string\"\n[[crd.spec.x.rules]]\nrule = \"true\"\n{p}"
+            ),
+        ),
         ("crd.spec.FIELD", format!("{CRD}[crd.spec.x]\n{p}")),
         ("crd.status.FIELD", format!("{CRD}[crd.status.x]\n{p}")),
         (
@@ -153,6 +163,12 @@ fn probes() -> Vec<(&'static str, String)> {
         ),
         ("operator.uses", format!("[[operator.uses]]\n{p}")),
         ("webhook", format!("[[webhook]]\n{p}")),
+        (
+            "webhook.match_conditions",
+            format!(
+                "[[webhook]]\nfor = \"K\"\nscript = \"k.rhai\"\n[[webhook.match_conditions]]\n{p}"
+            ),
+        ),
         ("webhook_server", format!("[webhook_server]\n{p}")),
         (
             "webhook_server.service",

@@ -3,7 +3,8 @@
 //! RBAC would not grant them), `http::…("<url>", …)` calls `[operator.http] allow` refuses and
 //! `ctx.secret("<name>", …)` reads of Secrets `[operator] secrets` does not name, and calls of
 //! the standard library that name no function of it (or give one the wrong number of
-//! arguments), which Rhai would only find when they run.
+//! arguments), which Rhai would only find when they run; and, given `--kubernetes-version`, what
+//! the config uses that that version lacks.
 
 use crate::operator::Operator;
 use std::path::PathBuf;
@@ -14,6 +15,10 @@ pub struct Args {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
     pub config: PathBuf,
+    /// The oldest Kubernetes the operator is meant to run on (`v1.20`, `1.30.2`): what the
+    /// config uses that it lacks is an error.
+    #[arg(long, value_name = "VERSION")]
+    pub kubernetes_version: Option<crate::config::versions::Version>,
 }
 
 pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -22,7 +27,11 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {w}");
     }
     let m = &op.config.model;
-    let undeclared = undeclared_calls(&op);
+    let mut undeclared = undeclared_calls(&op);
+    if let Some(v) = args.kubernetes_version {
+        let too_new = crate::config::versions::too_new_for(&op.config, v);
+        undeclared.extend(too_new.iter().map(ToString::to_string));
+    }
     for line in &undeclared {
         eprintln!("error: {line}");
     }

@@ -20,6 +20,7 @@ mod parse;
 mod schema_file;
 pub mod selector;
 mod validate;
+pub mod versions;
 pub mod webhook;
 mod yaml_locate;
 

@@ -8,6 +8,8 @@ mod crd;
 mod fields;
 mod handlers;
 mod kinds;
+mod rules;
+mod selectable;
 mod webhook;
 
 use super::ConfigError;
@@ -41,6 +43,7 @@ pub(super) fn validate(
 
     for (i, c) in model.crds.iter().enumerate() {
         crd::check(c, &model.crds[..i], i, &mut report);
+        selectable::check(c, i, &mut report);
     }
 
     check_operator(model, &mut report);
@@ -185,20 +188,12 @@ fn check_controller(model: &Model, i: usize, report: &mut Report) {
                     format!("{s} is not a field selector: {e}"),
                 );
             }
-            Ok(fields) if model.crd_for(&ctl.for_kind).is_some() => {
-                let allowed = ["metadata.name", "metadata.namespace"];
-                if let Some(f) = fields.iter().find(|f| !allowed.contains(&f.as_str())) {
-                    report(
-                        &at("field_selector"),
-                        format!(
-                            "custom resources can be selected by metadata.name and \
-                             metadata.namespace only, not {}",
-                            shorten(f)
-                        ),
-                    );
+            Ok(fields) => {
+                let crd = model.crd_for(&ctl.for_kind);
+                if let Some(m) = crd.and_then(|c| selectable::unselectable(c, &fields)) {
+                    report(&at("field_selector"), m);
                 }
             }
-            Ok(_) => {}
         }
     }
     let (base, cap) = (ctl.backoff.base, ctl.backoff.cap);
@@ -361,7 +356,8 @@ mod tests {
         assert_eq!(
             check(&crd),
             "operator.toml:9:18: controller[0].field_selector: custom resources can be selected by \
-             metadata.name and metadata.namespace only, not \"spec.x\""
+             metadata.name, metadata.namespace and the CRD's selectable_fields only, not \"spec.x\"; \
+             declare it in selectable_fields = [\".spec.x\"]"
         );
         assert_eq!(check(&crd.replace("spec.x=1", "metadata.name!=a")), "");
     }

@@ -43,6 +43,21 @@ pub struct Webhook {
     pub namespace_selector: Option<serde_json::Value>,
     /// A Kubernetes label selector on the object.
     pub object_selector: Option<serde_json::Value>,
+    /// CEL conditions the API server evaluates before calling the webhook: it is called only
+    /// when all are true (`matchConditions`).
+    #[serde(default)]
+    pub match_conditions: Vec<MatchCondition>,
+}
+
+/// One `match_conditions` entry.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MatchCondition {
+    /// Names the condition in the API server's errors; unique within the webhook.
+    pub name: String,
+    /// A CEL expression over `object`, `oldObject`, `request` and `authorizer` that returns a
+    /// boolean.
+    pub expression: String,
 }
 
 fn default_operations() -> Vec<Operation> {

@@ -3,6 +3,7 @@
 //! per-object state (backoff, the requests waiting in its queue).
 
 use crate::apply::Applier;
+use crate::events::Recorder;
 use crate::handler::Handlers;
 use crate::handler::clock::Clock;
 use crate::handler::index::IndexSet;
@@ -13,7 +14,6 @@ use crate::script::{Indexes, Reads, ScriptCtx};
 use crate::watch::{Informer, Kind};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::runtime::events::Recorder;
 use serde_json::Value;
 use std::sync::Arc;
 

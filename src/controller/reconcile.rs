@@ -244,9 +244,9 @@ mod tests {
                     client.clone(),
                     crate::config::Model::default(),
                 )),
-                recorder: kube::runtime::events::Recorder::new(
+                recorder: crate::events::Recorder::new(
                     client.clone(),
-                    kube::runtime::events::Reporter {
+                    crate::events::Reporter {
                         controller: "khai-op".into(),
                         instance: None,
                     },

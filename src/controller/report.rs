@@ -2,11 +2,11 @@
 //! condition on the object, and a retry delay (the script's own, or per-object backoff).
 
 use super::context::Ctx;
+use crate::events::{Event as KubeEvent, EventType};
 use crate::reconcile::conditions;
 use crate::script::ScriptError;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 

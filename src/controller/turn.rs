@@ -4,6 +4,7 @@
 use super::context::Ctx;
 use super::report::{FORBIDDEN, ReconcileError, capped_events, publish};
 use super::spin::{Recorded, Verdict};
+use crate::events::EventType;
 use crate::handler::{Handled, Turn};
 use crate::reconcile::conditions::{self, Health};
 use crate::script::object_view;
@@ -11,7 +12,6 @@ use crate::watch;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use std::sync::Arc;
 
 /// The normal path: the object's handlers, timers and daemons, then `reconcile` and its plan

@@ -49,6 +49,12 @@ pub(crate) enum Error {
     /// The config's CRDs could not be installed.
     #[error(transparent)]
     Schema(#[from] crate::schema::Error),
+    /// The API server lacks what the config uses.
+    #[error("the API server is Kubernetes {server}, older than this config needs:\n{missing}")]
+    ServerTooOld {
+        server: String,
+        missing: crate::config::ConfigError,
+    },
     /// A controller's kinds could not be resolved.
     #[error(transparent)]
     Prepare(#[from] controller::Error),
@@ -143,8 +149,10 @@ fn schedule_effects(op: &Operator, client: &kube::Client) -> Option<Arc<crate::e
     })
 }
 
-/// Installs the config's CRDs and waits for them to be Established, when it asks for that.
+/// Installs the config's CRDs and waits for them to be Established, when it asks for that;
+/// first makes sure the API server has what the config uses.
 async fn install_crds(op: &Operator, client: &kube::Client) -> Result<(), Error> {
+    server_has_what_it_needs(op, client).await?;
     let model = &op.config.model;
     if model.operator.install_crds && !model.crds.is_empty() {
         crate::schema::install(
@@ -156,6 +164,31 @@ async fn install_crds(op: &Operator, client: &kube::Client) -> Result<(), Error>
         .await?;
     }
     Ok(())
+}
+
+/// Fails naming each feature of the config the API server is too old for. A server whose
+/// version cannot be read is not held against the config.
+async fn server_has_what_it_needs(op: &Operator, client: &kube::Client) -> Result<(), Error> {
+    use crate::config::versions::{Version, too_new_for};
+    let info = match client.apiserver_version().await {
+        Ok(info) => info,
+        Err(e) => {
+            let e = crate::client::ApiError::from(e);
+            tracing::debug!(error = %e, "cannot read the API server's version");
+            return Ok(());
+        }
+    };
+    let Some(server) = Version::reported(&info.major, &info.minor) else {
+        return Ok(());
+    };
+    let missing = too_new_for(&op.config, server);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::ServerTooOld {
+        server: info.git_version,
+        missing: crate::config::ConfigError(missing),
+    })
 }
 
 /// What preparing a new version of the config needs; lives as long as the run.

@@ -100,6 +100,9 @@ fn entry(model: &Model, h: &Webhook, prefix: &str, target: &Target, ca: Option<&
             e[key] = v.clone();
         }
     }
+    if !h.match_conditions.is_empty() {
+        e["matchConditions"] = json!(h.match_conditions);
+    }
     e
 }
 
@@ -226,6 +229,17 @@ namespace_selector = { matchLabels = { team = "a" } }
         assert_eq!(
             m["namespaceSelector"],
             json!({ "matchLabels": { "team": "a" } })
+        );
+        assert!(v.get("matchConditions").is_none());
+        let src = SRC.replace(
+            "validate = \"validate\"\n",
+            "validate = \"validate\"\nmatch_conditions = [{ name = \"big\", expression = \"object.spec.size > 3\" }]\n",
+        );
+        let model = parse(Path::new("operator.toml"), &src).unwrap();
+        let out = configurations(&model, &target, None);
+        assert_eq!(
+            out[0]["webhooks"][0]["matchConditions"],
+            json!([{ "name": "big", "expression": "object.spec.size > 3" }])
         );
     }
 

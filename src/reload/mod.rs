@@ -15,9 +15,9 @@ pub(crate) mod dir;
 
 pub(crate) use dir::fingerprint;
 
+use crate::events::{Event, EventType, Recorder, Reporter};
 use crate::operator::Operator;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch as latest;

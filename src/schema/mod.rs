@@ -9,6 +9,7 @@
 
 mod current;
 mod defaults;
+pub(crate) mod rules;
 
 pub use current::MANIFEST_HASH;
 pub use defaults::{apply_defaults, default_object};
@@ -70,6 +71,13 @@ pub fn crd_manifest(crd: &Crd) -> Result<Value, Error> {
             }
             if !columns.is_empty() {
                 ver["additionalPrinterColumns"] = json!(columns);
+            }
+            if !crd.selectable_fields.is_empty() {
+                let paths = crd
+                    .selectable_fields
+                    .iter()
+                    .map(|p| json!({ "jsonPath": p }));
+                ver["selectableFields"] = Value::Array(paths.collect());
             }
             ver
         })
@@ -161,6 +169,9 @@ fn root_schema(crd: &Crd) -> Result<Value, Error> {
     let mut root = json!({ "type": "object", "properties": props });
     if crd.spec.values().any(|f| f.required) {
         root["required"] = json!(["spec"]);
+    }
+    if let Some(v) = rules::validations(&crd.rules) {
+        root["x-kubernetes-validations"] = v;
     }
     Ok(root)
 }
@@ -256,6 +267,7 @@ pub fn field_schema(f: &Field) -> Value {
             "x-kubernetes-preserve-unknown-fields",
             f.preserve_unknown_fields.then(|| json!(true)),
         ),
+        ("x-kubernetes-validations", rules::validations(&f.rules)),
     ];
     for (k, v) in extras {
         if let Some(v) = v {

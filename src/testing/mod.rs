@@ -17,6 +17,7 @@
 //! [`crate::webhook::conversion::convert_object`]), and a mutation's patch is applied to the
 //! object, as the API server does, before it is compared.
 
+mod admission_cel;
 pub(crate) mod case;
 pub(crate) mod compare;
 mod expect;

@@ -43,8 +43,21 @@ pub(super) fn run_admission(
     };
     let object = decode("object", &input.object)?;
     let old_object = decode("oldObject", &input.old_object)?;
-    let request = request(op, input, &case.object, object.clone(), old_object);
-    let verdict = admission::decide_blocking(handler, kind, request);
+    // The API server checks the CRD's validation rules before any validating webhook runs.
+    let verdict = match super::admission_cel::broken_rule(op, &object, &old_object) {
+        Some(refusal) => refusal,
+        None => {
+            let request = request(op, input, &case.object, object.clone(), old_object);
+            if super::admission_cel::skipped(handler, &request) {
+                Verdict::Allow {
+                    warnings: Vec::new(),
+                    patch: None,
+                }
+            } else {
+                admission::decide_blocking(handler, kind, request)
+            }
+        }
+    };
     compare_admission(&case.expect, &object, verdict).map_err(|i| i.in_case(case))
 }
 

@@ -145,6 +145,52 @@ fn check_names_a_misspelled_function_at_its_config_line() {
     );
 }
 
+/// A CEL rule that does not parse is named at its line and field; `--kubernetes-version` names
+/// what the config uses that the version lacks.
+#[test]
+fn check_parses_crd_rules_and_names_what_an_older_kubernetes_lacks() {
+    let rule = |r: &str| {
+        hello_with("operator.toml", |t| {
+            t.replace(
+                "[[controller]]",
+                &format!("rules = [{{ rule = {r:?} }}]\n\n[[controller]]"),
+            )
+        })
+    };
+    let bad = rule("self.spec.message ==");
+    let out = khai(&["check", bad.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let d = bad.path().display();
+    assert!(
+        err.starts_with(&format!("error: {d}/operator.toml:"))
+            && err.contains(": crd[0].rules[0].rule: not valid CEL at column "),
+        "{err}"
+    );
+    let good = rule("self.spec.message != ''");
+    let out = khai(&["check", good.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = khai(&[
+        "check",
+        "--kubernetes-version",
+        "v1.20.2",
+        good.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("crd[0].rules: CRD validation rules (x-kubernetes-validations) need Kubernetes v1.25 or newer; on v1.20"),
+        "{err}"
+    );
+    let out = khai(&[
+        "check",
+        "--kubernetes-version",
+        "1.30",
+        good.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 #[test]
 fn check_accepts_the_hello_example() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello");

@@ -411,9 +411,8 @@ async fn a_child_in_a_terminating_namespace_fails_clearly_without_a_hot_loop() {
         "the message does not give the API server's reason: {msg}"
     );
     assert_plain(&msg);
-    // No Event: on v1.20 the API server refuses an events.k8s.io/v1 Event about a
-    // cluster-scoped object ("involvedObject.namespace: Invalid value: \"\": does not match
-    // event.namespace"), so the condition is what tells.
+    // The condition is what this test reads; Events about cluster-scoped objects are
+    // tests/e2e/events.rs.
 
     // Retried with backoff (1 s, 2 s, 4 s...), one refused write per retry, not a hot loop.
     let mine = format!("name={name}");
@@ -441,10 +440,10 @@ async fn a_child_in_a_terminating_namespace_fails_clearly_without_a_hot_loop() {
     );
 }
 
-/// The failure Event of an object whose name is longer than 236 characters: kube-runtime's
-/// Recorder names Events `<object name>.<16 hex digits>`, over the 253 the API server allows.
+/// The failure Event of an object whose name is longer than 236 characters: Events are named
+/// `<object name>.<nanoseconds in hex>`, over the 253 the API server allows unless the object's
+/// name is shortened.
 #[tokio::test]
-#[ignore = "khai's Events are refused for object names over 236 characters (kube-runtime's Recorder names them <name>.<16 hex>, over the 253 allowed); khai logs the refusal as a warning"]
 async fn a_long_named_object_gets_its_failure_event() {
     let group = "longevents.edges.khai.dev";
     let client = crate::support::client().await;

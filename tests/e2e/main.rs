@@ -11,6 +11,7 @@
 mod support;
 
 mod apiserver;
+mod cel;
 mod chaos;
 mod chart;
 mod cli;
@@ -19,6 +20,7 @@ mod config_map;
 mod crds;
 mod edges;
 mod engine;
+mod events;
 mod examples;
 mod failing;
 mod filters;

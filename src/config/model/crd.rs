@@ -41,6 +41,40 @@ pub struct Crd {
     pub spec: IndexMap<String, Field>,
     /// Schema of `.status`; declaring it turns on the status subresource.
     pub status: Option<IndexMap<String, Field>>,
+    /// CEL validation rules on the whole object (`self` is the object).
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// Fields (`.spec.color`) that field selectors may name, in every version.
+    #[serde(default)]
+    pub selectable_fields: Vec<String>,
+}
+
+/// One CEL validation rule of a schema node, emitted in `x-kubernetes-validations`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    /// The CEL expression that must be true; `self` is the node's value, `oldSelf` its value
+    /// before an update (a transition rule).
+    pub rule: String,
+    /// What the API server answers when the rule is false.
+    pub message: Option<String>,
+    /// A CEL expression that builds the message instead.
+    pub message_expression: Option<String>,
+    /// The reason of the refusal.
+    pub reason: Option<RuleReason>,
+    /// The field the refusal names, relative to the node (`.spec.max`).
+    pub field_path: Option<String>,
+    /// Evaluate a transition rule on creates too, with `oldSelf` an optional.
+    pub optional_old_self: Option<bool>,
+}
+
+/// The reasons a validation rule's refusal may carry.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+pub enum RuleReason {
+    FieldValueInvalid,
+    FieldValueForbidden,
+    FieldValueRequired,
+    FieldValueDuplicate,
 }
 
 /// One `[[crd.printer_columns]]` entry: an `additionalPrinterColumns` column of `kubectl get`.
@@ -171,6 +205,9 @@ pub struct Field {
     /// Keep fields the schema does not name (`x-kubernetes-preserve-unknown-fields`).
     #[serde(default)]
     pub preserve_unknown_fields: bool,
+    /// CEL validation rules on this node (`x-kubernetes-validations`).
+    #[serde(default)]
+    pub rules: Vec<Rule>,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]

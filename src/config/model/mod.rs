@@ -13,7 +13,7 @@ pub use crate::config::budget::Budget;
 pub use controller::{BackoffSettings, Controller, DeleteChildren, Parents, Watch};
 pub use crd::{
     ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
-    Scale, Scope,
+    Rule, RuleReason, Scale, Scope,
 };
 pub use operator::{OperatorSettings, RbacRule, USES_VERBS, Uses};
 

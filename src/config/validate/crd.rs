@@ -25,8 +25,17 @@ pub(super) fn check(crd: &Crd, earlier: &[Crd], index: usize, report: &mut Repor
                     .into(),
             );
         }
+        if !crd.rules.is_empty() {
+            report(
+                &join(&base, &[Seg::Key("rules")]),
+                "rules cannot be combined with schema_file: write them as \
+                 x-kubernetes-validations in the file"
+                    .into(),
+            );
+        }
         return;
     }
+    super::rules::check(crd, &base, report);
     fields::check_object(&crd.spec, &join(&base, &[Seg::Key("spec")]), report);
     if let Some(status) = &crd.status {
         fields::check_object(status, &join(&base, &[Seg::Key("status")]), report);
@@ -202,7 +211,7 @@ fn check_scale(crd: &Crd, scale: &Scale, base: &[Seg], report: &mut Report) {
 
 /// What is wrong with a scale path; the message follows the path as written.
 #[derive(Debug, thiserror::Error)]
-enum ScaleProblem {
+pub(super) enum ScaleProblem {
     #[error("{0}")]
     Syntax(&'static str),
     #[error("must not use array notation")]
@@ -226,7 +235,7 @@ enum ScaleProblem {
 }
 
 /// Splits a scale path into segments, checking it lies under one of `roots`.
-fn scale_path<'p>(
+pub(super) fn scale_path<'p>(
     path: &'p str,
     roots: &[&str],
     example: &'static str,
@@ -270,7 +279,7 @@ fn declared_as(crd: &Crd, segs: &[&str], ty: FieldType) -> Result<(), ScaleProbl
     }
 }
 
-enum Lookup {
+pub(super) enum Lookup {
     Found(FieldType),
     /// Inside an object that keeps unknown fields: anything may be there.
     Free,
@@ -278,7 +287,7 @@ enum Lookup {
 }
 
 /// Follows `segs` through properties and map values.
-fn lookup(fields: &IndexMap<String, Field>, segs: &[&str]) -> Lookup {
+pub(super) fn lookup(fields: &IndexMap<String, Field>, segs: &[&str]) -> Lookup {
     let Some((first, rest)) = segs.split_first() else {
         return Lookup::Missing;
     };

@@ -1,8 +1,10 @@
 //! Checks of `[[webhook]]` entries and `[webhook_server]`: every webhook names a function to
 //! call, conversion is only asked of a multi-version CRD of this file, names are unique and fit
-//! in URL paths and configuration names, and `tls = "files"` names both files.
+//! in URL paths and configuration names, match conditions are named once each and parse as CEL,
+//! and `tls = "files"` names both files.
 
 use super::{Report, Seg};
+use crate::config::field_path::join;
 use crate::config::model::Model;
 use crate::config::webhook::{TlsMode, Webhook};
 
@@ -53,6 +55,7 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
         report(&at("operations"), "must name at least one operation".into());
     }
     check_subresources(model, hook, i, report);
+    check_match_conditions(hook, i, report);
     if hook.convert.is_some() {
         let crd = model.crd_for(&hook.for_kind);
         match crd {
@@ -71,6 +74,44 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
                 ),
             ),
             Some(_) => {}
+        }
+    }
+}
+
+/// At most 64 conditions, each with a unique qualified name and an expression that parses as
+/// CEL, as the API server requires.
+fn check_match_conditions(hook: &Webhook, i: usize, report: &mut Report) {
+    let base = [
+        Seg::Key("webhook"),
+        Seg::Index(i),
+        Seg::Key("match_conditions"),
+    ];
+    if hook.match_conditions.len() > 64 {
+        report(&base, "at most 64 conditions".into());
+    }
+    for (j, c) in hook.match_conditions.iter().enumerate() {
+        let at = |k| join(&base, &[Seg::Index(j), Seg::Key(k)]);
+        let qualified = c.name.len() <= 63
+            && c.name.starts_with(|ch: char| ch.is_ascii_alphanumeric())
+            && c.name.ends_with(|ch: char| ch.is_ascii_alphanumeric())
+            && c.name
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || "-_.".contains(ch));
+        if !qualified {
+            report(
+                &at("name"),
+                format!(
+                    "{:?} must be at most 63 letters, digits, '-', '_' or '.', starting and \
+                     ending with a letter or digit",
+                    c.name
+                ),
+            );
+        }
+        if hook.match_conditions[..j].iter().any(|o| o.name == c.name) {
+            report(&at("name"), format!("{:?} is used twice", c.name));
+        }
+        if let Err(e) = super::rules::parse(&c.expression) {
+            report(&at("expression"), e);
         }
     }
 }
@@ -207,6 +248,30 @@ mod tests {
             check(&src),
             "operator.toml:9:11: webhook[0].convert: CRD Cache has one version; conversion needs two or more"
         );
+    }
+
+    #[test]
+    fn match_conditions_need_unique_qualified_names_and_cel_that_parses() {
+        let src = format!(
+            "{CRD}[[webhook]]\nfor = \"Cache\"\nscript = \"c.rhai\"\nvalidate = \"v\"\n\
+             match_conditions = [\n  {{ name = \"ok\", expression = \"has(object.spec)\" }},\n  \
+             {{ name = \"ok\", expression = \"object.spec.(\" }},\n  {{ name = \"-bad\", expression = \"true\" }},\n]\n"
+        );
+        let out = check(&src);
+        assert!(
+            out.contains("operator.toml:12:")
+                && out.contains("webhook[0].match_conditions[1].name: \"ok\" is used twice"),
+            "{out}"
+        );
+        assert!(
+            out.contains("webhook[0].match_conditions[1].expression: not valid CEL at column "),
+            "{out}"
+        );
+        assert!(
+            out.contains("webhook[0].match_conditions[2].name: \"-bad\" must be at most 63"),
+            "{out}"
+        );
+        assert!(!out.contains("match_conditions[0]"), "{out}");
     }
 
     #[test]

@@ -274,6 +274,27 @@ script = "h.rhai"
         );
     }
 
+    /// A namespaced operator records Events about a cluster-scoped object in `default` (or
+    /// `kube-system`), outside its Roles: the ClusterRole grants them.
+    #[test]
+    fn a_namespaced_operator_of_a_cluster_scoped_kind_records_events_cluster_wide() {
+        let events = |p: &Plan| rule(&p.cluster, "events.k8s.io", "events");
+        let model = parse(Path::new("operator.toml"), HELLO).unwrap();
+        let p = input(&model, false, &["team-a"]);
+        assert!(events(&p).is_empty(), "a namespaced kind: Roles only");
+        assert_eq!(
+            rule(&p.namespaced, "events.k8s.io", "events"),
+            ["create", "patch"]
+        );
+        let cluster = HELLO.replace(
+            "versions = [\"v1\"]",
+            "versions = [\"v1\"]\nscope = \"Cluster\"",
+        );
+        let model = parse(Path::new("operator.toml"), &cluster).unwrap();
+        let p = input(&model, false, &["team-a"]);
+        assert_eq!(events(&p), ["create", "patch"]);
+    }
+
     /// Issue 30: an index over Pods got no rule on `pods`, and configs without a controller
     /// no rule on Events, though handlers, timers and daemons record them.
     #[test]

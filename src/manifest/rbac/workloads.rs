@@ -108,6 +108,20 @@ pub(super) fn grant(model: &Model, finalizes: &[bool], p: &mut Plan) -> bool {
             status: false,
         };
         p.grant(&events, "events", &["create", "patch"]);
+        // Events about cluster-scoped objects go in `default` (`kube-system` before v1.22),
+        // which a namespaced operator's Roles do not cover.
+        let cluster_scoped = model
+            .controllers
+            .iter()
+            .map(|c| &c.for_kind)
+            .chain(model.handlers.iter().map(|h| &h.for_kind))
+            .chain(model.timers.iter().map(|t| &t.for_kind))
+            .chain(model.daemons.iter().map(|d| &d.for_kind))
+            .any(|k| !resolve(model, k).namespaced);
+        if cluster_scoped {
+            p.cluster
+                .add("events.k8s.io", "events", &["create", "patch"]);
+        }
     }
     needs_discovery
 }
