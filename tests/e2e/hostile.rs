@@ -2,7 +2,9 @@
 //! runs a hostile controller beside a healthy one, and every hostile mode (values nested deeper
 //! than any stack walks, one abandoned at the time limit, a write loop through `k8s::`, a flood
 //! of Events in one answer or a few in every answer, a deep memo) fails alone, clearly, while the
-//! healthy controller keeps reconciling in the same process.
+//! healthy controller keeps reconciling in the same process. Two modes get a khai of their own:
+//! a write loop through a handler, and many objects building large values at once (bounded
+//! together by the scripts' shared memory budget).
 
 use crate::support::metrics::{metrics_until, sum};
 use crate::support::{Khai, TestNamespace, custom_api, wait_for, wait_for_crd};
@@ -31,6 +33,16 @@ fn reconcile(obj, ctx) {
         let events = [];
         for i in 0..5 { events.push(#{ type: "Normal", reason: "Chatter", message: `answer ${n} event ${i}` }); }
         return #{ events: events, requeue_after: "1s", status: #{ phase: "Ready" } };
+    }
+    if mode == "memory" {
+        // Map keys escape Rhai's size limits: about 50 MiB, held for a while.
+        let big = "";
+        big.pad(1000000, 'x');
+        let held = #{};
+        for i in 0..50 { held[`${i}${big}`] = i; }
+        let n = 0;
+        for i in 0..20000 { n += 1; }
+        return #{ status: #{ phase: "Ready" } };
     }
     if mode == "events" {
         let events = [];
@@ -288,4 +300,84 @@ fn bump(obj, ctx, change) {
             && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("spin")
     })
     .await;
+}
+
+/// Many objects whose scripts each build about 50 MiB at once: past the shared budget (512 MiB)
+/// the calls holding most are stopped, so khai's peak stays below 24 times 50 MiB; the stopped
+/// calls are retried, and every object is reconciled in the end.
+#[tokio::test]
+async fn objects_building_large_values_at_once_are_bounded_together_and_all_reconciled() {
+    const OBJECTS: usize = 24;
+    let group = "memory.hostile.khai.dev";
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "hostile-mem").await;
+    let op = operator(group);
+    // Two dozen calls sharing two cores: time enough that none stops at its time budget.
+    let toml = op.path().join("operator.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(&toml, text.replace(r#"time = "3s""#, r#"time = "60s""#)).unwrap();
+    let khai = Khai::start(op.path(), &ns.name, &[]);
+    wait_for_crd(&client, &format!("hostiles.{group}")).await;
+    let hostiles = custom_api(&client, &ns.name, group, "Hostile", "hostiles");
+    for i in 0..OBJECTS {
+        create(
+            &hostiles,
+            group,
+            "Hostile",
+            &format!("m{i}"),
+            json!({ "mode": "memory" }),
+        )
+        .await;
+    }
+    // Calls stopped at the shared budget back off (1 s, 2 s, 4 s...) before their retry.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let all = hostiles.list(&ListParams::default()).await.unwrap().items;
+        let waiting: Vec<String> = all
+            .iter()
+            .filter(|o| !ready(Some(o)))
+            .map(|o| {
+                format!(
+                    "{}: {:?}",
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                    failure(o)
+                )
+            })
+            .collect();
+        if all.len() == OBJECTS && waiting.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "memory Hostiles not Ready: {waiting:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // The shared budget stopped some calls (each retried since), and the process never held
+    // anything like 24 calls' worth at once.
+    let addr = khai.metrics_addr().await;
+    let body = metrics_until(&addr, "the script limit counters", |_| true).await;
+    let shared_stops: f64 = body
+        .lines()
+        .filter(|l| {
+            l.starts_with("khai_script_limit_aborts_total{")
+                && l.contains(r#"limit="shared_memory""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        shared_stops >= 1.0,
+        "no call stopped at the shared budget:\n{body}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", khai.pid())).unwrap();
+    let peak_mib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        / 1024;
+    assert!(
+        peak_mib < (OBJECTS as u64) * 50,
+        "khai's peak RSS was {peak_mib} MiB"
+    );
 }
