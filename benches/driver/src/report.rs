@@ -370,15 +370,29 @@ impl Report {
     /// that was asked for): every problem found.
     pub fn smoke_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let checked = [Contender::Khai, Contender::ControllerRuntime]
-            .into_iter()
-            .filter(|c| self.contenders.contains(c));
-        for c in checked {
+        for c in self.smoke_checked_contenders() {
             for &n in &self.counts {
                 problems.extend(self.smoke_problems_of(c, n));
             }
         }
         problems
+    }
+
+    /// The contenders the smoke check holds to exactly 2 writes: khai and controller-runtime,
+    /// each that was asked for.
+    fn smoke_checked_contenders(&self) -> Vec<Contender> {
+        [Contender::Khai, Contender::ControllerRuntime]
+            .into_iter()
+            .filter(|c| self.contenders.contains(c))
+            .collect()
+    }
+
+    /// Their names, for the verdict.
+    pub fn smoke_checked(&self) -> Vec<&'static str> {
+        self.smoke_checked_contenders()
+            .into_iter()
+            .map(Contender::name)
+            .collect()
     }
 
     /// Exactly 2 writes per Cache on create and on update, none while idle or on restart.
