@@ -28,18 +28,7 @@ pub fn cdf_svg(title: &str, series: &[Series]) -> String {
     let x = |ms: f64| LEFT + (ms.max(1.0).log10() - lo) / (hi - lo) * (WIDTH - LEFT - RIGHT);
     let y = |frac: f64| HEIGHT - BOTTOM - frac * (HEIGHT - TOP - BOTTOM);
 
-    let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        svg,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-        (LEFT + WIDTH - RIGHT) / 2.0,
-        escape(title)
-    );
+    let mut svg = open(WIDTH, HEIGHT, (LEFT + WIDTH - RIGHT) / 2.0, title);
     axes(&mut svg, lo as i32, hi as i32, &x, &y);
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
@@ -57,6 +46,22 @@ pub fn cdf_svg(title: &str, series: &[Series]) -> String {
         );
     }
     svg.push_str("</svg>\n");
+    svg
+}
+
+/// The start of an SVG document: white background, the title centred on `title_x`.
+pub fn open(width: f64, height: f64, title_x: f64, title: &str) -> String {
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{title_x}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        escape(title)
+    );
     svg
 }
 
@@ -137,7 +142,7 @@ fn line(
     );
 }
 
-fn escape(s: &str) -> String {
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -15,6 +15,10 @@ pub enum Contender {
     #[value(name = "kube-rs")]
     #[serde(rename = "kube-rs")]
     KubeRs,
+    /// The Go controller on controller-runtime in benches/controller-runtime-baseline.
+    #[value(name = "controller-runtime")]
+    #[serde(rename = "controller-runtime")]
+    ControllerRuntime,
     /// benches/kopf/cache_operator.py under `kopf run`.
     #[value(name = "kopf")]
     #[serde(rename = "kopf")]
@@ -30,6 +34,7 @@ impl Contender {
         match self {
             Contender::Khai => "khai",
             Contender::KubeRs => "kube-rs",
+            Contender::ControllerRuntime => "controller-runtime",
             Contender::Kopf => "Kopf",
             Contender::Floor => "floor",
         }
@@ -48,7 +53,7 @@ pub enum Workload {
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "khai-bench",
-    about = "Runs the cache-bench workload against khai, kube-rs, Kopf and the API server's floor"
+    about = "Runs the cache-bench workload against khai, kube-rs, controller-runtime, Kopf and the API server's floor"
 )]
 pub struct Args {
     /// The workload (docs/benchmarks.md describes both).
@@ -70,7 +75,11 @@ pub struct Args {
     #[arg(long, default_value = "20s", value_parser = duration)]
     pub idle: Duration,
     /// Contenders, run in turn in this order.
-    #[arg(long, value_delimiter = ',', default_value = "khai,kube-rs,kopf,floor")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "khai,kube-rs,controller-runtime,kopf,floor"
+    )]
     pub contenders: Vec<Contender>,
     /// Where the markdown, JSON, chart and contender logs go.
     #[arg(long, default_value = "target/bench")]
@@ -93,6 +102,9 @@ pub struct Args {
     pub khai_config: PathBuf,
     #[arg(long, default_value = "target/release/kube-rs-baseline")]
     pub kube_rs_bin: PathBuf,
+    /// The Go controller-runtime baseline (scripts/bench builds it with the pinned Go).
+    #[arg(long, default_value = "target/go/controller-runtime-baseline")]
+    pub controller_runtime_bin: PathBuf,
     /// The `kopf` executable of the Kopf virtualenv.
     #[arg(long)]
     pub kopf_bin: Option<PathBuf>,
@@ -101,8 +113,16 @@ pub struct Args {
     /// Also replace the results section of this markdown file (docs/benchmarks.md).
     #[arg(long)]
     pub publish: Option<PathBuf>,
-    /// Exit 1 unless khai wrote exactly 2 times per Cache on create and on update and 0 times
-    /// while idle and on restart (CI's regression check).
+    /// The cost curve: also report, per contender and N, CPU per object, peak RSS, RSS per
+    /// 1,000 objects above the idle figure, lag and writes, and draw them against N.
+    #[arg(long)]
+    pub curve: bool,
+    /// With `--curve`: Kopf stops at the first N whose run fails or takes longer than this.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    pub kopf_limit: Duration,
+    /// Exit 1 unless khai and the controller-runtime baseline (each that runs) wrote exactly 2
+    /// times per Cache on create and on update and 0 times while idle and on restart (CI's
+    /// regression check).
     #[arg(long)]
     pub smoke_check: bool,
     /// The command line to print in the report (scripts/bench passes its own).

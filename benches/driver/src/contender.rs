@@ -42,6 +42,12 @@ pub fn launch(contender: Contender, args: &Args) -> Launch {
             c.env("RUST_LOG", "warn,kube_rs_baseline=info");
             (c, args.kube_rs_bin.clone())
         }
+        Contender::ControllerRuntime => {
+            // Its defaults: zap at info, JSON lines on stderr, one `reconciled` line per finished
+            // reconcile as khai's; metrics and probes off, as Kubebuilder's scaffold leaves them.
+            let c = tokio::process::Command::new(&args.controller_runtime_bin);
+            (c, args.controller_runtime_bin.clone())
+        }
         Contender::Kopf => {
             let Some(kopf) = &args.kopf_bin else {
                 return Launch::Skip("no --kopf-bin given".into());

@@ -5,6 +5,7 @@
 mod chart;
 mod cli;
 mod contender;
+mod curve;
 mod memory;
 mod report;
 mod restart;
@@ -70,7 +71,11 @@ async fn run(args: Args) -> Result<ExitCode> {
             }
         }
     }
-    let md = report.markdown();
+    let mut md = report.markdown();
+    if args.curve {
+        let points = curve::points(&report.runs, &report.contenders, &report.counts);
+        md.push_str(&curve::markdown(&points));
+    }
     println!("\n{md}");
     if let Some(doc) = &args.publish {
         publish(doc, &md, START_MARKER, END_MARKER)?;
@@ -90,7 +95,12 @@ async fn run_one(settings: &Settings<'_>, report: &mut Report, c: Contender, n: 
         c.name(),
         settings.args.reps
     );
-    match settings.run(c, n, rep).await {
+    let started = std::time::Instant::now();
+    let result = settings.run(c, n, rep).await;
+    if settings.args.curve && c == Contender::Kopf {
+        stop_kopf_curve(settings.args, report, &result, n, started.elapsed());
+    }
+    match result {
         Err(why) => {
             eprintln!("bench: {} skipped: {why}", c.name());
             report.skipped.insert(c.name().to_string(), why);
@@ -121,7 +131,40 @@ async fn run_one(settings: &Settings<'_>, report: &mut Report, c: Contender, n: 
     }
 }
 
-/// The exit code: with `--smoke-check`, 1 when khai's writes are not what they must be.
+/// In the cost curve, Kopf runs up to the largest N it finishes within `--kopf-limit`: after a
+/// run that failed or took longer, it is skipped at every larger N.
+fn stop_kopf_curve(
+    args: &Args,
+    report: &mut Report,
+    result: &Result<Outcome, String>,
+    n: usize,
+    took: std::time::Duration,
+) {
+    let why = match result {
+        Ok(Outcome::Failed { .. }) => format!("its run at N={n} failed"),
+        Ok(Outcome::Done(_)) if took > args.kopf_limit => format!(
+            "its run at N={n} took {:.0} s, more than --kopf-limit {:.0} s",
+            took.as_secs_f64(),
+            args.kopf_limit.as_secs_f64()
+        ),
+        _ => return,
+    };
+    let larger: Vec<String> = args
+        .n
+        .iter()
+        .filter(|&&m| m > n)
+        .map(ToString::to_string)
+        .collect();
+    if !larger.is_empty() {
+        report.skipped.insert(
+            Contender::Kopf.name().to_string(),
+            format!("not run at N={} in the curve: {why}", larger.join(", ")),
+        );
+    }
+}
+
+/// The exit code: with `--smoke-check`, 1 when khai's or controller-runtime's writes are not
+/// what they must be.
 fn verdict(args: &Args, report: &Report) -> ExitCode {
     if !args.smoke_check {
         return ExitCode::SUCCESS;
@@ -132,7 +175,8 @@ fn verdict(args: &Args, report: &Report) -> ExitCode {
     }
     if problems.is_empty() {
         eprintln!(
-            "bench: smoke check passed: khai writes 2 per Cache on create and update, 0 idle, 0 on restart"
+            "bench: smoke check passed: {} write 2 per Cache on create and update, 0 idle, 0 on restart",
+            report.smoke_checked().join(" and ")
         );
         ExitCode::SUCCESS
     } else {
@@ -144,7 +188,18 @@ fn verdict(args: &Args, report: &Report) -> ExitCode {
 /// run so an interrupted invocation still leaves what it measured.
 fn write_outputs(args: &Args, report: &Report) -> Result<()> {
     let out = &args.out;
-    write(&out.join("results.md"), &report.markdown())?;
+    let points = args
+        .curve
+        .then(|| curve::points(&report.runs, &report.contenders, &report.counts));
+    let mut md = report.markdown();
+    if let Some(points) = &points {
+        md.push_str(&curve::markdown(points));
+        write(
+            &out.join("cost-curve.svg"),
+            &curve::svg("cache-bench: cost against N (log-log)", points),
+        )?;
+    }
+    write(&out.join("results.md"), &md)?;
     let json = serde_json::json!({
         "environment": report.environment,
         "contenders": report.contenders,
@@ -152,6 +207,7 @@ fn write_outputs(args: &Args, report: &Report) -> Result<()> {
         "skipped": report.skipped,
         "summary": report.summary(),
         "runs": report.runs,
+        "curve": points,
     });
     write(
         &out.join("results.json"),

@@ -366,42 +366,70 @@ impl Report {
         }
     }
 
-    /// The smoke check's verdict on khai's writes: every problem found.
+    /// The smoke check's verdict on the writes of khai and the controller-runtime baseline (each
+    /// that was asked for): every problem found.
     pub fn smoke_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        for &n in &self.counts {
-            let runs = self.done(Contender::Khai, n);
-            if runs.is_empty() {
-                problems.push(format!("khai has no successful run at N={n}"));
+        for c in self.smoke_checked_contenders() {
+            for &n in &self.counts {
+                problems.extend(self.smoke_problems_of(c, n));
             }
-            for r in runs {
-                let per = |w: &Writes| writes::total(w) as f64 / n as f64;
-                if per(&r.create.writes) != 2.0 {
-                    problems.push(format!(
-                        "N={n}: khai create writes {:?}, want 2 per Cache",
-                        r.create.writes
-                    ));
-                }
-                if per(&r.update.writes) != 2.0 {
-                    problems.push(format!(
-                        "N={n}: khai update writes {:?}, want 2 per Cache",
-                        r.update.writes
-                    ));
-                }
-                if !r.idle.writes.is_empty() {
-                    problems.push(format!(
-                        "N={n}: khai idle writes {:?}, want none",
-                        r.idle.writes
-                    ));
-                }
-                match &r.restart {
-                    None => problems.push(format!("N={n}: khai was not restarted")),
-                    Some(x) if !x.cost.writes.is_empty() => problems.push(format!(
-                        "N={n}: khai restart writes {:?}, want none",
-                        x.cost.writes
-                    )),
-                    Some(_) => {}
-                }
+        }
+        problems
+    }
+
+    /// The contenders the smoke check holds to exactly 2 writes: khai and controller-runtime,
+    /// each that was asked for.
+    fn smoke_checked_contenders(&self) -> Vec<Contender> {
+        [Contender::Khai, Contender::ControllerRuntime]
+            .into_iter()
+            .filter(|c| self.contenders.contains(c))
+            .collect()
+    }
+
+    /// Their names, for the verdict.
+    pub fn smoke_checked(&self) -> Vec<&'static str> {
+        self.smoke_checked_contenders()
+            .into_iter()
+            .map(Contender::name)
+            .collect()
+    }
+
+    /// Exactly 2 writes per Cache on create and on update, none while idle or on restart.
+    fn smoke_problems_of(&self, c: Contender, n: usize) -> Vec<String> {
+        let mut problems = Vec::new();
+        let name = c.name();
+        let runs = self.done(c, n);
+        if runs.is_empty() {
+            problems.push(format!("{name} has no successful run at N={n}"));
+        }
+        for r in runs {
+            let per = |w: &Writes| writes::total(w) as f64 / n as f64;
+            if per(&r.create.writes) != 2.0 {
+                problems.push(format!(
+                    "N={n}: {name} create writes {:?}, want 2 per Cache",
+                    r.create.writes
+                ));
+            }
+            if per(&r.update.writes) != 2.0 {
+                problems.push(format!(
+                    "N={n}: {name} update writes {:?}, want 2 per Cache",
+                    r.update.writes
+                ));
+            }
+            if !r.idle.writes.is_empty() {
+                problems.push(format!(
+                    "N={n}: {name} idle writes {:?}, want none",
+                    r.idle.writes
+                ));
+            }
+            match &r.restart {
+                None => problems.push(format!("N={n}: {name} was not restarted")),
+                Some(x) if !x.cost.writes.is_empty() => problems.push(format!(
+                    "N={n}: {name} restart writes {:?}, want none",
+                    x.cost.writes
+                )),
+                Some(_) => {}
             }
         }
         problems
@@ -502,6 +530,7 @@ mod tests {
             peak_rss_mib: heap.zip(file).map(|(h, f)| h + f),
             peak_heap_mib: heap,
             file_at_peak_heap_mib: file,
+            idle_rss_mib: None,
         }))
     }
 
@@ -528,6 +557,22 @@ mod tests {
                 run(Contender::Floor, None, None),
             ],
         }
+    }
+
+    #[test]
+    fn the_smoke_check_holds_khai_and_controller_runtime_to_two_writes() {
+        let mut r = report();
+        r.contenders.push(Contender::ControllerRuntime);
+        r.runs
+            .push(run(Contender::ControllerRuntime, Some(9.0), Some(4.0)));
+        // No writes at all and no restart: create, update and restart are wrong for both.
+        let problems = r.smoke_problems();
+        let about = |name: &str| problems.iter().filter(|p| p.contains(name)).count();
+        assert_eq!(about("khai"), 3, "{problems:?}");
+        assert_eq!(about("controller-runtime"), 3, "{problems:?}");
+        assert_eq!(about("kube-rs"), 0, "{problems:?}");
+        r.contenders.pop();
+        assert_eq!(r.smoke_problems().len(), 3);
     }
 
     #[test]

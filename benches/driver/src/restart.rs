@@ -4,7 +4,8 @@
 //!
 //! "Confirmed" means the same for every contender: the operator finished a reconcile of that
 //! Cache in its new life, as its own log says. khai and the kube-rs baseline log one
-//! `reconciled` line per finished reconcile at info (tracing's format, with `name=<Cache>`);
+//! `reconciled` line per finished reconcile at info (tracing's format, with `name=<Cache>`), the
+//! controller-runtime baseline the same line in zap's JSON (`"msg":"reconciled"`, `"name"`);
 //! Kopf logs `[<ns>/<name>] Handler '…' succeeded.` when its resume handler has run. The driver
 //! reads the new log as it grows; the time is taken when the last Cache's line is seen.
 
@@ -169,6 +170,15 @@ fn confirmed_name(line: &str, contender: Contender) -> Option<&str> {
             line.split([' ', '{', '}', ':'])
                 .find_map(|t| t.strip_prefix("name="))
         }
+        Contender::ControllerRuntime => {
+            // zap's JSON: `{"level":"info",…,"msg":"reconciled","controller":"cache",…,
+            // "Cache":{"name":"c-00007","namespace":"…"},"namespace":"…","name":"c-00007",…}`.
+            if !line.contains(r#""msg":"reconciled""#) {
+                return None;
+            }
+            let (_, rest) = line.split_once(r#""name":""#)?;
+            rest.split_once('"').map(|(name, _)| name)
+        }
         Contender::Kopf => {
             // `[date] kopf.objects [INFO ] [ns/name] Handler 'ensure_configmap' succeeded.`
             if !(line.contains("Handler '") && line.ends_with("succeeded.")) {
@@ -185,6 +195,17 @@ fn confirmed_name(line: &str, contender: Contender) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn controller_runtime_reconciled_lines_name_their_cache() {
+        let line = r#"{"level":"info","ts":"2026-11-26T15:10:00Z","msg":"reconciled","controller":"cache","controllerGroup":"bench.khai.dev","controllerKind":"Cache","Cache":{"name":"c-00011","namespace":"bench-x"},"namespace":"bench-x","name":"c-00011","reconcileID":"5f0"}"#;
+        assert_eq!(
+            confirmed_name(line, Contender::ControllerRuntime),
+            Some("c-00011")
+        );
+        let other = r#"{"level":"info","ts":1.5,"msg":"Starting workers","controller":"cache","worker count":1}"#;
+        assert_eq!(confirmed_name(other, Contender::ControllerRuntime), None);
+    }
 
     #[test]
     fn khai_and_kube_rs_reconciled_lines_name_their_cache() {

@@ -59,6 +59,9 @@ pub struct RunResult {
     /// `RssFile` (the binary's code and other file-backed pages) in the same sample as
     /// [`RunResult::peak_heap_mib`], MiB; None for the floor.
     pub file_at_peak_heap_mib: Option<f64>,
+    /// The operator's resident memory (`RssAnon` + `RssFile`) after the warm-up, before the
+    /// first create: the process holding no objects, MiB; None for the floor.
+    pub idle_rss_mib: Option<f64>,
 }
 
 /// The outcome of one attempted run.
@@ -173,6 +176,7 @@ impl Settings<'_> {
             .watch(warm_up(wl, &tracker, self.args.startup_timeout))
             .await?;
         let mut meter = Meter::start(self, guard).await?;
+        let idle_rss = guard.rss_now()?;
 
         let create = guard.watch(create_phase(wl, &tracker, n, timeout)).await?;
         let create_cost = meter.close(wl).await?;
@@ -208,6 +212,7 @@ impl Settings<'_> {
             peak_rss_mib: peak.map(mib),
             peak_heap_mib: memory.map(|m| mib(m.anon)),
             file_at_peak_heap_mib: memory.map(|m| mib(m.file)),
+            idle_rss_mib: idle_rss.map(|m| mib(m.anon + m.file)),
         })
     }
 }
@@ -257,6 +262,15 @@ impl Guard {
             .as_ref()
             .and_then(Process::memory)
             .map(Sampler::peak)
+            .transpose()
+    }
+
+    /// The current process's resident memory now; None for the floor.
+    pub fn rss_now(&self) -> Result<Option<Memory>> {
+        self.0
+            .borrow()
+            .as_ref()
+            .map(|p| crate::memory::read(p.pid()))
             .transpose()
     }
 

@@ -188,8 +188,14 @@ impl One<'_> {
     }
 
     fn launch(&self) -> Result<tokio::process::Command, String> {
-        if !matches!(self.contender, Contender::Khai | Contender::Kopf) {
-            return Err("the timer workload is implemented for khai and Kopf only".into());
+        if !matches!(
+            self.contender,
+            Contender::Khai | Contender::Kopf | Contender::ControllerRuntime
+        ) {
+            return Err(
+                "the timer workload is implemented for khai, controller-runtime and Kopf only"
+                    .into(),
+            );
         }
         let mut args = self.args.clone();
         args.khai_config = self.khai_config.to_path_buf();
@@ -197,6 +203,10 @@ impl One<'_> {
             Launch::Skip(why) => Err(why),
             Launch::Nothing => Err("no operator process".into()),
             Launch::Run(mut cmd) => {
+                if self.contender == Contender::ControllerRuntime {
+                    // The same binary, its Ticker controller (a RequeueAfter reconcile).
+                    cmd.arg("--workload=timer");
+                }
                 cmd.env(
                     "BENCH_TIMER_INTERVAL",
                     self.args.interval.as_secs_f64().to_string(),

@@ -1,6 +1,6 @@
 //! What the timer workload measured, reduced to ticks per object, CPU per tick and writes, with
-//! khai ÷ Kopf ratios taken within a repetition (as report.rs does for cache-bench), as markdown
-//! and JSON.
+//! khai ÷ controller-runtime and khai ÷ Kopf ratios taken within a repetition (as report.rs does
+//! for cache-bench), as markdown and JSON.
 
 use crate::cli::{Args, Contender};
 use crate::report::{Environment, cell, describe, median, not_measured, percentile};
@@ -115,7 +115,7 @@ struct Metric {
     key: &'static str,
     label: &'static str,
     decimals: usize,
-    /// Whether a khai ÷ Kopf ratio means something for it.
+    /// Whether a khai ÷ other ratio means something for it.
     ratio: bool,
     get: fn(&TimerRun, u64) -> Option<f64>,
 }
@@ -265,14 +265,25 @@ impl TimerReport {
         )
     }
 
-    /// Median over repetitions of khai ÷ Kopf within the same repetition.
-    fn ratio_of(&self, n: usize, m: &Metric) -> Option<f64> {
-        let kopf = self.done(Contender::Kopf, n);
+    /// The contenders khai is divided by, each that ran beside it.
+    fn others(&self) -> Vec<Contender> {
+        if !self.contenders.contains(&Contender::Khai) {
+            return Vec::new();
+        }
+        [Contender::ControllerRuntime, Contender::Kopf]
+            .into_iter()
+            .filter(|c| self.contenders.contains(c))
+            .collect()
+    }
+
+    /// Median over repetitions of khai ÷ `other` within the same repetition.
+    fn ratio_of(&self, other: Contender, n: usize, m: &Metric) -> Option<f64> {
+        let others = self.done(other, n);
         let ratios = self
             .done(Contender::Khai, n)
             .iter()
             .filter_map(|k| {
-                let o = kopf.iter().find(|o| o.rep == k.rep)?;
+                let o = others.iter().find(|o| o.rep == k.rep)?;
                 let (kv, ov) = ((m.get)(k, self.expected)?, (m.get)(o, self.expected)?);
                 (ov != 0.0).then(|| kv / ov)
             })
@@ -324,12 +335,19 @@ impl TimerReport {
                 })
                 .collect();
             medians.insert(n, per);
-            let r: BTreeMap<&str, f64> = METRICS
-                .iter()
-                .filter(|m| m.ratio)
-                .filter_map(|m| Some((m.key, self.ratio_of(n, m)?)))
+            let per_other: BTreeMap<String, BTreeMap<&str, f64>> = self
+                .others()
+                .into_iter()
+                .map(|o| {
+                    let r = METRICS
+                        .iter()
+                        .filter(|m| m.ratio)
+                        .filter_map(|m| Some((m.key, self.ratio_of(o, n, m)?)))
+                        .collect();
+                    (format!("khai/{}", o.name()), r)
+                })
                 .collect();
-            ratios.insert(n, BTreeMap::from([("khai/Kopf", r)]));
+            ratios.insert(n, per_other);
         }
         serde_json::json!({
             "workload": "timer",
@@ -386,18 +404,15 @@ impl TimerReport {
                 .collect();
             let _ = writeln!(md, "| {} | {} |", c.name(), cells.join(" | "));
         }
-        let both = [Contender::Khai, Contender::Kopf]
-            .iter()
-            .all(|c| self.contenders.contains(c));
-        if both {
+        for o in self.others() {
             let cells: Vec<String> = METRICS
                 .iter()
                 .map(|m| match m.ratio {
-                    true => cell(self.ratio_of(n, m), 2),
+                    true => cell(self.ratio_of(o, n, m), 2),
                     false => "".into(),
                 })
                 .collect();
-            let _ = writeln!(md, "| khai ÷ Kopf | {} |", cells.join(" | "));
+            let _ = writeln!(md, "| khai ÷ {} | {} |", o.name(), cells.join(" | "));
         }
         let _ = writeln!(
             md,
