@@ -48,6 +48,16 @@ pub struct Operations {
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "25s", value_parser = duration)]
     pub shutdown_grace: Duration,
+    /// Memory all script calls running at once may build together, in MiB; past it the calls
+    /// holding most stop and are retried. Keep it well below the pod's memory limit.
+    #[arg(
+        long,
+        value_name = "MIB",
+        env = "KHAI_SCRIPTS_MEMORY",
+        default_value_t = 512,
+        value_parser = clap::value_parser!(u32).range(16..)
+    )]
+    pub scripts_memory: u32,
 }
 
 fn duration(s: &str) -> Result<Duration, crate::config::duration::ParseError> {

@@ -48,6 +48,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .thread_stack_size(crate::script::stack::THREAD_STACK)
         .build()
         .context("failed to start the async runtime")?;
+    crate::script::set_shared_limit((args.ops.scripts_memory as usize) << 20);
     let ran = rt.block_on(async move {
         // A config on disk sets the rate limit before the first request; one from a ConfigMap
         // is read with the flags' (or the default) limit, which then changes to the config's.

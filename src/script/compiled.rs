@@ -393,7 +393,7 @@ impl Script {
             EvalAltResult::ErrorTerminated(token, _) if is_over_shared_memory(token) => format!(
                 "script stopped: the script calls running at once hold more than the {} they \
                  may hold together",
-                memory::describe(memory::ALL_CALLS_MAX)
+                memory::describe(memory::shared_limit())
             ),
             EvalAltResult::ErrorTerminated(..) => TIME_LIMIT.to_string(),
             EvalAltResult::ErrorTooManyOperations(..) => {

@@ -35,22 +35,41 @@ const PUBLISH_STEP: isize = 1 << 20;
 /// What the calls running at once hold together, as each last published it.
 pub(super) struct Shared {
     held: AtomicIsize,
-    max: isize,
+    max: AtomicIsize,
 }
 
 /// The calls of this process.
 static ALL_CALLS: Shared = Shared::new(ALL_CALLS_MAX);
 
+/// Sets what all script calls running at once may hold together (`khai run
+/// --scripts-memory`), instead of [`ALL_CALLS_MAX`]; for the start of the process.
+pub fn set_shared_limit(bytes: usize) {
+    ALL_CALLS.set_max(bytes);
+}
+
+/// What all script calls running at once may hold together.
+pub(super) fn shared_limit() -> usize {
+    ALL_CALLS.max.load(Ordering::Relaxed).unsigned_abs()
+}
+
+const fn clamp(max: usize) -> isize {
+    if max > isize::MAX as usize {
+        isize::MAX
+    } else {
+        max as isize
+    }
+}
+
 impl Shared {
     const fn new(max: usize) -> Self {
         Self {
             held: AtomicIsize::new(0),
-            max: if max > isize::MAX as usize {
-                isize::MAX
-            } else {
-                max as isize
-            },
+            max: AtomicIsize::new(clamp(max)),
         }
+    }
+
+    fn set_max(&self, max: usize) {
+        self.max.store(clamp(max), Ordering::Relaxed);
     }
 
     /// Publishes that a call now holds `growth` where it last published `published`; returns
@@ -67,7 +86,8 @@ impl Shared {
     /// Whether a call that has published `published` must stop: the calls together hold more
     /// than the limit, and this one holds a step or more of it.
     fn over(&self, published: isize) -> bool {
-        published >= PUBLISH_STEP && self.held.load(Ordering::Relaxed) > self.max
+        published >= PUBLISH_STEP
+            && self.held.load(Ordering::Relaxed) > self.max.load(Ordering::Relaxed)
     }
 
     /// A call that published `published` ended.

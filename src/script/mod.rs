@@ -23,6 +23,7 @@ pub use compiled::{CallArg, Script};
 pub use ctx::{ALL_NAMESPACES, Attempt, Indexes, Lookup, LookupError, NoIndex, ScriptCtx};
 pub use engine::{LARGEST_OBJECT, Limits, engine};
 pub use error::{Problem, ScriptError, param_list};
+pub use memory::set_shared_limit;
 
 use std::path::Path;
 
