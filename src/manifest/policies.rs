@@ -168,4 +168,51 @@ validation_actions = ["Warn", "Audit"]
             assert!(hash.is_string(), "{m}");
         }
     }
+
+    #[test]
+    fn khai_may_install_its_policies_only_when_it_installs_them() {
+        let src = "[operator]\nname = \"shop\"\n\n[[policy]]\nname = \"small\"\n\
+                   for = [\"apps/v1/Deployment\"]\nrules = [{ rule = \"true\" }]\n";
+        let rules = |src: &str| {
+            let model = parse(Path::new("operator.toml"), src).unwrap();
+            let plan = crate::manifest::rbac::plan(&crate::manifest::rbac::Input {
+                model: &model,
+                finalizes: vec![],
+                watch_namespaces: vec![],
+                config_map: None,
+            });
+            plan.cluster.policy_rules()
+        };
+        let granted = rules(src);
+        for resource in [
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+        ] {
+            let rule = |verbs: Value, names: Option<Value>| {
+                let mut r = json!({
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": [resource],
+                    "verbs": verbs,
+                });
+                if let Some(n) = names {
+                    r["resourceNames"] = n;
+                }
+                r
+            };
+            assert!(
+                granted.contains(&rule(json!(["create"]), None)),
+                "{granted:?}"
+            );
+            assert!(
+                granted.contains(&rule(json!(["get", "patch"]), Some(json!(["khai-shop-small"])))),
+                "{granted:?}"
+            );
+        }
+        let theirs = src.replace("name = \"shop\"", "name = \"shop\"\ninstall_crds = false");
+        let granted = rules(&theirs);
+        assert!(
+            !granted.iter().any(|r| r.to_string().contains("admissionpolicies")),
+            "{granted:?}"
+        );
+    }
 }
