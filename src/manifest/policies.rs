@@ -204,14 +204,19 @@ validation_actions = ["Warn", "Audit"]
                 "{granted:?}"
             );
             assert!(
-                granted.contains(&rule(json!(["get", "patch"]), Some(json!(["khai-shop-small"])))),
+                granted.contains(&rule(
+                    json!(["get", "patch"]),
+                    Some(json!(["khai-shop-small"]))
+                )),
                 "{granted:?}"
             );
         }
         let theirs = src.replace("name = \"shop\"", "name = \"shop\"\ninstall_crds = false");
         let granted = rules(&theirs);
         assert!(
-            !granted.iter().any(|r| r.to_string().contains("admissionpolicies")),
+            !granted
+                .iter()
+                .any(|r| r.to_string().contains("admissionpolicies")),
             "{granted:?}"
         );
     }

@@ -98,8 +98,16 @@ async fn a_policy_refuses_what_breaks_its_rule_without_a_webhook_or_khai_names_t
             && e["objectRef"]["name"] == "khai-vap-replicas"
     };
     let writes = audit::writes(first, wrote);
-    assert_eq!(writes.get("patch validatingadmissionpolicies"), Some(&1), "{writes:?}");
-    assert_eq!(writes.get("patch validatingadmissionpolicybindings"), Some(&1), "{writes:?}");
+    assert_eq!(
+        writes.get("patch validatingadmissionpolicies"),
+        Some(&1),
+        "{writes:?}"
+    );
+    assert_eq!(
+        writes.get("patch validatingadmissionpolicybindings"),
+        Some(&1),
+        "{writes:?}"
+    );
     let binding = bindings.get("khai-vap-replicas").await.unwrap();
     assert_eq!(binding.data["spec"]["policyName"], "khai-vap-replicas");
 

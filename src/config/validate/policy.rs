@@ -71,7 +71,10 @@ fn check_actions(policy: &Policy, at: &[Seg], report: &mut Report) {
     }
     for (j, a) in actions.iter().enumerate() {
         if actions[..j].contains(a) {
-            report(&join(at, &[Seg::Index(j)]), format!("{a:?} is listed twice"));
+            report(
+                &join(at, &[Seg::Index(j)]),
+                format!("{a:?} is listed twice"),
+            );
         }
     }
     if actions.contains(&ValidationAction::Deny) && actions.contains(&ValidationAction::Warn) {

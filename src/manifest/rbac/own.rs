@@ -72,7 +72,8 @@ fn policies(model: &Model, p: &mut Plan) {
         "validatingadmissionpolicybindings",
     ] {
         p.cluster.add(reg, resource, &["create"]);
-        p.cluster.add_named(reg, resource, &names, &["get", "patch"]);
+        p.cluster
+            .add_named(reg, resource, &names, &["get", "patch"]);
     }
 }
 
