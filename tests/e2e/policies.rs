@@ -1,6 +1,6 @@
 //! `[[policy]]`: a ValidatingAdmissionPolicy and its binding, applied by `khai run` beside its
-//! CRDs. The API server itself refuses what breaks a rule, with no webhook; a restart over the
-//! installed policy writes nothing. On a server older than v1.30, `khai check
+//! CRDs under only the generated RBAC. The API server itself refuses what breaks a rule, with no
+//! webhook; a restart over the installed policy writes nothing. On a server older than v1.30, `khai check
 //! --kubernetes-version` and `khai run` name the `[[policy]]` and install nothing.
 
 use crate::support::{Khai, TestNamespace, audit, k8s_version};
@@ -90,8 +90,12 @@ async fn a_policy_refuses_what_breaks_its_rule_without_a_webhook_or_khai_names_t
     }
     let policies = admission_api(&client, "ValidatingAdmissionPolicy");
     let bindings = admission_api(&client, "ValidatingAdmissionPolicyBinding");
+    // The first start runs as a ServiceAccount holding only what `khai generate rbac` grants.
+    let rbac = crate::rbac::generate_rbac(dir.path(), &ns.name);
+    crate::rbac::apply(&client, &ns.name, &rbac).await;
+    let kubeconfig = crate::rbac::service_account_kubeconfig(&client, &ns.name, "khai-vap").await;
     let first = audit::mark();
-    let khai = Khai::start(dir.path(), &ns.name, &[]);
+    let khai = Khai::start_with_kubeconfig(dir.path(), &ns.name, &[], &kubeconfig);
     installed(&khai, 0).await;
     let wrote = |e: &serde_json::Value| {
         e["objectRef"]["apiGroup"] == "admissionregistration.k8s.io"
@@ -144,8 +148,10 @@ async fn a_policy_refuses_what_breaks_its_rule_without_a_webhook_or_khai_names_t
         .create(&pp, &deployment("small", 3))
         .await
         .expect("a Deployment of 3 replicas passes the policy");
-    let (code, _) = khai.terminate().await;
+    let (code, log) = khai.terminate().await;
     assert_eq!(code, Some(0));
+    let refused: Vec<&String> = log.iter().filter(|l| crate::rbac::denied(l)).collect();
+    assert!(refused.is_empty(), "khai was refused: {refused:#?}");
 
     // Started again over the installed policy, khai writes neither object.
     let mark = audit::mark();

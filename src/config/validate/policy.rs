@@ -123,4 +123,14 @@ mod tests {
             assert!(out.contains(want), "missing {want:?} in:\n{out}");
         }
     }
+
+    #[test]
+    fn a_misspelled_kind_of_the_config_is_an_error_at_its_line() {
+        let src = "[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Widget\"\nversions = [\"v1\"]\n\n\
+                   [[policy]]\nname = \"w\"\nfor = [\"Widget\", \"Widgte\"]\nrules = [{ rule = \"true\" }]\n";
+        assert_eq!(
+            check(src),
+            "operator.toml:8:18: policy[0].for[1]: unknown kind \"Widgte\" (did you mean \"Widget\"?)"
+        );
+    }
 }
