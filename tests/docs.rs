@@ -170,6 +170,11 @@ fn probes() -> Vec<(&'static str, String)> {
             ),
         ),
         ("webhook_server", format!("[webhook_server]\n{p}")),
+        ("policy", format!("[[policy]]\n{p}")),
+        (
+            "policy.rules",
+            format!("[[policy]]\nname = \"p\"\nfor = [\"K\"]\n[[policy.rules]]\n{p}"),
+        ),
         (
             "webhook_server.service",
             format!("[webhook_server.service]\n{p}"),
@@ -384,6 +389,11 @@ fn defaults() -> Vec<(&'static str, String, &'static str)> {
         ),
         ("webhook", webhook, "/webhook/0"),
         ("webhook_server", String::new(), "/webhook_server"),
+        (
+            "policy",
+            "[[policy]]\nname = \"p\"\nfor = [\"K\"]\nrules = []\n".into(),
+            "/policy/0",
+        ),
         (
             "webhook_server.service",
             "[webhook_server.service]\nname = \"a\"\nnamespace = \"b\"\n".into(),

@@ -278,6 +278,12 @@ fn values(args: &ValuesArgs) -> anyhow::Result<ExitCode> {
             .collect::<Result<Vec<Value>, schema::Error>>()?;
         Some(to_yaml(&docs)?)
     };
+    let policy_docs = crate::manifest::policies::manifests(&config.model);
+    let policies = if config.model.operator.install_crds || policy_docs.is_empty() {
+        None
+    } else {
+        Some(to_yaml(&policy_docs)?)
+    };
     let configurations = crate::manifest::values::webhook_configurations(&config.model);
     let webhooks = if configurations.is_empty() {
         None
@@ -289,6 +295,7 @@ fn values(args: &ValuesArgs) -> anyhow::Result<ExitCode> {
         files: &files,
         plan: &plan,
         crds,
+        policies,
         webhook_configurations: webhooks,
     });
     print!(

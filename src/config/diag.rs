@@ -132,6 +132,18 @@ fn edit_distance(a: &str, b: &str) -> usize {
     d[a.len()][b.len()]
 }
 
+/// `s` quoted, cut to 60 characters with its length when longer, so a huge value does not make
+/// a huge message.
+pub(crate) fn shorten(s: &str) -> String {
+    let n = s.chars().count();
+    if n <= 60 {
+        format!("{s:?}")
+    } else {
+        let head: String = s.chars().take(60).collect();
+        format!("{head:?}… ({n} characters)")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ pub mod http;
 pub mod kind;
 pub mod model;
 mod parse;
+pub mod policy;
 mod schema_file;
 pub mod selector;
 mod validate;

@@ -8,6 +8,7 @@ mod crd;
 mod fields;
 mod handlers;
 mod kinds;
+mod policy;
 mod rules;
 mod selectable;
 mod webhook;
@@ -16,6 +17,7 @@ use super::ConfigError;
 use super::diag::{self, Diagnostic};
 pub(crate) use super::field_path::Seg;
 use super::model::Model;
+use diag::shorten;
 pub(super) use fields::check_pattern;
 use std::path::Path;
 
@@ -102,6 +104,7 @@ pub(super) fn validate(
     }
 
     webhook::check(model, &mut report);
+    policy::check(model, &mut report);
     handlers::check(model, &mut report);
 
     if problems.is_empty() {
@@ -207,18 +210,6 @@ fn check_controller(model: &Model, i: usize, report: &mut Report) {
             ],
             format!("base {base} is longer than cap {cap}, the longest a retry waits"),
         );
-    }
-}
-
-/// `s` quoted, cut to 60 characters with its length when longer, so a huge value does not make
-/// a huge message.
-fn shorten(s: &str) -> String {
-    let n = s.chars().count();
-    if n <= 60 {
-        format!("{s:?}")
-    } else {
-        let head: String = s.chars().take(60).collect();
-        format!("{head:?}… ({n} characters)")
     }
 }
 

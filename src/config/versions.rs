@@ -91,6 +91,12 @@ const SELECTABLE_FIELDS: (&str, Version, &str) = (
     "it drops them and refuses field selectors on them",
 );
 
+const POLICIES: (&str, Version, &str) = (
+    "ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1)",
+    Version::v1(30),
+    "it has no such API: khai cannot install the policy, and nothing would enforce its rules",
+);
+
 /// Every feature `model` uses that not every supported server has.
 fn needs(model: &Model) -> Vec<Need> {
     let mut out = Vec::new();
@@ -99,6 +105,10 @@ fn needs(model: &Model) -> Vec<Need> {
             let at = [Part::Key("webhook".into()), Part::Index(i)];
             out.push(need(&at, &["match_conditions"], MATCH_CONDITIONS));
         }
+    }
+    for i in 0..model.policies.len() {
+        let at = [Part::Key("policy".into()), Part::Index(i)];
+        out.push(need(&at, &[], POLICIES));
     }
     for (i, crd) in model.crds.iter().enumerate() {
         let base = vec![Part::Key("crd".into()), Part::Index(i)];
@@ -218,6 +228,26 @@ mod tests {
             found[0].contains("operator.toml:8:")
                 && found[0].contains("crd[0].spec.list.items.properties.a.rules")
                 && found[0].contains("need Kubernetes v1.25 or newer; on v1.20 it drops them"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_policy_needs_v1_30_and_is_named_at_its_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = "[operator]\nname = \"t\"\n\n[[policy]]\nname = \"few\"\nfor = [\"apps/v1/Deployment\"]\n\
+                    rules = [{ rule = \"object.spec.replicas <= 5\" }]\n";
+        std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
+        let config = crate::config::load(dir.path()).unwrap();
+        assert!(too_new_for(&config, Version::v1(30)).is_empty());
+        let found: Vec<String> = too_new_for(&config, Version::v1(29))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("operator.toml:")
+                && found[0].contains(": policy[0]: ValidatingAdmissionPolicies (admissionregistration.k8s.io/v1) need Kubernetes v1.30 or newer; on v1.29 it has no such API"),
             "{found:?}"
         );
     }

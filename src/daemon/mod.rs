@@ -1,8 +1,9 @@
-//! `khai run` as a whole: installs the CRDs, starts the informers, prepares and runs the
-//! controllers ([`crate::controller`]) under leader election when asked, swaps in each new
-//! version of the config, and drains in-flight reconciles on shutdown.
+//! `khai run` as a whole: installs the CRDs and admission policies, starts the informers,
+//! prepares and runs the controllers ([`crate::controller`]) under leader election when asked,
+//! swaps in each new version of the config, and drains in-flight reconciles on shutdown.
 
 mod lifecycle;
+mod policies;
 mod running;
 
 use crate::controller::{self, Prepared};
@@ -49,6 +50,9 @@ pub(crate) enum Error {
     /// The config's CRDs could not be installed.
     #[error(transparent)]
     Schema(#[from] crate::schema::Error),
+    /// The config's admission policies could not be installed.
+    #[error(transparent)]
+    Policy(#[from] policies::Error),
     /// The API server lacks what the config uses.
     #[error("the API server is Kubernetes {server}, older than this config needs:\n{missing}")]
     ServerTooOld {
@@ -149,8 +153,8 @@ fn schedule_effects(op: &Operator, client: &kube::Client) -> Option<Arc<crate::e
     })
 }
 
-/// Installs the config's CRDs and waits for them to be Established, when it asks for that;
-/// first makes sure the API server has what the config uses.
+/// Installs the config's CRDs and waits for them to be Established, then its admission
+/// policies, when it asks for that; first makes sure the API server has what the config uses.
 async fn install_crds(op: &Operator, client: &kube::Client) -> Result<(), Error> {
     server_has_what_it_needs(op, client).await?;
     let model = &op.config.model;
@@ -162,6 +166,9 @@ async fn install_crds(op: &Operator, client: &kube::Client) -> Result<(), Error>
             CRD_ESTABLISH_TIMEOUT,
         )
         .await?;
+    }
+    if model.operator.install_crds && !model.policies.is_empty() {
+        policies::install(client, model, model.operator.field_manager()).await?;
     }
     Ok(())
 }

@@ -89,6 +89,7 @@ pub(crate) fn manifests(
         "metadata": { "name": ns, "labels": labels },
     })];
     out.extend(crds);
+    out.extend(super::policies::manifests(model));
     let plan = rbac::plan(&rbac::Input {
         model,
         finalizes: settings.finalizes.clone(),

@@ -1,12 +1,13 @@
 //! The rest of what `khai generate` prints besides CRDs and webhook configurations: the
-//! least-privilege RBAC derived from the config ([`rbac`]) and everything needed to deploy khai
-//! ([`deploy`]: Namespace, ConfigMap, Deployment, Service), and the same as values for the Helm
-//! chart ([`values`]).
+//! `[[policy]]` admission policies ([`policies`]), the least-privilege RBAC derived from the
+//! config ([`rbac`]) and everything needed to deploy khai ([`deploy`]: Namespace, ConfigMap,
+//! Deployment, Service), and the same as values for the Helm chart ([`values`]).
 //!
 //! No I/O and no cluster: functions take the loaded model and return manifests as JSON values,
 //! which `khai generate` renders as YAML. Nothing here knows the running daemon's state.
 
 pub(crate) mod deploy;
+pub(crate) mod policies;
 pub(crate) mod rbac;
 pub(crate) mod values;
 pub(crate) mod webhooks;

@@ -21,6 +21,9 @@ pub(crate) struct Input<'a> {
     pub plan: &'a Plan,
     /// The CRDs as YAML, when the release installs them (`install_crds = false`).
     pub crds: Option<String>,
+    /// The `[[policy]]` admission policies and bindings as YAML, when the release installs them
+    /// (`install_crds = false`).
+    pub policies: Option<String>,
     /// The webhook configurations as YAML, when the release installs them (`tls = "files"`).
     pub webhook_configurations: Option<String>,
 }
@@ -61,6 +64,9 @@ pub(crate) fn values(input: &Input<'_>) -> Value {
     });
     if let Some(crds) = &input.crds {
         values["crds"] = json!(crds);
+    }
+    if let Some(policies) = &input.policies {
+        values["policies"] = json!(policies);
     }
     values
 }
@@ -122,6 +128,7 @@ script = "scripts/order.rhai"
             files: &files,
             plan: &plan,
             crds: None,
+            policies: None,
             webhook_configurations: None,
         });
         assert_eq!(

@@ -131,7 +131,7 @@ fn rule(model: &Model, h: &Webhook) -> Value {
     })
 }
 
-fn resource(model: &Model, kind: &KindRef) -> (String, String, String) {
+pub(super) fn resource(model: &Model, kind: &KindRef) -> (String, String, String) {
     if let Some(crd) = model.crd_for(kind) {
         let version = crd.storage_version().to_string();
         return (crd.group.clone(), version, crd.plural());

@@ -15,7 +15,7 @@ use serde_json::Value;
 pub const MANIFEST_HASH: &str = "khai.dev/manifest-hash";
 
 /// Sets [`MANIFEST_HASH`] on `manifest`, computed over the manifest without it.
-pub(super) fn stamp(manifest: &mut Value) {
+pub(crate) fn stamp(manifest: &mut Value) {
     let mut bare = manifest.clone();
     if let Some(meta) = bare.get_mut("metadata").and_then(Value::as_object_mut) {
         let empty = meta
@@ -44,7 +44,7 @@ pub(super) fn stamp(manifest: &mut Value) {
 }
 
 /// Whether `live` needs no apply of the stamped manifest `desired`.
-pub(super) fn is_current(live: &Value, desired: &Value) -> bool {
+pub(crate) fn is_current(live: &Value, desired: &Value) -> bool {
     let hash = |v: &Value| {
         v.pointer(&format!("/metadata/annotations/{}", escape(MANIFEST_HASH)))
             .cloned()

@@ -7,7 +7,7 @@
 //! only in being served and stored. Generation is pure (`khai generate crds` prints it without a
 //! cluster); [`install`] is the only I/O here.
 
-mod current;
+pub(crate) mod current;
 mod defaults;
 pub(crate) mod rules;
 

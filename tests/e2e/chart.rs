@@ -295,7 +295,16 @@ async fn chart_and_generator_produce_the_same_objects() {
             generated
                 .into_iter()
                 .filter(|o| o["kind"] != "Namespace")
-                .filter(|o| case.tls_files || o["kind"] != "CustomResourceDefinition")
+                // khai installs these itself unless `install_crds = false`.
+                .filter(|o| {
+                    case.tls_files
+                        || ![
+                            "CustomResourceDefinition",
+                            "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding",
+                        ]
+                        .contains(&o["kind"].as_str().unwrap_or_default())
+                })
                 .collect(),
         );
         let rendered = by_key(
@@ -556,12 +565,52 @@ fn chart_metadata_follows_helm_conventions() {
         "templates/servicemonitor.yaml",
         "templates/pdb.yaml",
         "templates/webhookconfigurations.yaml",
+        "templates/admissionpolicies.yaml",
     ] {
         assert!(
             chart().join(file).is_file(),
             "charts/khai/{file} is missing"
         );
     }
+}
+
+/// With `install_crds = false` the release installs the `[[policy]]` objects: the chart renders
+/// them as `khai generate manifests` prints them, and grants khai nothing on them.
+#[test]
+fn a_release_that_installs_the_crds_installs_the_policies_too() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("operator.toml"),
+        "[operator]\nname = \"vapchart\"\ninstall_crds = false\n\n[[policy]]\nname = \"few\"\n\
+         for = [\"apps/v1/Deployment\"]\nrules = [{ rule = \"object.spec.replicas <= 5\" }]\n",
+    )
+    .unwrap();
+    let config = dir.path().to_str().unwrap();
+    let values_file = dir.path().join("values.yaml");
+    let values = crate::support::khai_stdout(&["generate", "values", config]);
+    std::fs::write(&values_file, values).unwrap();
+    let rendered = docs(&helm::template(
+        "khai-vapchart",
+        &["-n", "vap", "-f", helm::arg(&values_file)],
+    ));
+    let generated = docs(&crate::support::khai_stdout(&[
+        "generate",
+        "manifests",
+        config,
+        "--namespace",
+        "vap",
+    ]));
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        let find = |objs: &[Value]| objs.iter().find(|o| o["kind"] == kind).cloned();
+        let chart = find(&rendered).unwrap_or_else(|| panic!("the chart renders no {kind}"));
+        assert_eq!(chart["metadata"]["name"], "khai-vapchart-few");
+        assert_eq!(Some(chart), find(&generated), "{kind}");
+    }
+    let granted = serde_json::to_string(&rendered).unwrap();
+    assert!(!granted.contains("validatingadmissionpolic"), "{granted}");
 }
 
 #[test]

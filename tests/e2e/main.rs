@@ -36,6 +36,7 @@ mod kopf;
 mod list_keys;
 mod manifests;
 mod operations;
+mod policies;
 mod rate_limit;
 mod rbac;
 mod release;

@@ -57,6 +57,9 @@ pub struct Model {
     /// Functions run on a clock, about no object, on the leader only.
     #[serde(default, rename = "schedule")]
     pub schedules: Vec<super::handlers::Schedule>,
+    /// ValidatingAdmissionPolicies of CEL rules, installed with their bindings.
+    #[serde(default, rename = "policy")]
+    pub policies: Vec<super::policy::Policy>,
 }
 
 fn yes() -> bool {

@@ -52,6 +52,11 @@ pub(crate) fn check(model: &Model) -> Vec<(Vec<Step>, Finding)> {
     for (i, w) in model.webhooks.iter().enumerate() {
         named.push((at("webhook", i, &[Step::Key("for")]), &w.for_kind));
     }
+    for (i, p) in model.policies.iter().enumerate() {
+        for (j, k) in p.for_kinds.iter().enumerate() {
+            named.push((at("policy", i, &[Step::Key("for"), Step::Index(j)]), k));
+        }
+    }
     for (i, h) in model.handlers.iter().enumerate() {
         named.push((at("handler", i, &[Step::Key("for")]), &h.for_kind));
     }

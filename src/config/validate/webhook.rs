@@ -6,7 +6,7 @@
 use super::{Report, Seg};
 use crate::config::field_path::join;
 use crate::config::model::Model;
-use crate::config::webhook::{TlsMode, Webhook};
+use crate::config::webhook::{MatchCondition, TlsMode, Webhook};
 
 /// Checks every webhook of `model` and the server settings.
 pub(super) fn check(model: &Model, report: &mut Report) {
@@ -55,7 +55,12 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
         report(&at("operations"), "must name at least one operation".into());
     }
     check_subresources(model, hook, i, report);
-    check_match_conditions(hook, i, report);
+    let base = [
+        Seg::Key("webhook"),
+        Seg::Index(i),
+        Seg::Key("match_conditions"),
+    ];
+    check_match_conditions(&hook.match_conditions, &base, report);
     if hook.convert.is_some() {
         let crd = model.crd_for(&hook.for_kind);
         match crd {
@@ -79,18 +84,17 @@ fn check_one(model: &Model, hook: &Webhook, i: usize, report: &mut Report) {
 }
 
 /// At most 64 conditions, each with a unique qualified name and an expression that parses as
-/// CEL, as the API server requires.
-fn check_match_conditions(hook: &Webhook, i: usize, report: &mut Report) {
-    let base = [
-        Seg::Key("webhook"),
-        Seg::Index(i),
-        Seg::Key("match_conditions"),
-    ];
-    if hook.match_conditions.len() > 64 {
-        report(&base, "at most 64 conditions".into());
+/// CEL, as the API server requires; `base` is the path of the list.
+pub(super) fn check_match_conditions(
+    conditions: &[MatchCondition],
+    base: &[Seg],
+    report: &mut Report,
+) {
+    if conditions.len() > 64 {
+        report(base, "at most 64 conditions".into());
     }
-    for (j, c) in hook.match_conditions.iter().enumerate() {
-        let at = |k| join(&base, &[Seg::Index(j), Seg::Key(k)]);
+    for (j, c) in conditions.iter().enumerate() {
+        let at = |k| join(base, &[Seg::Index(j), Seg::Key(k)]);
         let qualified = c.name.len() <= 63
             && c.name.starts_with(|ch: char| ch.is_ascii_alphanumeric())
             && c.name.ends_with(|ch: char| ch.is_ascii_alphanumeric())
@@ -107,7 +111,7 @@ fn check_match_conditions(hook: &Webhook, i: usize, report: &mut Report) {
                 ),
             );
         }
-        if hook.match_conditions[..j].iter().any(|o| o.name == c.name) {
+        if conditions[..j].iter().any(|o| o.name == c.name) {
             report(&at("name"), format!("{:?} is used twice", c.name));
         }
         if let Err(e) = super::rules::parse(&c.expression) {
@@ -217,7 +221,7 @@ fn check_server(model: &Model, report: &mut Report) {
     }
 }
 
-fn is_dns_label(s: &str) -> bool {
+pub(super) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.chars()

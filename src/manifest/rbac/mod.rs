@@ -15,7 +15,7 @@
 //! | `[[index]]`es: list/watch of their kind | get, list, watch |
 //! | Events (`events.k8s.io`), for controllers, handlers, timers and daemons | create, patch |
 //! | leader election on a Lease in khai's own namespace | get, create, update |
-//! | `install_crds` | CRDs: create, list, watch; get, patch by name |
+//! | `install_crds` | CRDs: create, list, watch; get, patch by name; `[[policy]]` policies and bindings: create; get, patch by name |
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
 //! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`; `replace`: update) |

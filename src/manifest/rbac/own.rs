@@ -1,5 +1,6 @@
 //! Grants for what khai does for itself rather than for a script: leader election, reading its
-//! config from a ConfigMap, installing CRDs, registering self-signed webhooks, and discovery.
+//! config from a ConfigMap, installing CRDs and admission policies, registering self-signed
+//! webhooks, and discovery.
 
 use super::Plan;
 use crate::config::model::Model;
@@ -44,6 +45,9 @@ pub(super) fn grant(
             &["get", "patch"],
         );
     }
+    if model.operator.install_crds && !model.policies.is_empty() {
+        policies(model, p);
+    }
     if model.webhook_server.tls == TlsMode::SelfSigned {
         webhooks(model, p);
     }
@@ -51,6 +55,25 @@ pub(super) fn grant(
         for url in ["/api", "/api/*", "/apis", "/apis/*"] {
             p.cluster.add_url(url);
         }
+    }
+}
+
+/// `[[policy]]` with `install_crds`: khai applies each policy and its binding at start, both
+/// named `khai-<operator>-<name>`.
+fn policies(model: &Model, p: &mut Plan) {
+    let names: Vec<String> = model
+        .policies
+        .iter()
+        .map(|x| crate::manifest::policies::object_name(model, x))
+        .collect();
+    let reg = "admissionregistration.k8s.io";
+    for resource in [
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicybindings",
+    ] {
+        p.cluster.add(reg, resource, &["create"]);
+        p.cluster
+            .add_named(reg, resource, &names, &["get", "patch"]);
     }
 }
 
