@@ -4,8 +4,8 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 /// Proof that one object is reconciled by one controller at a time, as kube-runtime promises
-/// and khai's own keying must not undo (issue 11: a cluster-scoped parent queued under each of
-/// its children's namespaces ran concurrently). A second reconcile of an object already in
+/// and khai's own keying must not undo (a cluster-scoped parent queued under each of its
+/// children's namespaces would run concurrently). A second reconcile of an object already in
 /// flight is counted in `khai_reconcile_overlaps_total` and logged as an error; tests assert
 /// the counter stays at 0. The set holds at most the objects reconciling right now.
 pub(super) struct Exclusive {
