@@ -18,7 +18,7 @@
 //! - `write`: what the answer to one of khai's writes costs: decoded into a `DynamicObject` (as
 //!   kube's `Api::patch` does, and khai did until issue 16) against read as text and dropped
 //!   (`client::write`).
-//! - `echo`: recognising the watch event of a child khai just applied (`khai::apply::Echoes`,
+//! - `echo`: recognising the watch event of a child khai just applied (`khai::apply::is_echo`,
 //!   issue 16), against the script call of the reconcile that event used to cost.
 //!
 //! `cargo bench --bench engine` (add `-- --quick` for a fast pass).
@@ -302,26 +302,19 @@ fn bench_echo(c: &mut Criterion) {
         ),
         namespaced: true,
     };
-    let uid = obj.metadata.uid.clone().unwrap();
+    let parent = khai::object::ObjectKey::uid(obj.metadata.uid.as_deref().unwrap());
     let sent = std::sync::Arc::new(sent);
-    let echoes = khai::apply::Echoes::default();
-    let expect = || {
-        echoes.expect(
-            &uid,
-            &configmaps,
-            Some("default"),
-            "example-config",
-            sent.clone(),
-        )
-    };
+    let objects = khai::object::Objects::default();
+    let child = khai::object::ChildId::new(&configmaps, Some("default"), "example-config");
+    let expect = || objects.update(&parent, |s| s.sent().expect(child.clone(), sent.clone()));
     expect();
-    assert!(echoes.is_echo(&configmaps, &seen, false));
+    assert!(khai::apply::is_echo(&objects, &configmaps, &seen, false));
 
     let mut g = c.benchmark_group("echo");
     g.bench_function("expect_and_skip", |b| {
         b.iter(|| {
             expect();
-            echoes.is_echo(&configmaps, black_box(&seen), false)
+            khai::apply::is_echo(&objects, &configmaps, black_box(&seen), false)
         })
     });
     g.bench_function("reconcile_script_it_saves", |b| {

@@ -37,6 +37,7 @@ pub(crate) mod leader;
 pub(crate) mod manifest;
 pub(crate) mod metrics;
 pub mod nesting;
+pub mod object;
 pub mod operator;
 pub(crate) mod queue;
 pub mod reconcile;

@@ -119,15 +119,18 @@ fn resolve(path: &[String], modules: &BTreeSet<Module>) -> Option<Module> {
         .find(|m| modules.contains(m))
 }
 
-#[test]
-fn no_module_imports_a_sibling_that_imports_it_back() {
+/// Edges among the children of each module (the crate root is the empty module), and for each
+/// edge the first path that makes it.
+type Graphs = BTreeMap<Module, BTreeMap<String, BTreeSet<String>>>;
+type Why = BTreeMap<(Module, String, String), String>;
+
+fn graphs() -> (Graphs, Why) {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut all = Vec::new();
     files(&src, &mut all);
     let modules: BTreeSet<Module> = all.iter().map(|f| module_of(&src, f)).collect();
-    // Edges among the children of each module (the crate root is the empty module).
-    let mut graphs: BTreeMap<Module, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
-    let mut why: BTreeMap<(Module, String, String), String> = BTreeMap::new();
+    let mut graphs: Graphs = BTreeMap::new();
+    let mut why: Why = BTreeMap::new();
     for file in &all {
         let from = module_of(&src, file);
         let text = code(&std::fs::read_to_string(file).unwrap());
@@ -158,6 +161,57 @@ fn no_module_imports_a_sibling_that_imports_it_back() {
                 .insert(b);
         }
     }
+    (graphs, why)
+}
+
+#[test]
+fn top_level_modules_use_only_the_layers_below_them() {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md"),
+    )
+    .unwrap();
+    let section = &doc[doc
+        .find("### Layers")
+        .expect("docs/architecture.md has ### Layers")..];
+    let list = section.split("\n\n").nth(2).unwrap();
+    let layers: Vec<&str> = list
+        .split('·')
+        .map(|m| m.trim().trim_matches('`'))
+        .collect();
+    let (graphs, why) = graphs();
+    let root = &graphs[&Vec::new()];
+    let place = |m: &str| layers.iter().position(|l| *l == m);
+    let mut wrong = Vec::new();
+    for (from, tos) in root {
+        if matches!(from.as_str(), "lib" | "main") {
+            continue;
+        }
+        let Some(at) = place(from) else {
+            wrong.push(format!("{from} is not in the layer list"));
+            continue;
+        };
+        for to in tos {
+            match place(to) {
+                Some(below) if below < at => {}
+                _ => wrong.push(format!(
+                    "{from} uses {to}, which is not below it ({})",
+                    why[&(Vec::new(), from.clone(), to.clone())]
+                )),
+            }
+        }
+    }
+    for l in &layers {
+        assert!(
+            root.contains_key(*l) || root.values().any(|t| t.contains(*l)),
+            "{l} is listed as a layer but is no module of src/"
+        );
+    }
+    assert!(wrong.is_empty(), "layering:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_module_imports_a_sibling_that_imports_it_back() {
+    let (graphs, why) = graphs();
     let mut cycles = Vec::new();
     for (parent, graph) in &graphs {
         for start in graph.keys() {

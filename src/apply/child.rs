@@ -1,14 +1,16 @@
 //! Applying one child: marked as khai's, compared with the cached copy of its kind's informer,
 //! and sent with server-side apply only when something khai would write is not there yet; what
-//! is sent is recorded as an expected echo first, when the parent's reconcile allows it.
+//! is sent is recorded in the parent's record first, as an expected echo when the parent's
+//! reconcile allows it.
 
 use super::compare::{as_stored, object_difference};
 use super::hash::content_hash;
 use super::owner::{Mark, own};
-use super::{Applier, Echoes, Error};
+use super::{Applier, Error, Ledger};
 use crate::client::write;
+use crate::object::{ChildId, Target};
 use crate::reconcile::children::ChildKey;
-use crate::watch::{Informer, Kind, Slot};
+use crate::watch::{Informer, Kind};
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
@@ -17,9 +19,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 impl Applier {
-    /// Applies one placed child unless the cache shows it already as desired. Returns whether a
-    /// request was sent. With `echoes`, the watch event of the write is expected
-    /// ([`Echoes`]).
+    /// Applies one placed child unless the cache shows it already as desired, or khai already
+    /// sent it from the version the cache shows. Returns whether a request was sent. What is
+    /// sent is remembered in the parent's record (`ledger`).
     #[allow(clippy::too_many_arguments)] // one child: what it is, where it goes, how it is marked
     pub(super) async fn apply_child(
         &self,
@@ -30,7 +32,7 @@ impl Applier {
         kind: &Kind,
         cache: Option<&Arc<Informer>>,
         mark: Mark,
-        echoes: Option<&Echoes>,
+        ledger: Ledger<'_>,
     ) -> Result<bool, Error> {
         let (_, kind_name, ns, name) = key;
         own(&mut child, parent, parent_kind, mark);
@@ -57,8 +59,12 @@ impl Applier {
             None => None,
         };
         let hash = content_hash(&child);
-        if let Some(inf) = cache
-            && inf.already_written(ns.as_deref(), name, Slot::Object, &seen_rv, &hash)
+        let id = ChildId::new(kind, ns.as_deref(), name);
+        let slot = Target::Child(id.clone());
+        if cache.is_some()
+            && ledger
+                .update(|s| s.sent.already_written(&slot, &seen_rv, &hash))
+                .unwrap_or(false)
         {
             return Ok(false);
         }
@@ -67,13 +73,16 @@ impl Applier {
         }
         let mut params = PatchParams::apply(&self.field_manager);
         params.force = self.model.operator.force_apply;
+        params.dry_run = self.dry_run;
         // Recorded before the request goes: its watch event may arrive before its response.
-        if let (Some(echoes), Some(_), Some(uid)) = (echoes, cache, parent.uid()) {
+        if ledger.echoes && cache.is_some() {
             let sent = match stored {
                 Cow::Borrowed(_) => child.clone(),
                 Cow::Owned(v) => Arc::new(v),
             };
-            echoes.expect(&uid, kind, ns.as_deref(), name, sent);
+            ledger
+                .objects
+                .update(ledger.parent, |s| s.sent.expect(id, sent));
         }
         let target = write::Target {
             resource: &kind.resource,
@@ -88,8 +97,10 @@ impl Applier {
                 name: name.clone(),
                 source: source.into(),
             })?;
-        if let Some(inf) = cache {
-            inf.remember_write(ns.as_deref(), name, Slot::Object, &seen_rv, &hash);
+        if cache.is_some() {
+            ledger
+                .objects
+                .update(ledger.parent, |s| s.sent.written(slot, &seen_rv, &hash));
         }
         tracing::debug!(child.kind = %kind_name, child.name = %name, "applied child");
         Ok(true)

@@ -11,11 +11,13 @@
 //! collector's background deletion.
 
 use super::owner::{applied_by, is_unowned, order_of};
-use super::{Applier, Error, Policy};
+use super::{Applier, Error, Ledger, Policy};
 use crate::client::ApiError;
+use crate::object::ChildId;
 use crate::watch::{self, Informer};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, DynamicObject, Preconditions};
+use kube::runtime::reflector::ObjectRef;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -62,6 +64,23 @@ fn next_step(places: &[usize]) -> Vec<usize> {
         .collect()
 }
 
+/// The child khai created that `owned` caches do not show yet, if it is not cached.
+fn unseen(child: &ChildId, owned: &[Arc<Informer>]) -> Option<Progress> {
+    let inf = owned.iter().find(|i| {
+        child.is_of(&i.kind)
+            && (i.namespace.is_none() || i.namespace.as_deref() == child.namespace())
+    })?;
+    let r = ObjectRef::new_with(&child.name, inf.kind.resource.clone());
+    let r = match child.namespace() {
+        Some(ns) => r.within(ns),
+        None => r,
+    };
+    inf.store().get(&r).is_none().then(|| Progress::Unseen {
+        kind: inf.kind.resource.kind.clone(),
+        name: child.name.clone(),
+    })
+}
+
 impl Applier {
     /// Deletes the next step of `parent`'s children found in the `owned` caches: with
     /// `policy.ordered` every child it applied, in reverse order of the plan; otherwise only the
@@ -73,17 +92,17 @@ impl Applier {
         parent: &DynamicObject,
         owned: &[Arc<Informer>],
         policy: Policy,
+        ledger: Ledger<'_>,
     ) -> Result<Progress, Error> {
         let Some(uid) = parent.uid() else {
             return Ok(Progress::Done);
         };
         // A child applied just before the parent was deleted may not be cached yet; deleting
         // the others and letting the parent go would leave it behind for good.
-        if let Some((inf, name)) = owned.iter().find_map(|i| i.unseen_create().map(|n| (i, n))) {
-            return Ok(Progress::Unseen {
-                kind: inf.kind.resource.kind.clone(),
-                name,
-            });
+        if let Some(unseen) = ledger.objects.read(ledger.parent, |s| {
+            s.and_then(|s| s.sent.created().find_map(|c| unseen(c, owned)))
+        }) {
+            return Ok(unseen);
         }
         let mut seen = HashSet::new();
         let mut left: Vec<(&Arc<Informer>, Arc<DynamicObject>)> = Vec::new();
@@ -140,6 +159,7 @@ impl Applier {
                 uid: child.uid(),
                 resource_version: None,
             }),
+            dry_run: self.dry_run,
             ..DeleteParams::background()
         };
         match api.delete(&name, &dp).await.map_err(ApiError::from) {
@@ -161,6 +181,7 @@ impl Applier {
 mod tests {
     use super::*;
     use crate::fake_api::FakeApi;
+    use crate::object::{ObjectKey, Objects, Target};
     use crate::watch::Kind;
     use crate::watch::ownership::PARENT_ANNOTATION;
     use kube::core::{ApiResource, GroupVersionKind};
@@ -195,6 +216,18 @@ mod tests {
                 "labels": { super::super::OWNER_LABEL: "p1" }, "annotations": annotations } })
     }
 
+    /// The record of a parent khai sent nothing for.
+    fn nothing_sent() -> Ledger<'static> {
+        static OBJECTS: std::sync::LazyLock<Objects> = std::sync::LazyLock::new(Objects::default);
+        static KEY: std::sync::LazyLock<ObjectKey> =
+            std::sync::LazyLock::new(|| ObjectKey::uid("p1"));
+        Ledger {
+            objects: &OBJECTS,
+            parent: &KEY,
+            echoes: false,
+        }
+    }
+
     fn path(name: &str) -> String {
         format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}")
     }
@@ -225,7 +258,12 @@ mod tests {
             ordered: true,
         };
         let progress = applier
-            .delete_children(&parent(), std::slice::from_ref(&inf), ordered)
+            .delete_children(
+                &parent(),
+                std::slice::from_ref(&inf),
+                ordered,
+                nothing_sent(),
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -253,7 +291,7 @@ mod tests {
             ordered: false,
         };
         let progress = applier
-            .delete_children(&parent(), &[inf.clone(), inf], unowned)
+            .delete_children(&parent(), &[inf.clone(), inf], unowned, nothing_sent())
             .await
             .unwrap();
         assert_eq!(progress, Progress::Done);
@@ -265,17 +303,25 @@ mod tests {
     #[tokio::test]
     async fn a_child_created_but_not_cached_yet_holds_the_deletion() {
         let (api, inf) = cluster(&[role("a", None)]);
-        inf.remember_write(None, "new", crate::watch::Slot::Object, "", "h");
+        let (objects, p1) = (Objects::default(), ObjectKey::uid("p1"));
+        let ledger = Ledger {
+            objects: &objects,
+            parent: &p1,
+            echoes: false,
+        };
+        let child = |name: &str| Target::Child(ChildId::new(&roles(), None, name));
+        objects.update(&p1, |s| {
+            s.sent.written(child("a"), "", "h");
+            s.sent.written(child("new"), "", "h");
+            s.sent.written(child("updated"), "1", "h");
+        });
         let applier = Applier::new(api.client(), crate::config::Model::default());
+        let unowned = Policy {
+            unowned: true,
+            ordered: false,
+        };
         let progress = applier
-            .delete_children(
-                &parent(),
-                std::slice::from_ref(&inf),
-                Policy {
-                    unowned: true,
-                    ordered: false,
-                },
-            )
+            .delete_children(&parent(), std::slice::from_ref(&inf), unowned, ledger)
             .await
             .unwrap();
         assert_eq!(
@@ -285,9 +331,15 @@ mod tests {
         );
         assert!(api.get(&path("a")).is_some(), "nothing deleted yet");
         // Cached: no longer unseen.
-        inf.remember_write(None, "a", crate::watch::Slot::Object, "", "h");
-        inf.remember_write(None, "new", crate::watch::Slot::Object, "1", "h");
-        assert_eq!(inf.unseen_create(), None);
+        objects.update(&p1, |s| {
+            s.sent.deleted(&ChildId::new(&roles(), None, "new"))
+        });
+        let progress = applier
+            .delete_children(&parent(), std::slice::from_ref(&inf), unowned, ledger)
+            .await
+            .unwrap();
+        assert_eq!(progress, Progress::Done);
+        assert!(api.get(&path("a")).is_none());
     }
 
     #[test]

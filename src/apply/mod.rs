@@ -20,18 +20,20 @@
 mod child;
 mod compare;
 mod delete;
-mod echoes;
+mod echo;
 mod hash;
 mod owner;
 mod status;
 
 pub use compare::{is_subset, object_difference, status_differs};
 pub use delete::Progress;
-pub use echoes::Echoes;
+pub use echo::is_echo;
 pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
 use owner::{Mark, applied_by};
+pub use status::Manager;
 
 use crate::client::ApiError;
+use crate::object::{ChildId, ObjectKey, Objects};
 use crate::reconcile::Plan;
 use crate::reconcile::children::{self, ChildKey, Parent};
 use crate::sync::lock;
@@ -62,6 +64,10 @@ pub enum Error {
     },
     #[error("failed to write status: {0}")]
     Status(#[source] ApiError),
+    #[error("failed to write the status handlers returned: {0}")]
+    HandlerStatus(#[source] ApiError),
+    #[error("failed to record handler progress: {0}")]
+    Annotate(#[source] ApiError),
     #[error("failed to prune child {kind} {name}: {source}")]
     Prune {
         kind: String,
@@ -143,6 +149,8 @@ pub struct Applier {
     model: crate::config::Model,
     field_manager: String,
     kinds: Mutex<HashMap<String, Kind>>,
+    /// Every write is sent as a server-side dry run: validated and answered, never stored.
+    dry_run: bool,
 }
 
 /// The child kinds of one plan, resolved, and the controller's owned kinds.
@@ -164,6 +172,24 @@ impl children::Kinds for PlanKinds<'_> {
     }
 }
 
+/// Where the writes khai makes for one parent are remembered: the parent's record among its
+/// controller's objects ([`crate::object::State::sent`]).
+#[derive(Clone, Copy)]
+pub struct Ledger<'a> {
+    pub objects: &'a Objects,
+    pub parent: &'a ObjectKey,
+    /// Whether the watch events of its child writes are expected back as echoes that need no
+    /// reconcile: the reconcile that made the plan read nothing but the parent.
+    pub echoes: bool,
+}
+
+impl Ledger<'_> {
+    /// Updates the parent's record, if it has one.
+    fn update<R>(&self, f: impl FnOnce(&mut crate::object::State) -> R) -> Option<R> {
+        self.objects.update_existing(self.parent, f)
+    }
+}
+
 impl Applier {
     pub fn new(client: kube::Client, model: crate::config::Model) -> Self {
         let field_manager = model.operator.field_manager().to_string();
@@ -172,13 +198,31 @@ impl Applier {
             model,
             field_manager,
             kinds: Mutex::new(HashMap::new()),
+            dry_run: false,
+        }
+    }
+
+    /// The same applier, sending every write as a server-side dry run: the API server validates
+    /// and answers it, and stores nothing. Every write khai makes about an object goes through
+    /// an applier, so this one switch covers them all.
+    pub fn dry_run(mut self) -> Self {
+        self.dry_run = true;
+        self
+    }
+
+    /// The parameters of a patch from khai (reconcile's field manager unless set otherwise).
+    fn params(&self) -> kube::api::PatchParams {
+        kube::api::PatchParams {
+            dry_run: self.dry_run,
+            ..Default::default()
         }
     }
 
     /// Applies `plan` for `parent` (of kind `parent_kind`) against `caches`, which make change
-    /// detection and pruning free of API reads. With `echoes` (the reconcile that made `plan`
-    /// read nothing but `parent`), each child write is recorded there before it is sent, so its
-    /// watch event need not reconcile the parent again.
+    /// detection and pruning free of API reads. What is written is remembered in the parent's
+    /// record (`ledger`), so a reconcile from a cache that does not show it yet does not send it
+    /// again, and, when the reconcile that made `plan` read nothing but `parent`, so the watch
+    /// events of its child writes need not reconcile the parent again.
     pub async fn apply(
         &self,
         parent: &DynamicObject,
@@ -186,7 +230,7 @@ impl Applier {
         plan: &Plan,
         caches: Caches<'_>,
         policy: Policy,
-        echoes: Option<&Echoes>,
+        ledger: Ledger<'_>,
     ) -> Result<Outcome, Error> {
         let mut resolved = HashMap::new();
         for child in &plan.children {
@@ -228,7 +272,7 @@ impl Applier {
                 order: policy.ordered.then_some(index + 1),
             };
             match self
-                .apply_child(parent, parent_kind, child, key, kind, cache, mark, echoes)
+                .apply_child(parent, parent_kind, child, key, kind, cache, mark, ledger)
                 .await
             {
                 Ok(true) => outcome.children_applied += 1,
@@ -240,10 +284,18 @@ impl Applier {
         if let Some(e) = failed {
             return Err(e);
         }
+        let planned: HashSet<ChildId> = placed
+            .iter()
+            .map(|key| {
+                let kind = &resolved[&(key.0.clone(), key.1.clone())];
+                ChildId::new(kind, key.2.as_deref(), &key.3)
+            })
+            .collect();
+        ledger.update(|s| s.sent.retain_children(|c| planned.contains(c)));
         outcome.children_pruned = self.prune(parent, &placed, caches.owned).await?;
         if let Some(status) = &plan.status {
             outcome.status_written = self
-                .status(parent, parent_kind, status, caches.primary)
+                .status(parent, parent_kind, status, ledger, Manager::Reconcile)
                 .await?;
         }
         Ok(outcome)
@@ -336,8 +388,8 @@ mod tests {
 
         use crate::test_logs::capture as logs;
 
-        /// Issue 17: a child the API server refused (one in a terminating namespace) stopped
-        /// the plan there, so the children after it were never applied.
+        /// A child the API server refuses (one in a terminating namespace) must not stop the
+        /// plan there: the children after it are still applied.
         #[tokio::test]
         async fn a_refused_child_fails_the_plan_after_its_siblings_are_applied() {
             let api = FakeApi::default();
@@ -376,8 +428,14 @@ mod tests {
                 owned: &owned,
                 namespaces: &[],
             };
+            let (objects, key) = (Objects::default(), ObjectKey::of(&parent));
+            let ledger = Ledger {
+                objects: &objects,
+                parent: &key,
+                echoes: false,
+            };
             let err = applier
-                .apply(&parent, &app, &plan, caches, Policy::default(), None)
+                .apply(&parent, &app, &plan, caches, Policy::default(), ledger)
                 .await
                 .unwrap_err();
             assert!(
@@ -391,8 +449,8 @@ mod tests {
             );
         }
 
-        /// Issue 16: the child khai sends is expected back before the request goes; a child
-        /// already as desired sends nothing and expects nothing.
+        /// The child khai sends is expected back before the request goes; a child already as
+        /// desired sends nothing and expects nothing.
         #[tokio::test]
         async fn a_child_sent_is_expected_back_and_an_unchanged_one_is_not() {
             let api = FakeApi::default();
@@ -411,7 +469,14 @@ mod tests {
                 namespaced: true,
             };
             let primary = Informer::with_objects(app.clone(), None, vec![]);
-            let (echoes, parent) = (Echoes::default(), parent());
+            let (objects, parent) = (Objects::default(), parent());
+            let key = ObjectKey::of(&parent);
+            let ledger = Ledger {
+                objects: &objects,
+                parent: &key,
+                echoes: true,
+            };
+            let expected = || objects.read(&key, |s| s.map_or(0, |s| s.sent.echoes()));
             let apply = async |owned: &[Arc<Informer>]| {
                 let caches = Caches {
                     primary: &primary,
@@ -419,22 +484,23 @@ mod tests {
                     namespaces: &[],
                 };
                 let p = Policy::default();
-                let r = applier.apply(&parent, &app, &plan, caches, p, Some(&echoes));
+                let r = applier.apply(&parent, &app, &plan, caches, p, ledger);
                 r.await.unwrap()
             };
             let sent = apply(&[Informer::with_objects(configmaps(), None, vec![])]).await;
             assert_eq!(sent.children_applied, 1);
             let stored = api.get("/api/v1/namespaces/ns/configmaps/c").unwrap();
             let stored: DynamicObject = serde_json::from_value(stored).unwrap();
-            assert_eq!(echoes.len(), 1);
-            assert!(echoes.is_echo(&configmaps(), &stored, false));
+            assert_eq!(expected(), 1);
+            assert!(is_echo(&objects, &configmaps(), &stored, false));
+            assert_eq!(expected(), 0);
             let cached = [Informer::with_objects(configmaps(), None, vec![stored])];
             assert_eq!(apply(&cached).await.children_unchanged, 1);
-            assert!(echoes.is_empty(), "nothing sent, nothing to expect");
+            assert_eq!(expected(), 0, "nothing sent, nothing to expect");
         }
 
-        /// Issue 11: pruning logged "pruned child" even when the delete found the child gone
-        /// (404) or replaced (409).
+        /// A delete that finds the child gone (404) or replaced (409) is not reported as
+        /// "pruned child".
         #[tokio::test]
         async fn a_child_already_gone_or_replaced_is_not_reported_pruned() {
             let api = FakeApi::default();

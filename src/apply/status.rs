@@ -1,23 +1,40 @@
-//! Writing a parent's status: a merge patch of `.status`, sent only when it would change
-//! something and khai has not already written it from the version the cache shows.
+//! Writing to the object itself: its status, a merge patch of `.status` sent only when it would
+//! change something and khai has not already written it from the version the cache shows; and
+//! the annotations its handlers' progress is kept in.
 
 use super::compare::status_differs;
 use super::hash::status_hash;
-use super::{Applier, Error};
+use super::{Applier, Error, Ledger};
 use crate::client::write;
-use crate::watch::{Informer, Kind, Slot};
+use crate::object::Target;
+use crate::watch::Kind;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Map, Value};
 
+/// Who the status written is from. Each writes under its own field manager, so neither takes
+/// away the other's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manager {
+    /// The plan of `reconcile`, with `observedGeneration` and the `Ready` condition.
+    Reconcile,
+    /// The answers of handlers, timers and daemons.
+    Handlers,
+}
+
+/// The field manager of the status handlers, timers and daemons return.
+const HANDLERS_MANAGER: &str = "khai-handlers";
+
 impl Applier {
-    /// Writes `desired` into `.status` with a merge patch, unless it is already there.
+    /// Writes `desired` into `.status` with a merge patch, unless it is already there or khai
+    /// already sent it from the version the cache shows. Returns whether it was sent.
     pub async fn status(
         &self,
         parent: &DynamicObject,
         kind: &Kind,
         desired: &Map<String, Value>,
-        primary: &Informer,
+        ledger: Ledger<'_>,
+        manager: Manager,
     ) -> Result<bool, Error> {
         let ns = parent.namespace().filter(|_| kind.namespaced);
         let name = parent.name_any();
@@ -31,10 +48,17 @@ impl Applier {
         // The script's inputs are this very version of the object, so what it wants now is
         // what khai already wrote for it (give or take a timestamp).
         let hash = status_hash(desired);
-        if primary.already_written(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash) {
+        let target = match manager {
+            Manager::Reconcile => Target::Status,
+            Manager::Handlers => Target::HandlerStatus,
+        };
+        if ledger
+            .update(|s| s.sent.already_written(&target, &seen_rv, &hash))
+            .unwrap_or(false)
+        {
             return Ok(false);
         }
-        let target = write::Target {
+        let to = write::Target {
             resource: &kind.resource,
             namespace: ns.as_deref(),
             name: &name,
@@ -46,15 +70,40 @@ impl Applier {
             status: &'a Map<String, Value>,
         }
         let patch = StatusPatch { status: desired };
-        write::patch(
-            &self.client,
-            target,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|e| Error::Status(e.into()))?;
-        primary.remember_write(ns.as_deref(), &name, Slot::Status, &seen_rv, &hash);
+        let params = PatchParams {
+            field_manager: (manager == Manager::Handlers).then(|| HANDLERS_MANAGER.into()),
+            ..self.params()
+        };
+        write::patch(&self.client, to, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(|e| match manager {
+                Manager::Reconcile => Error::Status(e.into()),
+                Manager::Handlers => Error::HandlerStatus(e.into()),
+            })?;
+        ledger
+            .objects
+            .update(ledger.parent, |s| s.sent.written(target, &seen_rv, &hash));
         Ok(true)
+    }
+}
+
+impl Applier {
+    /// Merge-patches `patch`, a partial object that sets or clears annotations, onto `obj`.
+    pub async fn annotate(
+        &self,
+        obj: &DynamicObject,
+        kind: &Kind,
+        patch: &Value,
+    ) -> Result<(), Error> {
+        let (name, ns) = (obj.name_any(), obj.namespace());
+        let to = write::Target {
+            resource: &kind.resource,
+            namespace: ns.as_deref().filter(|_| kind.namespaced),
+            name: &name,
+            subresource: None,
+        };
+        write::patch(&self.client, to, &self.params(), &Patch::Merge(patch))
+            .await
+            .map_err(|e| Error::Annotate(e.into()))
     }
 }

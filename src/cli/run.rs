@@ -52,7 +52,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let ran = rt.block_on(async move {
         // A config on disk sets the rate limit before the first request; one from a ConfigMap
         // is read with the flags' (or the default) limit, which then changes to the config's.
-        let first = disk.as_ref().map(|(op, _)| op.config.model.operator.limits());
+        let first = disk.as_ref().map(|(op, _)| crate::client::Limits::from(&op.config.model.operator));
         let (client, bucket) =
             crate::client::connect(args.ops.limits(first.unwrap_or_default())).await?;
         let (op, current, regarding) = match (&args.config, disk) {
@@ -66,7 +66,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 (loaded.operator, loaded.fingerprint, Some(loaded.object))
             }
         };
-        bucket.set(args.ops.limits(op.config.model.operator.limits()));
+        bucket.set(args.ops.limits(crate::client::Limits::from(&op.config.model.operator)));
         let shutdown = CancellationToken::new();
         let tasks = Tasks::new();
         tasks.spawn("signals", cancel_on_signal(shutdown.clone()));

@@ -52,10 +52,17 @@ impl Default for Limits {
     }
 }
 
-/// No client-side limit unless the operator sets one.
-pub(crate) const DEFAULT_QPS: f64 = 0.0;
-/// The burst once a `qps` is set (client-go's usual 30).
-pub(crate) const DEFAULT_BURST: u32 = 30;
+use crate::config::model::{DEFAULT_BURST, DEFAULT_QPS};
+
+impl From<&crate::config::model::OperatorSettings> for Limits {
+    /// The client-side rate limit a config asks for.
+    fn from(s: &crate::config::model::OperatorSettings) -> Self {
+        Self {
+            qps: s.qps,
+            burst: s.burst,
+        }
+    }
+}
 
 /// The token bucket every request of one client draws from; its limits can be changed while
 /// requests flow (the config, read after connecting, sets them).

@@ -1,12 +1,13 @@
 //! What the reconciles of one controller share: what the config says about it ([`Spec`]), the
-//! caches it reads ([`Caches`]), the services it writes through ([`Services`]) and its own
-//! per-object state (backoff, the requests waiting in its queue).
+//! caches it reads ([`Caches`]), the services it writes through ([`Services`]), the records of its
+//! objects ([`Objects`]) and the requests waiting in its queue.
 
 use crate::apply::Applier;
 use crate::events::Recorder;
 use crate::handler::Handlers;
 use crate::handler::clock::Clock;
 use crate::handler::index::IndexSet;
+use crate::object::{ObjectKey, Objects};
 use crate::queue;
 use crate::reconcile::lookup::CacheLookup;
 use crate::script::Script;
@@ -22,27 +23,14 @@ pub(crate) struct Ctx {
     pub spec: Spec,
     pub caches: Caches,
     pub services: Services,
+    /// How long a failed object waits before its next attempt.
     pub backoff: queue::Backoff,
-    /// Per-object write history, to slow down reconciles that keep writing.
-    pub spin: super::spin::Spin,
-    /// Per-object Event counts, to cap the Events scripts ask for.
-    pub event_budget: super::event_budget::EventBudget,
+    /// One record per object: what the controller remembers about it between reconciles.
+    pub objects: Arc<Objects>,
     /// Requests waiting for a reconcile, for the workqueue metrics.
     pub pending: queue::Pending,
     /// What runs beside (or instead of) `reconcile` for this kind.
     pub beside: Beside,
-    /// Objects on their way out whose finalizer this controller has let go of (by uid): a
-    /// reconcile from a cache that does not show that yet must not clean them up again.
-    pub released: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Objects on their way out whose `finalize` has returned true while khai still deletes
-    /// their children (by uid), so it is not called again at each step.
-    pub finalized: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Per object (by uid), the refused script calls of handlers, timers and daemons already
-    /// reported with a `Forbidden` Event: said once, not at every retry.
-    pub forbidden:
-        std::sync::Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>,
-    /// The watch events of its own child writes it expects back, which need no reconcile.
-    pub echoes: crate::apply::Echoes,
 }
 
 /// The handlers, timers and daemons of the controller's kind, and the config's indexes.
@@ -120,26 +108,45 @@ impl Caches {
 }
 
 impl Ctx {
-    /// Forgets what the controller keeps per object (backoff, write history, handler state,
-    /// memo) for `obj`, which is gone; returns the daemons that ran for it, to be stopped.
+    /// Forgets everything the controller keeps about `obj`, which is gone: its record, its
+    /// memo, and its timers and daemons; returns the daemons that ran for it, to be
+    /// stopped.
     pub(crate) fn forget(&self, obj: &DynamicObject) -> Vec<crate::handler::clock::Stopping> {
-        let key = obj.uid().unwrap_or_else(|| obj.name_any());
-        self.backoff.succeed(&key);
-        self.spin.forget(&key);
-        self.event_budget.forget(&key);
-        crate::sync::lock(&self.released).remove(&key);
-        crate::sync::lock(&self.finalized).remove(&key);
-        crate::sync::lock(&self.forbidden).remove(&key);
-        self.echoes.forget(&key);
-        crate::handler::memos().forget(&key);
-        if let Some(h) = &self.beside.handlers {
-            h.forget(&key);
-        }
+        let key = ObjectKey::of(obj);
+        self.objects.forget(&key);
+        crate::handler::memos().forget(key.as_str());
         self.beside
             .clock
             .as_ref()
-            .map(|c| c.forget(&key))
+            .map(|c| c.forget(key.as_str()))
             .unwrap_or_default()
+    }
+
+    /// Counts a failure of `key` and returns how long it waits before its next attempt.
+    pub(crate) fn failed(&self, key: &ObjectKey) -> std::time::Duration {
+        self.objects.update(key, |s| {
+            s.failures = s.failures.saturating_add(1);
+            self.backoff.delay(s.failures)
+        })
+    }
+
+    /// Where the writes for `key` are remembered, with (`echoes`) or without the watch events of
+    /// its child writes expected back.
+    pub(crate) fn ledger<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        echoes: bool,
+    ) -> crate::apply::Ledger<'a> {
+        crate::apply::Ledger {
+            objects: &self.objects,
+            parent: key,
+            echoes,
+        }
+    }
+
+    /// `key` succeeded: its next failure waits the shortest time again.
+    pub(crate) fn succeeded(&self, key: &ObjectKey) {
+        self.objects.update_existing(key, |s| s.failures = 0);
     }
 
     /// Whether `reconcile` alone decides what the controller does for an object, so that a

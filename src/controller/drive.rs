@@ -168,18 +168,18 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
 }
 
 /// Tells whether a change of a child of kind `kind` is the echo of khai's own write, which
-/// needs no reconcile ([`crate::apply::Echoes`]); counts and logs the skipped ones.
+/// needs no reconcile ([`crate::apply::is_echo`]); counts and logs the skipped ones.
 fn echo_of(
     ctx: &Ctx,
     kind: &crate::watch::Kind,
 ) -> impl Fn(&crate::watch::Changed) -> bool + Send + 'static {
-    let (echoes, kind, controller) = (
-        ctx.echoes.clone(),
+    let (objects, kind, controller) = (
+        ctx.objects.clone(),
         kind.clone(),
         ctx.spec.controller.clone(),
     );
     move |c| {
-        let echo = echoes.is_echo(&kind, &c.object, c.deleted);
+        let echo = crate::apply::is_echo(&objects, &kind, &c.object, c.deleted);
         if echo {
             tracing::debug!(controller = %controller, child.kind = %kind.resource.kind, child.name = %c.object.metadata.name.as_deref().unwrap_or_default(), "the watch event of khai's own child write; no reconcile needed");
             crate::metrics::echo_skipped(&controller);

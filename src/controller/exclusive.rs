@@ -1,6 +1,6 @@
 //! The guard that proves one object is reconciled by one controller at a time.
 
-use kube::ResourceExt;
+use crate::object::ObjectKey;
 use kube::api::DynamicObject;
 
 /// Proof that one object is reconciled by one controller at a time, as kube-runtime promises
@@ -9,19 +9,16 @@ use kube::api::DynamicObject;
 /// flight is counted in `khai_reconcile_overlaps_total` and logged as an error; tests assert
 /// the counter stays at 0. The set holds at most the objects reconciling right now.
 pub(super) struct Exclusive {
-    key: Option<(String, String)>,
+    key: Option<(String, ObjectKey)>,
 }
 
 static IN_FLIGHT: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    std::sync::Mutex<std::collections::HashSet<(String, ObjectKey)>>,
 > = std::sync::LazyLock::new(Default::default);
 
 impl Exclusive {
     pub(super) fn enter(controller: &str, obj: &DynamicObject) -> Self {
-        let key = (
-            controller.to_string(),
-            obj.uid().unwrap_or_else(|| obj.name_any()),
-        );
+        let key = (controller.to_string(), ObjectKey::of(obj));
         let mut set = crate::sync::lock(&IN_FLIGHT);
         if set.insert(key.clone()) {
             Self { key: Some(key) }

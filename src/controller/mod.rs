@@ -6,7 +6,6 @@
 mod beside;
 mod context;
 mod drive;
-mod event_budget;
 mod exclusive;
 mod finalizer_names;
 mod finalizers;
@@ -14,7 +13,6 @@ mod prepare;
 mod reconcile;
 mod release;
 mod report;
-mod spin;
 mod turn;
 
 pub(crate) use drive::start;

@@ -395,13 +395,8 @@ impl Env<'_> {
                 recorder: shared.recorder.clone(),
             },
             backoff: queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
-            spin: Default::default(),
-            event_budget: Default::default(),
+            objects: Default::default(),
             pending: queue::Pending::new(&name),
-            released: Default::default(),
-            finalized: Default::default(),
-            forbidden: Default::default(),
-            echoes: Default::default(),
             beside: Beside {
                 handlers: self.beside.as_ref().and_then(|(h, _)| h.clone()),
                 clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),
@@ -456,8 +451,8 @@ fn fingerprint(
 mod tests {
     use super::*;
 
-    /// Issue 11: a script saved between loading the config and fingerprinting its controller ran
-    /// stale, and the next reload (with the new text) looked unchanged.
+    /// A script saved between loading the config and fingerprinting its controller must not run
+    /// stale with the next reload (with the new text) looking unchanged.
     #[test]
     fn a_controller_is_fingerprinted_by_the_script_it_runs_not_the_file_now() {
         let dir = tempfile::tempdir().unwrap();

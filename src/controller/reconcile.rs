@@ -6,6 +6,7 @@ use super::exclusive::Exclusive;
 use super::release::{cleanup, let_go, release_finalizers};
 use super::report::{ReconcileError, object_span, report_failure, result_label};
 use super::turn::{beside_turn, turn};
+use crate::object::ObjectKey;
 use crate::script::object_view;
 use crate::watch;
 use kube::ResourceExt;
@@ -29,9 +30,11 @@ pub(crate) async fn reconcile_one(
     let _only = Exclusive::enter(&controller, &obj);
     let started = std::time::Instant::now();
     let result = async move {
+        let key = ObjectKey::of(&obj);
         // The echoes expected from the last reconcile go: what this one reads is not known yet,
         // and a child's event meanwhile must queue the object again.
-        ctx.echoes.forget(&obj.uid().unwrap_or_default());
+        ctx.objects
+            .update_existing(&key, |s| s.sent.forget_echoes());
         // A finalizer of khai's that no controller of this kind uses any more (the config
         // changed) goes first, or the object would hang on deletion for ever.
         let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
@@ -48,10 +51,9 @@ pub(crate) async fn reconcile_one(
             .finalizers()
             .iter()
             .any(|f| *f == ctx.spec.finalizer_name);
-        let key = obj.uid().unwrap_or_else(|| obj.name_any());
         if !ours {
             // The cache shows the finalizer gone: a later one is a new hold, to be let go again.
-            crate::sync::lock(&ctx.released).remove(&key);
+            ctx.objects.update_existing(&key, |s| s.released = false);
         }
         match selected(&obj, &ctx, ours).await {
             Ok(true) => {}
@@ -84,7 +86,7 @@ pub(crate) async fn reconcile_one(
             // Cleaned up and let go already; the cache does not show it yet (another controller
             // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
             // or the delete handlers twice.
-            true if deleting && crate::sync::lock(&ctx.released).contains(&key) => {
+            true if deleting && ctx.objects.read(&key, |s| s.is_some_and(|s| s.released)) => {
                 Ok(Action::await_change())
             }
             true => {
@@ -103,7 +105,7 @@ pub(crate) async fn reconcile_one(
                 .map_err(ReconcileError::from_finalizer)
                 .inspect(|_| {
                     if deleting {
-                        crate::sync::lock(&ctx.released).insert(key.clone());
+                        ctx.objects.update(&key, |s| s.released = true);
                     }
                 })
             }
@@ -257,14 +259,9 @@ mod tests {
                 std::time::Duration::from_secs(1),
                 std::time::Duration::from_secs(60),
             ),
-            spin: Default::default(),
-            event_budget: Default::default(),
+            objects: Default::default(),
             pending: crate::queue::Pending::new("widgets"),
             beside: Beside::default(),
-            released: Default::default(),
-            finalized: Default::default(),
-            forbidden: Default::default(),
-            echoes: Default::default(),
         }
     }
 
@@ -288,7 +285,7 @@ mod tests {
         assert!(err.to_string().contains("boom"), "{err}");
     }
 
-    /// Issue 11: an object `when` could not be given to was quietly "not selected", with no log.
+    /// An object `when` cannot be given to is a failed reconcile, not quietly "not selected".
     #[tokio::test]
     async fn an_object_when_cannot_read_fails_its_reconcile_instead_of_going_unselected() {
         let api = FakeApi::default();

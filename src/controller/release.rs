@@ -9,6 +9,7 @@ use super::report::ReconcileError;
 use super::turn::{beside_turn, carry_out};
 use crate::apply::Progress;
 use crate::handler::Handled;
+use crate::object::ObjectKey;
 use crate::script::object_view;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, ListParams};
@@ -48,9 +49,9 @@ pub(super) async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Re
         let mut handled = Handled::default();
         c.run(&t, &mut handled).await;
     }
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
+    let key = ObjectKey::of(obj);
     if let Some(function) = &ctx.spec.finalize
-        && !crate::sync::lock(&ctx.finalized).contains(&key)
+        && !ctx.objects.read(&key, |s| s.is_some_and(|s| s.finalized))
     {
         let done = ctx
             .spec
@@ -64,7 +65,7 @@ pub(super) async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Re
             });
         }
         tracing::info!("finalized");
-        crate::sync::lock(&ctx.finalized).insert(key);
+        ctx.objects.update(&key, |s| s.finalized = true);
     }
     if !ctx.spec.children.deletes_children() {
         return Ok(Action::await_change());
@@ -72,7 +73,12 @@ pub(super) async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Re
     match ctx
         .services
         .applier
-        .delete_children(obj, &ctx.caches.owned, ctx.spec.children)
+        .delete_children(
+            obj,
+            &ctx.caches.owned,
+            ctx.spec.children,
+            ctx.ledger(&key, false),
+        )
         .await?
     {
         Progress::Done => Ok(Action::await_change()),
@@ -85,16 +91,18 @@ pub(super) async fn cleanup(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, Re
 /// itself), then its finalizer removed. The object itself is never deleted. A reconcile from a
 /// cache that still shows the finalizer after it went does nothing.
 pub(super) async fn let_go(obj: &DynamicObject, ctx: &Ctx) -> Result<Action, ReconcileError> {
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    if crate::sync::lock(&ctx.released).contains(&key) {
+    let key = ObjectKey::of(obj);
+    if ctx.objects.read(&key, |s| s.is_some_and(|s| s.released)) {
         return Ok(Action::await_change());
     }
     cleanup(obj, ctx).await?;
     release_finalizers(obj, ctx, std::slice::from_ref(&ctx.spec.finalizer_name)).await?;
     tracing::info!("no longer selected by the controller's filters; cleaned up and let go");
-    crate::sync::lock(&ctx.released).insert(key.clone());
-    // Should it match again, a later deletion calls `finalize` again.
-    crate::sync::lock(&ctx.finalized).remove(&key);
+    ctx.objects.update(&key, |s| {
+        s.released = true;
+        // Should it match again, a later deletion calls `finalize` again.
+        s.finalized = false;
+    });
     Ok(Action::await_change())
 }
 
@@ -115,17 +123,18 @@ const LEFT_ATTEMPTS: u32 = 8;
 pub(super) async fn left(seen: Arc<DynamicObject>, ctx: Arc<Ctx>) {
     let span = super::report::object_span(&seen, &ctx);
     async move {
-        let key = seen.uid().unwrap_or_else(|| seen.name_any());
+        let key = ObjectKey::of(&seen);
         for attempt in 1..=LEFT_ATTEMPTS {
             let e = match left_once(&seen, &ctx).await {
-                Ok(()) => return ctx.backoff.succeed(&key),
+                // Out of the controller's cache: nothing about it is kept.
+                Ok(()) => return ctx.objects.forget(&key),
                 Err(e) => e,
             };
             if attempt == LEFT_ATTEMPTS {
                 tracing::warn!(error = %e, "cannot let go of an object that no longer matches the controller's filters; `khai release` removes khai's finalizers");
                 return;
             }
-            let delay = ctx.backoff.fail(&key);
+            let delay = ctx.failed(&key);
             tracing::warn!(error = %e, retry_in = ?delay, "cannot let go of an object that no longer matches the controller's filters yet");
             tokio::time::sleep(delay).await;
         }
@@ -162,6 +171,7 @@ async fn left_once(seen: &DynamicObject, ctx: &Ctx) -> Result<(), ReconcileError
         return Ok(());
     }
     let _only = super::exclusive::Exclusive::enter(&ctx.spec.controller, &live);
-    crate::sync::lock(&ctx.released).remove(&live.uid().unwrap_or_default());
+    ctx.objects
+        .update_existing(&ObjectKey::of(&live), |s| s.released = false);
     let_go(&live, ctx).await.map(|_| ())
 }

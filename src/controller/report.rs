@@ -2,7 +2,9 @@
 //! condition on the object, and a retry delay (the script's own, or per-object backoff).
 
 use super::context::Ctx;
+use crate::apply::Manager;
 use crate::events::{Event as KubeEvent, EventType};
+use crate::object::ObjectKey;
 use crate::reconcile::conditions;
 use crate::script::ScriptError;
 use kube::api::DynamicObject;
@@ -36,8 +38,6 @@ pub(super) enum ReconcileError {
     Read(#[source] crate::client::ApiError),
     #[error(transparent)]
     Handlers(#[from] crate::handler::Error),
-    #[error("failed to write the status handlers returned: {0}")]
-    HandlerStatus(#[source] crate::client::ApiError),
     #[error("delete handlers have not all finished yet; the object is held until they do")]
     DeleteHandlersPending,
     /// khai deletes the children itself and has not finished.
@@ -116,7 +116,13 @@ pub(crate) async fn report_failure(obj: &DynamicObject, ctx: &Ctx, err: &Reconci
         match ctx
             .services
             .applier
-            .status(obj, &ctx.spec.kind, &status, &ctx.caches.primary)
+            .status(
+                obj,
+                &ctx.spec.kind,
+                &status,
+                ctx.ledger(&ObjectKey::of(obj), false),
+                Manager::Reconcile,
+            )
             .await
         {
             Ok(true) => crate::metrics::status_written(&ctx.spec.controller),
@@ -137,7 +143,7 @@ fn already_said(obj: &DynamicObject, reason: &str, message: &str) -> bool {
         .any(|c| c["type"] == "Ready" && c["reason"] == reason && c["message"] == message)
 }
 
-/// Records the Events of one answer within the object's budget ([`super::event_budget`]): the
+/// Records the Events of one answer within the object's budget ([`crate::object::event_budget`]): the
 /// rest are counted in `khai_events_dropped_total`, and the first drop of a window is said with
 /// one `EventsDropped` Warning. `record` publishes one.
 pub(crate) async fn capped_events<'a, F, Fut>(
@@ -149,9 +155,10 @@ pub(crate) async fn capped_events<'a, F, Fut>(
     F: FnMut(&'a crate::reconcile::PlannedEvent) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    use super::event_budget::{PER_ANSWER, PER_WINDOW, WINDOW};
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    let grant = ctx.event_budget.take(&key, events.len());
+    use crate::object::event_budget::{PER_ANSWER, PER_WINDOW, WINDOW, Window};
+    let grant = ctx.objects.update(&ObjectKey::of(obj), |s| {
+        Window::take(&mut s.events, tokio::time::Instant::now(), events.len())
+    });
     for e in &events[..grant.kept] {
         record(e).await;
     }
@@ -201,7 +208,6 @@ pub(crate) async fn publish(
 /// to change, anything else backs off exponentially per object.
 pub(crate) fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: Arc<Ctx>) -> Action {
     let _span = object_span(&obj, &ctx).entered();
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
     let asked = match err.script_error() {
         Some(ScriptError::Fail { .. }) => {
             tracing::warn!(error = %err, "reconcile failed permanently; waiting for a change");
@@ -213,7 +219,7 @@ pub(crate) fn error_policy(obj: Arc<DynamicObject>, err: &ReconcileError, ctx: A
         }
         _ => None,
     };
-    let delay = asked.unwrap_or_else(|| ctx.backoff.fail(&key));
+    let delay = asked.unwrap_or_else(|| ctx.failed(&ObjectKey::of(&obj)));
     crate::metrics::queue_retry(&ctx.spec.controller);
     if let ReconcileError::DeletingChildren(progress) = err {
         // Progress on the way out, not a failure; the child's deletion re-triggers it sooner.

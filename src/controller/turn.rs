@@ -3,13 +3,14 @@
 
 use super::context::Ctx;
 use super::report::{FORBIDDEN, ReconcileError, capped_events, publish};
-use super::spin::{Recorded, Verdict};
+use crate::apply::Manager;
 use crate::events::EventType;
 use crate::handler::{Handled, Turn};
+use crate::object::ObjectKey;
+use crate::object::spin::{self, Recorded, Verdict};
 use crate::reconcile::conditions::{self, Health};
 use crate::script::object_view;
-use crate::watch;
-use kube::ResourceExt;
+
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use std::sync::Arc;
@@ -18,8 +19,12 @@ use std::sync::Arc;
 /// carried out. Asks to be woken for the earliest of: a handler's retry, the next timer or
 /// daemon tick, the script's `requeue_after`.
 pub(super) async fn turn(obj: &Arc<DynamicObject>, ctx: &Ctx) -> Result<Action, ReconcileError> {
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    if let Verdict::CoolDown(left) = ctx.spin.check(&key) {
+    let key = ObjectKey::of(obj);
+    let now = tokio::time::Instant::now;
+    if let Verdict::CoolDown(left) = ctx
+        .objects
+        .read(&key, |s| s.map_or(Verdict::Go, |s| s.spin.check(now())))
+    {
         tracing::debug!(retry_in = ?left, "cooling down after a hot loop; not reconciling yet");
         return Ok(Action::requeue(left));
     }
@@ -49,11 +54,18 @@ pub(super) async fn turn(obj: &Arc<DynamicObject>, ctx: &Ctx) -> Result<Action, 
         wake.push(requeue);
         wrote |= applied;
     }
-    if let Recorded::Hot { writes, cooldown } = ctx.spin.record(&key, wrote) {
+    let recorded = match wrote {
+        true => ctx.objects.update(&key, |s| s.spin.record(now(), true)),
+        false => ctx
+            .objects
+            .update_existing(&key, |s| s.spin.record(now(), false))
+            .unwrap_or(Recorded::Fine),
+    };
+    if let Recorded::Hot { writes, cooldown } = recorded {
         let message = format!(
             "{writes} reconciles wrote within {}s: something this object's reconcile writes \
              triggers it again (a child or label it changes every time?); pausing it for {}s",
-            super::spin::WINDOW.as_secs(),
+            spin::WINDOW.as_secs(),
             cooldown.as_secs()
         );
         tracing::warn!(writes, cooldown = ?cooldown, "hot loop: {message}");
@@ -76,11 +88,10 @@ pub(super) fn beside_turn<'a>(
         obj,
         view: object_view(obj)?,
         ctx: ctx.script_ctx(obj),
-        api: watch::api(
-            &ctx.services.client,
-            &ctx.spec.kind,
-            obj.namespace().as_deref(),
-        ),
+        applier: ctx.services.applier.clone(),
+        kind: ctx.spec.kind.clone(),
+        objects: ctx.objects.clone(),
+        key: ObjectKey::of(obj),
     })
 }
 
@@ -91,31 +102,16 @@ pub(super) async fn carry_out(
     ctx: &Ctx,
     handled: Handled,
 ) -> Result<(), ReconcileError> {
-    if let Some(status) = handled.status
-        && status
-            .iter()
-            .any(|(k, v)| obj.data["status"].get(k) != Some(v))
-    {
-        let (name, namespace) = (obj.name_any(), obj.namespace());
-        let target = crate::client::write::Target {
-            resource: &ctx.spec.kind.resource,
-            namespace: namespace.as_deref().filter(|_| ctx.spec.kind.namespaced),
-            name: &name,
-            subresource: Some("status"),
-        };
-        let params = kube::api::PatchParams {
-            field_manager: Some(HANDLERS_MANAGER.into()),
-            ..Default::default()
-        };
-        let patch = serde_json::json!({ "status": status });
-        crate::client::write::patch(
-            &ctx.services.client,
-            target,
-            &params,
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .map_err(|e| ReconcileError::HandlerStatus(e.into()))?;
+    if let Some(status) = handled.status {
+        let key = ObjectKey::of(obj);
+        let ledger = ctx.ledger(&key, false);
+        let applier = &ctx.services.applier;
+        if applier
+            .status(obj, &ctx.spec.kind, &status, ledger, Manager::Handlers)
+            .await?
+        {
+            crate::metrics::status_written(&ctx.spec.controller);
+        }
     }
     capped_events(ctx, obj, &handled.events, |e| async move {
         let kind = event_type(e);
@@ -148,21 +144,16 @@ fn first_refusal(ctx: &Ctx, obj: &DynamicObject, message: &str) -> bool {
     /// Distinct refusals remembered per object, so a script naming ever new objects cannot grow
     /// this without bound (past it, each is reported again).
     const MAX: usize = 64;
-    let key = obj.uid().unwrap_or_else(|| obj.name_any());
-    let mut said = crate::sync::lock(&ctx.forbidden);
-    let seen = said.entry(key).or_default();
-    if seen.contains(message) {
-        return false;
-    }
-    if seen.len() >= MAX {
-        seen.clear();
-    }
-    seen.insert(message.to_string())
+    ctx.objects.update(&ObjectKey::of(obj), |s| {
+        if s.refusals.contains(message) {
+            return false;
+        }
+        if s.refusals.len() >= MAX {
+            s.refusals.clear();
+        }
+        s.refusals.insert(message.to_string())
+    })
 }
-
-/// The field manager of the status handlers, timers and daemons return: apart from khai's
-/// server-side apply of `reconcile`'s status, so neither takes away the other's fields.
-const HANDLERS_MANAGER: &str = "khai-handlers";
 
 /// `reconcile` and its plan carried out; returns when the script asked to run again, and whether
 /// it wrote anything (a child, the status, or through `k8s::`).
@@ -170,7 +161,7 @@ async fn apply(
     obj: &Arc<DynamicObject>,
     ctx: &Ctx,
     function: &str,
-    key: &str,
+    key: &ObjectKey,
 ) -> Result<(Option<std::time::Duration>, bool), ReconcileError> {
     let (script_ctx, reads) = ctx.tracked_ctx(obj);
     crate::script::has_view(obj)?;
@@ -178,7 +169,7 @@ async fn apply(
         crate::reconcile::plan(&ctx.spec.script, function, obj.clone(), script_ctx).await?;
     // A plan made from the object alone is the same whatever its children look like: the watch
     // events of the children it writes need not reconcile it again.
-    let echoes = (!reads.any() && ctx.plan_alone_decides()).then_some(&ctx.echoes);
+    let echoes = !reads.any() && ctx.plan_alone_decides();
     if ctx.spec.manage_status {
         let mut status = plan.status.take().unwrap_or_default();
         conditions::set(&mut status, obj, Health::Ready);
@@ -193,7 +184,7 @@ async fn apply(
             &plan,
             ctx.caches.for_apply(),
             ctx.spec.children,
-            echoes,
+            ctx.ledger(key, echoes),
         )
         .await?;
     crate::metrics::applied(
@@ -203,7 +194,7 @@ async fn apply(
         outcome.children_pruned,
         outcome.status_written,
     );
-    ctx.backoff.succeed(key);
+    ctx.succeeded(key);
     // Writes the script made itself through `k8s::` can trigger the object again too.
     let wrote = outcome.children_applied + outcome.children_pruned > 0
         || outcome.status_written

@@ -42,19 +42,16 @@ pub(crate) use hooks::{memos, run_hook, run_startup};
 use crate::config::handlers::{Handler, On};
 use crate::reconcile::PlannedEvent;
 use crate::script::{Script, ScriptCtx};
-use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use progress::{Keys, Progress};
 use serde_json::{Map, Value, json};
-use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// A failure to record handlers' progress; retried with the object's backoff.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    #[error("failed to record handler progress: {0}")]
-    Record(#[source] crate::client::ApiError),
+    #[error(transparent)]
+    Record(#[from] crate::apply::Error),
 }
 
 /// One `[[handler]]` with its compiled script.
@@ -70,10 +67,6 @@ pub(crate) struct Handlers {
     entries: Vec<Entry>,
     /// When this khai started: objects created before it are resumed, not created.
     started: jiff::Timestamp,
-    /// Objects seen since the start (a resume runs once per start).
-    seen: Mutex<HashSet<String>>,
-    /// What khai wrote to each object's annotations that the cache may not show yet.
-    pending: Mutex<HashMap<String, recorded::Written>>,
 }
 
 /// What a turn of handlers produced for the controller to carry out.
@@ -94,8 +87,13 @@ pub(crate) struct Turn<'a> {
     pub view: Value,
     /// The `ctx` of every call (its `attempt` is set per handler).
     pub ctx: ScriptCtx,
-    /// Where annotations are written.
-    pub api: Api<DynamicObject>,
+    /// What writes its annotations (`last-handled`, `progress`), and its kind.
+    pub applier: std::sync::Arc<crate::apply::Applier>,
+    pub kind: crate::watch::Kind,
+    /// The records of the controller's objects, and this object's key among them: what khai
+    /// wrote that the cache may not show yet, and whether the handlers have seen it since start.
+    pub objects: std::sync::Arc<crate::object::Objects>,
+    pub key: crate::object::ObjectKey,
 }
 
 /// What changed since the handlers last finished.
@@ -112,8 +110,6 @@ impl Handlers {
             keys: Keys::new(operator),
             entries,
             started: jiff::Timestamp::now(),
-            seen: Mutex::default(),
-            pending: Mutex::default(),
         }
     }
 
@@ -165,17 +161,12 @@ impl Handlers {
         self.entries.iter().any(|e| on.contains(&e.spec.on))
     }
 
-    /// Forgets `uid`, whose object is gone.
-    pub(crate) fn forget(&self, uid: &str) {
-        crate::sync::lock(&self.seen).remove(uid);
-        crate::sync::lock(&self.pending).remove(uid);
-    }
-
     /// Runs the create, update, field and resume handlers that the object's change calls for.
     pub(crate) async fn on_change(&self, turn: &Turn<'_>) -> Result<Handled, Error> {
-        let uid = turn.obj.uid().unwrap_or_default();
-        let first_sight = crate::sync::lock(&self.seen).insert(uid.clone());
-        let rec = self.recorded(&uid, &turn.view);
+        let first_sight = turn
+            .objects
+            .update(&turn.key, |s| !std::mem::replace(&mut s.seen, true));
+        let rec = self.recorded(turn);
         let essence = change::essence(&turn.view, &self.keys.prefix);
         let digest = progress::digest(&essence);
         let old = rec.last.clone().unwrap_or(Value::Null);
@@ -233,9 +224,9 @@ impl Handlers {
         if bookkeeping {
             let finished = done && (cause != Cause::None || rec.progress.is_some());
             if finished {
-                self.record(turn, &uid, Some(&essence), None).await?;
+                self.record(turn, Some(&essence), None).await?;
             } else if !done && progress != before {
-                self.record(turn, &uid, None, Some(&progress)).await?;
+                self.record(turn, None, Some(&progress)).await?;
             }
         }
         Ok(handled)
@@ -243,8 +234,7 @@ impl Handlers {
 
     /// Runs the delete handlers that hold the object back; `true` once all are done.
     pub(crate) async fn on_delete(&self, turn: &Turn<'_>) -> Result<(bool, Handled), Error> {
-        let uid = turn.obj.uid().unwrap_or_default();
-        let rec = self.recorded(&uid, &turn.view);
+        let rec = self.recorded(turn);
         let essence = change::essence(&turn.view, &self.keys.prefix);
         let change = format!("delete-{}", progress::digest(&essence));
         let mut progress = match rec.progress.clone() {
@@ -268,7 +258,7 @@ impl Handlers {
             .iter()
             .all(|e| progress.handlers.get(&e.spec.id()).is_some_and(|a| a.done));
         if !done && progress != before {
-            self.record(turn, &uid, None, Some(&progress)).await?;
+            self.record(turn, None, Some(&progress)).await?;
         }
         Ok((done, handled))
     }

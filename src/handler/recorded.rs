@@ -4,18 +4,10 @@
 
 use super::progress::{self, Progress, Recorded};
 use super::{Error, Handlers, Turn};
-use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use crate::object::sent::Annotated;
 use serde_json::{Value, json};
 use std::time::Duration;
-
-/// Annotations khai wrote, kept until the cache shows them.
-#[derive(Debug, Clone)]
-pub(super) struct Written {
-    last: Option<String>,
-    progress: Option<String>,
-    at: std::time::Instant,
-}
+use tokio::time::Instant;
 
 /// How long khai trusts what it wrote over a cache that does not show it yet.
 const PENDING_FOR: Duration = Duration::from_secs(300);
@@ -23,19 +15,27 @@ const PENDING_FOR: Duration = Duration::from_secs(300);
 impl Handlers {
     /// What the object's annotations say, or what khai wrote when the cache does not show it
     /// yet.
-    pub(super) fn recorded(&self, uid: &str, view: &Value) -> Recorded {
-        let mut pending = crate::sync::lock(&self.pending);
+    pub(super) fn recorded(&self, turn: &Turn<'_>) -> Recorded {
+        let view = &turn.view;
         let annotations = &view["metadata"]["annotations"];
-        let Some(w) = pending.get(uid).cloned() else {
-            return progress::read(view, &self.keys);
-        };
         let shows = |key: &str, v: &Option<String>| annotations[key].as_str() == v.as_deref();
-        let caught_up =
-            shows(&self.keys.last_handled, &w.last) && shows(&self.keys.progress, &w.progress);
-        if caught_up || w.at.elapsed() > PENDING_FOR {
-            pending.remove(uid);
-            return progress::read(view, &self.keys);
-        }
+        let keys = &self.keys;
+        let pending = turn
+            .objects
+            .update_existing(&turn.key, |s| {
+                let w = s.sent.annotations.take()?;
+                let caught_up =
+                    shows(&keys.last_handled, &w.last) && shows(&keys.progress, &w.progress);
+                if caught_up || w.at.elapsed() > PENDING_FOR {
+                    return None;
+                }
+                s.sent.annotations = Some(w.clone());
+                Some(w)
+            })
+            .flatten();
+        let Some(w) = pending else {
+            return progress::read(view, keys);
+        };
         let mut view = view.clone();
         let meta = &mut view["metadata"];
         if !meta["annotations"].is_object() {
@@ -44,31 +44,23 @@ impl Handlers {
         let set = |m: &mut Value, k: &str, v: &Option<String>| {
             m[k] = v.as_ref().map_or(Value::Null, |t| Value::String(t.clone()));
         };
-        set(&mut meta["annotations"], &self.keys.last_handled, &w.last);
-        set(&mut meta["annotations"], &self.keys.progress, &w.progress);
-        progress::read(&view, &self.keys)
+        set(&mut meta["annotations"], &keys.last_handled, &w.last);
+        set(&mut meta["annotations"], &keys.progress, &w.progress);
+        progress::read(&view, keys)
     }
 
     /// Writes `last-handled` (when given) and sets or clears `progress` on the object.
     pub(super) async fn record(
         &self,
         turn: &Turn<'_>,
-        uid: &str,
         last: Option<&Value>,
         progress: Option<&Progress>,
     ) -> Result<(), Error> {
         let patch = progress::patch(&self.keys, last, progress);
-        turn.api
-            .patch(
-                &turn.obj.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| Error::Record(e.into()))?;
+        turn.applier.annotate(turn.obj, &turn.kind, &patch).await?;
         let annotations = &patch["metadata"]["annotations"];
         let text = |k: &str| annotations[k].as_str().map(str::to_string);
-        let previous = self.recorded(uid, &turn.view);
+        let previous = self.recorded(turn);
         let last = match last {
             Some(_) => text(&self.keys.last_handled),
             None => previous
@@ -80,19 +72,17 @@ impl Handlers {
                 })
                 .flatten()
                 .or_else(|| {
-                    crate::sync::lock(&self.pending)
-                        .get(uid)
-                        .and_then(|w| w.last.clone())
+                    turn.objects
+                        .read(&turn.key, |s| s?.sent.annotations.as_ref()?.last.clone())
                 }),
         };
-        crate::sync::lock(&self.pending).insert(
-            uid.to_string(),
-            Written {
-                last,
-                progress: text(&self.keys.progress),
-                at: std::time::Instant::now(),
-            },
-        );
+        let written = Annotated {
+            last,
+            progress: text(&self.keys.progress),
+            at: Instant::now(),
+        };
+        turn.objects
+            .update(&turn.key, |s| s.sent.annotations = Some(written));
         Ok(())
     }
 }

@@ -259,12 +259,12 @@ impl Request for Ref {
     }
 }
 
-/// Per-object exponential backoff: `base`, doubling per failure, capped, reset on success.
-#[derive(Debug)]
+/// Exponential backoff per object: `base`, doubling per failure in a row, capped. The failures
+/// are counted in each object's record (`crate::object::State`).
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
     base: Duration,
     cap: Duration,
-    failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Default for Backoff {
@@ -275,28 +275,14 @@ impl Default for Backoff {
 
 impl Backoff {
     pub(crate) fn new(base: Duration, cap: Duration) -> Self {
-        Self {
-            base,
-            cap,
-            failures: Mutex::new(HashMap::new()),
-        }
+        Self { base, cap }
     }
 
-    /// Records a failure of `key` and returns how long to wait before the next attempt.
-    pub(crate) fn fail(&self, key: &str) -> Duration {
-        let n = {
-            let mut m = lock(&self.failures);
-            let n = m.entry(key.to_string()).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        };
+    /// How long to wait before the next attempt after `failures` failures in a row (at least 1).
+    pub(crate) fn delay(&self, failures: u32) -> Duration {
         self.base
-            .saturating_mul(2u32.saturating_pow(n.saturating_sub(1).min(16)))
+            .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
             .min(self.cap)
-    }
-
-    pub(crate) fn succeed(&self, key: &str) {
-        lock(&self.failures).remove(key);
     }
 }
 
@@ -324,18 +310,13 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_per_failure_caps_and_resets_on_success() {
+    fn backoff_doubles_per_failure_and_caps() {
         let b = Backoff::default();
-        assert_eq!(b.fail("a"), Duration::from_secs(1));
-        assert_eq!(b.fail("a"), Duration::from_secs(2));
-        assert_eq!(b.fail("a"), Duration::from_secs(4));
-        assert_eq!(b.fail("other"), Duration::from_secs(1));
-        for _ in 0..20 {
-            b.fail("a");
-        }
-        assert_eq!(b.fail("a"), Duration::from_secs(300));
-        b.succeed("a");
-        assert_eq!(b.fail("a"), Duration::from_secs(1));
+        assert_eq!(b.delay(1), Duration::from_secs(1));
+        assert_eq!(b.delay(2), Duration::from_secs(2));
+        assert_eq!(b.delay(3), Duration::from_secs(4));
+        assert_eq!(b.delay(24), Duration::from_secs(300));
+        assert_eq!(b.delay(u32::MAX), Duration::from_secs(300));
     }
 
     #[test]
@@ -396,7 +377,7 @@ mod tests {
         );
     }
 
-    /// Issue 14: a cluster-scoped child of a namespaced parent carries no ownerReference; its
+    /// A cluster-scoped child of a namespaced parent carries no ownerReference; its
     /// changes still reach the parent its annotation names, in the parent's namespace.
     #[test]
     fn an_unowned_child_maps_to_the_parent_its_annotation_names() {
@@ -417,8 +398,8 @@ mod tests {
         assert!(controller_of(&child("other.dev/App/team/p"), &parent()).is_none());
     }
 
-    /// Issue 11: a cluster-scoped parent with children in three namespaces was queued once per
-    /// namespace and reconciled concurrently under each key.
+    /// A cluster-scoped parent with children in three namespaces is queued once, not once per
+    /// namespace (and reconciled concurrently under each key).
     #[test]
     fn a_cluster_scoped_parent_is_one_object_whatever_namespace_its_children_are_in() {
         let child = |ns: &str| -> DynamicObject {

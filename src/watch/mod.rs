@@ -13,7 +13,7 @@ pub(crate) mod predicate;
 pub(crate) mod subscription;
 
 pub use decode::decode_object;
-pub(crate) use informer::{Filter, Informer, Informers, Slot};
+pub(crate) use informer::{Filter, Informer, Informers};
 pub(crate) use subscription::{Changed, Subscription};
 
 use crate::config::kind::KindRef;

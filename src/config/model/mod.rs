@@ -15,7 +15,7 @@ pub use crd::{
     ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
     Rule, RuleReason, Scale, Scope,
 };
-pub use operator::{OperatorSettings, RbacRule, USES_VERBS, Uses};
+pub use operator::{DEFAULT_BURST, DEFAULT_QPS, OperatorSettings, RbacRule, USES_VERBS, Uses};
 
 use super::kind::KindRef;
 use serde::{Deserialize, Serialize};

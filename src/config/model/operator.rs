@@ -117,12 +117,17 @@ impl Default for OperatorSettings {
     }
 }
 
+/// No client-side limit unless the operator sets one.
+pub const DEFAULT_QPS: f64 = 0.0;
+/// The burst once a `qps` is set (client-go's usual 30).
+pub const DEFAULT_BURST: u32 = 30;
+
 fn default_qps() -> f64 {
-    crate::client::rate_limit::DEFAULT_QPS
+    DEFAULT_QPS
 }
 
 fn default_burst() -> u32 {
-    crate::client::rate_limit::DEFAULT_BURST
+    DEFAULT_BURST
 }
 
 fn non_negative<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
@@ -149,14 +154,6 @@ fn default_operator_name() -> String {
     "khai".into()
 }
 impl OperatorSettings {
-    /// The client-side rate limit the config asks for.
-    pub fn limits(&self) -> crate::client::Limits {
-        crate::client::Limits {
-            qps: self.qps,
-            burst: self.burst,
-        }
-    }
-
     /// The field manager of every server-side apply: `field_manager`, else the operator's name,
     /// so `kubectl get -o yaml --show-managed-fields` says which operator owns a field.
     pub fn field_manager(&self) -> &str {

@@ -6,12 +6,8 @@
 //! seeded with the current cache, so nobody misses the initial state. This is what lets a
 //! controller's owned children, its lookups and its change-only writes cost no API calls.
 //!
-//! An informer also remembers the writes khai made to its objects that its cache has not shown
-//! yet ([`Informer::remember_write`]): a watch lags behind the writes that cause it, and a
-//! reconcile in between would otherwise see the old object and write the same thing again. An
-//! entry holds while the object is seen at the version khai wrote from; seeing any other version
-//! forgets it, and so do the object's deletion and a relist, so an object deleted (or pruned)
-//! after khai wrote it is written again when it is wanted again.
+//! An informer only applies watch events. What khai wrote that the cache does not show yet is
+//! kept in the writing object's record (`crate::object::sent`), not here.
 //!
 //! A failed watch is retried after [`WatchBackoff`](backoff::WatchBackoff): 800 ms doubling to at most 5 s, so a watch
 //! resumes within about 5 s of the API server coming back (kube-runtime's default, client-go's
@@ -26,7 +22,7 @@ use super::Kind;
 use super::subscription::{self, Changed, Publisher, Subscription};
 use crate::sync::{lock, read};
 use controlled::{Controlled, Name};
-use kube::ResourceExt;
+
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
@@ -37,25 +33,6 @@ use tokio::task::JoinHandle;
 
 type Subscribers = Arc<Mutex<Vec<Publisher>>>;
 
-/// Which part of an object a remembered write went to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Slot {
-    /// The object as a whole (a child khai applies).
-    Object,
-    /// Its status subresource.
-    Status,
-}
-
-/// A write khai made that the cache may not show yet: the resourceVersion the cache showed when
-/// khai wrote, and a hash of what khai wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Written {
-    from: String,
-    hash: String,
-}
-
-type Memo = Arc<Mutex<HashMap<(Name, Slot), Written>>>;
-
 /// A running watch of one kind with its cache.
 pub struct Informer {
     pub kind: Kind,
@@ -63,7 +40,6 @@ pub struct Informer {
     store: Store<DynamicObject>,
     subscribers: Subscribers,
     controlled: Arc<RwLock<Controlled>>,
-    written: Memo,
     /// `true` once the first full list is in the store.
     synced: tokio::sync::watch::Receiver<bool>,
 }
@@ -88,69 +64,6 @@ impl Informer {
         }
         subs.push(publisher);
         subscription
-    }
-
-    /// Remembers that khai wrote `hash` to `slot` of the object `namespace/name` while the cache
-    /// showed it at resourceVersion `from` (`""`: absent).
-    pub fn remember_write(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        slot: Slot,
-        from: &str,
-        hash: &str,
-    ) {
-        let key = ((namespace.map(str::to_string), name.to_string()), slot);
-        let w = Written {
-            from: from.to_string(),
-            hash: hash.to_string(),
-        };
-        lock(&self.written).insert(key, w);
-    }
-
-    /// Whether khai already wrote `hash` to `slot` of `namespace/name` from the version the cache
-    /// still shows (`seen`, `""` when absent): the write is on its way and need not be repeated.
-    pub fn already_written(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        slot: Slot,
-        seen: &str,
-        hash: &str,
-    ) -> bool {
-        let key = ((namespace.map(str::to_string), name.to_string()), slot);
-        let mut memo = lock(&self.written);
-        match memo.get(&key) {
-            Some(w) if w.from == seen => w.hash == hash,
-            Some(_) => {
-                memo.remove(&key);
-                false
-            }
-            None => false,
-        }
-    }
-
-    /// The name of an object khai created (applied while the cache did not have it) that the
-    /// cache does not show yet, if any: a watch lags behind the writes that cause it.
-    pub fn unseen_create(&self) -> Option<String> {
-        let memo = lock(&self.written);
-        memo.iter()
-            .filter(|((_, slot), w)| *slot == Slot::Object && w.from.is_empty())
-            .map(|((name, _), _)| name)
-            .find(|(ns, name)| {
-                let r = ObjectRef::new_with(name, self.kind.resource.clone());
-                let r = match ns {
-                    Some(ns) => r.within(ns),
-                    None => r,
-                };
-                self.store.get(&r).is_none()
-            })
-            .map(|(_, name)| name.clone())
-    }
-
-    /// How many writes are remembered, for tests of the memo's bounds.
-    pub fn remembered_writes(&self) -> usize {
-        lock(&self.written).len()
     }
 
     /// Waits until the first full list is in the cache.
@@ -191,7 +104,6 @@ impl Informer {
             store: writer.as_reader(),
             subscribers: Arc::default(),
             controlled: Arc::new(RwLock::new(controlled)),
-            written: Arc::default(),
             synced: tokio::sync::watch::channel(true).1,
         })
     }
@@ -280,7 +192,6 @@ impl Informers {
             store: writer.as_reader(),
             subscribers: Arc::default(),
             controlled: Arc::default(),
-            written: Arc::default(),
             synced: synced_rx,
         });
         let api = match namespace.as_deref() {
@@ -301,7 +212,6 @@ impl Informers {
             Shared {
                 subscribers: informer.subscribers.clone(),
                 controlled: informer.controlled.clone(),
-                written: informer.written.clone(),
                 synced: synced_tx,
             },
             key.clone(),
@@ -351,14 +261,6 @@ impl Drop for Informers {
     }
 }
 
-/// Forgets the writes remembered about `o`, which is gone.
-fn forget(written: &Memo, o: &DynamicObject) {
-    let name = (o.metadata.namespace.clone(), o.name_any());
-    let mut memo = lock(written);
-    memo.remove(&(name.clone(), Slot::Object));
-    memo.remove(&(name, Slot::Status));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,40 +294,12 @@ mod tests {
             store: Writer::new(ar).as_reader(),
             subscribers: Arc::default(),
             controlled: Arc::default(),
-            written: Arc::default(),
             synced: tokio::sync::watch::channel(false).1,
         }
     }
 
-    /// Issue 11: a child pruned before a successful reconcile had seen it was never re-created,
-    /// because the memo of its first write ("written while absent") outlived the prune.
-    #[test]
-    fn a_remembered_write_holds_while_the_cache_is_stale_and_goes_with_the_object() {
-        let inf = informer();
-        let ns = Some("ns");
-        inf.remember_write(ns, "c", Slot::Object, "", "h1");
-        assert!(
-            inf.already_written(ns, "c", Slot::Object, "", "h1"),
-            "the cache has not shown the create yet"
-        );
-        assert!(!inf.already_written(ns, "c", Slot::Object, "", "h2"));
-        forget(&inf.written, &child("c", None));
-        assert!(
-            !inf.already_written(ns, "c", Slot::Object, "", "h1"),
-            "deleted (or pruned) before a reconcile saw it: wanted again, it is written again"
-        );
-        inf.remember_write(ns, "c", Slot::Status, "5", "h");
-        assert!(inf.already_written(ns, "c", Slot::Status, "5", "h"));
-        assert!(!inf.already_written(ns, "c", Slot::Status, "6", "h"));
-        assert!(
-            !inf.already_written(ns, "c", Slot::Status, "5", "h"),
-            "forgotten once a newer version was seen"
-        );
-        assert_eq!(inf.remembered_writes(), 0);
-    }
-
-    /// Issue 11: `/readyz` stayed at 503 on some starts. kube-runtime's readiness wakes only
-    /// the last of several waiters; khai's own signal wakes every one.
+    /// kube-runtime's readiness wakes only the last of several waiters (`/readyz` would stay at
+    /// 503 on some starts); khai's own signal wakes every one.
     #[tokio::test(start_paused = true)]
     async fn every_task_waiting_for_the_first_list_wakes_up() {
         use std::time::Duration;

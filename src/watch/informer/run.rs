@@ -3,7 +3,7 @@
 
 use super::backoff::{Failing, WatchBackoff, paced};
 use super::controlled::{Controlled, Name};
-use super::{Key, Memo, Subscribers, forget};
+use super::{Key, Subscribers};
 use crate::sync::{lock, write};
 use crate::watch::decode::Watched;
 use crate::watch::subscription::Changed;
@@ -19,7 +19,6 @@ use std::sync::{Arc, RwLock};
 pub(super) struct Shared {
     pub(super) subscribers: Subscribers,
     pub(super) controlled: Arc<RwLock<Controlled>>,
-    pub(super) written: Memo,
     pub(super) synced: tokio::sync::watch::Sender<bool>,
 }
 
@@ -60,10 +59,8 @@ async fn watch(
     let Shared {
         subscribers: subs,
         controlled,
-        written,
         synced,
     } = shared;
-    let forget = |o: &DynamicObject| forget(written, o);
     // Objects are decoded by `Watched` in one pass and without `metadata.managedFields`, often
     // the larger half of an object, which nothing in khai reads (scripts never see it, change
     // detection compares fields): not decoding or caching it is the biggest saving in CPU and
@@ -128,7 +125,6 @@ async fn watch(
             }
             watcher::Event::Delete(o) => {
                 index(&|c| c.update(&o, true));
-                forget(&o);
                 vec![Changed {
                     object: Arc::new(o),
                     deleted: true,
@@ -137,7 +133,6 @@ async fn watch(
             watcher::Event::InitDone => {
                 let all = writer.as_reader().state();
                 index(&|c| c.rebuild(&all));
-                lock(written).clear();
                 synced.send_replace(true);
                 let listed: HashSet<Name> = all
                     .iter()

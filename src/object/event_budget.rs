@@ -6,11 +6,9 @@
 //! object. Past either cap the rest are dropped and counted (`khai_events_dropped_total`); one
 //! `EventsDropped` Warning per object per minute says so.
 //!
-//! Memory: one small entry per object that recorded an Event within the last minute; an
-//! object's entry goes when the object does, and stale entries are swept as new ones come.
+//! Memory: one small window per object that recorded an Event within the last minute, in its
+//! record ([`super::State`]).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -20,16 +18,10 @@ pub(crate) const PER_ANSWER: usize = 10;
 pub(crate) const PER_WINDOW: usize = 30;
 /// The window [`PER_WINDOW`] counts over.
 pub(crate) const WINDOW: Duration = Duration::from_secs(60);
-/// Entries past which stale ones are swept before a new one is added.
-const SWEEP_AT: usize = 1024;
 
-/// Per-object Event counts of one controller.
-#[derive(Default)]
-pub(crate) struct EventBudget {
-    objects: Mutex<HashMap<String, Window>>,
-}
-
-struct Window {
+/// The Events one object recorded in the current window.
+#[derive(Debug)]
+pub(crate) struct Window {
     started: Instant,
     recorded: usize,
     /// Whether this window's `EventsDropped` Warning was granted already.
@@ -47,9 +39,10 @@ pub(crate) struct Grant {
     pub say: bool,
 }
 
-impl EventBudget {
-    /// Takes what an answer of `key` asking for `asked` Events may record.
-    pub(crate) fn take(&self, key: &str, asked: usize) -> Grant {
+impl Window {
+    /// Takes what an answer asking for `asked` Events at `now` may record, from the object's
+    /// window (`None` when it has none yet).
+    pub(crate) fn take(window: &mut Option<Window>, now: Instant, asked: usize) -> Grant {
         if asked == 0 {
             return Grant {
                 kept: 0,
@@ -57,23 +50,14 @@ impl EventBudget {
                 say: false,
             };
         }
-        let now = Instant::now();
-        let mut objects = crate::sync::lock(&self.objects);
-        if objects.len() >= SWEEP_AT && !objects.contains_key(key) {
-            objects.retain(|_, w| now - w.started < WINDOW);
-        }
-        let w = objects.entry(key.to_string()).or_insert(Window {
-            started: now,
-            recorded: 0,
-            said: false,
-        });
-        if now - w.started >= WINDOW {
-            *w = Window {
+        let w = match window {
+            Some(w) if now - w.started < WINDOW => w,
+            _ => window.insert(Window {
                 started: now,
                 recorded: 0,
                 said: false,
-            };
-        }
+            }),
+        };
         let kept = asked.min(PER_ANSWER).min(PER_WINDOW - w.recorded);
         w.recorded += kept;
         let dropped = asked - kept;
@@ -82,14 +66,9 @@ impl EventBudget {
         Grant { kept, dropped, say }
     }
 
-    /// Forgets `key`, which is gone.
-    pub(crate) fn forget(&self, key: &str) {
-        crate::sync::lock(&self.objects).remove(key);
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        crate::sync::lock(&self.objects).len()
+    /// Whether the window is over at `now`, and so need not be kept.
+    pub(crate) fn is_over(&self, now: Instant) -> bool {
+        now - self.started >= WINDOW
     }
 }
 
@@ -103,43 +82,51 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn one_answer_records_at_most_its_share_and_says_so_once() {
-        let b = EventBudget::default();
-        assert_eq!(b.take("a", 3), grant(3, 0, false));
-        assert_eq!(b.take("a", 1000), grant(10, 990, true));
-        assert_eq!(b.take("a", 12), grant(10, 2, false), "said once per window");
-        assert_eq!(b.take("b", 12), grant(10, 2, true), "objects count apart");
+        let (mut a, mut b) = (None, None);
+        let now = Instant::now();
+        assert_eq!(Window::take(&mut a, now, 3), grant(3, 0, false));
+        assert_eq!(Window::take(&mut a, now, 1000), grant(10, 990, true));
+        assert_eq!(
+            Window::take(&mut a, now, 12),
+            grant(10, 2, false),
+            "said once per window"
+        );
+        assert_eq!(
+            Window::take(&mut b, now, 12),
+            grant(10, 2, true),
+            "objects count apart"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_object_records_at_most_its_share_per_minute_then_again_in_the_next() {
-        let b = EventBudget::default();
-        let kept: usize = (0..10).map(|_| b.take("a", 5).kept).sum();
+        let mut a = None;
+        let kept: usize = (0..10)
+            .map(|_| Window::take(&mut a, Instant::now(), 5).kept)
+            .sum();
         assert_eq!(
             kept, PER_WINDOW,
             "ten answers of five Events within a minute"
         );
         assert_eq!(
-            b.take("a", 1),
+            Window::take(&mut a, Instant::now(), 1),
             grant(0, 1, false),
             "the first drop already said"
         );
         tokio::time::advance(WINDOW).await;
-        assert_eq!(b.take("a", 5), grant(5, 0, false), "a new window");
+        assert!(a.as_ref().is_some_and(|w| w.is_over(Instant::now())));
+        assert_eq!(
+            Window::take(&mut a, Instant::now(), 5),
+            grant(5, 0, false),
+            "a new window"
+        );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn entries_go_with_their_object_and_stale_ones_are_swept() {
-        let b = EventBudget::default();
-        assert_eq!(b.take("quiet", 0), grant(0, 0, false));
-        assert_eq!(b.len(), 0, "an answer without Events keeps nothing");
-        b.take("a", 1);
-        b.forget("a");
-        assert_eq!(b.len(), 0);
-        for i in 0..SWEEP_AT {
-            b.take(&i.to_string(), 1);
-        }
-        tokio::time::advance(WINDOW).await;
-        b.take("new", 1);
-        assert_eq!(b.len(), 1, "stale windows swept");
+    #[test]
+    fn an_answer_without_events_keeps_nothing() {
+        let mut quiet = None;
+        let now = Instant::now();
+        assert_eq!(Window::take(&mut quiet, now, 0), grant(0, 0, false));
+        assert!(quiet.is_none());
     }
 }

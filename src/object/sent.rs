@@ -1,0 +1,300 @@
+//! What khai sent about one object, its children and its own status, that the cache may not
+//! show yet.
+//!
+//! Two questions are answered from it:
+//!
+//! - **Already written?** A reconcile running from a cache that does not show khai's last write
+//!   yet would send the same write again. A write is recorded with the resourceVersion the cache
+//!   showed when it was sent and the hash of what was sent; while the cache still shows that
+//!   version, the same hash is not sent again ([`Sent::already_written`]), for at most
+//!   [`TRUST_FOR`]: a watch lags behind the writes that cause it by milliseconds to seconds, and
+//!   a child created and deleted again while the watch was down shows as absent in the cache,
+//!   just as before khai created it.
+//! - **Echo?** A child khai applies comes back through its kind's watch, and the owned-children
+//!   trigger would queue the parent once more for a reconcile that finds nothing to do
+//!   ("expectations", as controller-runtime calls them). Before each apply request goes out,
+//!   khai records the body it sends ([`Sent::expect`]). A child's watch event is then an echo,
+//!   and triggers nothing, when all of these hold (`crate::apply::is_echo`):
+//!   - it is not a deletion (a deleted child always triggers, and is recreated);
+//!   - its parent's last reconcile recorded it: that reconcile read nothing but its object
+//!     (`crate::effects::Reads`), so the child's state cannot change its plan;
+//!   - the child holds everything khai sent, as the applier's own "nothing to write" compare
+//!     sees it. Someone else's edit of a field khai manages fails this and triggers, so drift
+//!     is repaired as before.
+//!
+//!   Deciding on content, not on the resourceVersion the apply returns, is what makes the record
+//!   usable before the response is in: under load the watch event often arrives first.
+//!
+//! Bounds: an echo is consumed by its echo, and all of an object's go when its next reconcile
+//! starts; a child's record goes with the child's deletion, and with the plan that no longer
+//! has the child; all go with the object. What is held is bounded by the children of the
+//! objects that exist, never by how many were ever created.
+
+use crate::watch::Kind;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a write is taken as on its way while the cache does not show it.
+pub const TRUST_FOR: Duration = Duration::from_secs(30);
+
+/// What a write was about.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Target {
+    /// The object's own `.status`, as its `reconcile` plans it.
+    Status,
+    /// The fields of its `.status` its handlers, timers and daemons return.
+    HandlerStatus,
+    /// One of its children.
+    Child(ChildId),
+}
+
+/// A child: its kind's group and kind, its namespace (for a namespaced kind) and its name.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ChildId {
+    group: String,
+    kind: String,
+    namespace: Option<String>,
+    /// The child's name.
+    pub name: String,
+}
+
+impl ChildId {
+    /// The child `namespace/name` of kind `kind`.
+    pub fn new(kind: &Kind, namespace: Option<&str>, name: &str) -> Self {
+        Self {
+            group: kind.resource.group.clone(),
+            kind: kind.resource.kind.clone(),
+            namespace: namespace.filter(|_| kind.namespaced).map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+
+    /// Whether the child is of kind `kind`.
+    pub fn is_of(&self, kind: &Kind) -> bool {
+        self.group == kind.resource.group && self.kind == kind.resource.kind
+    }
+
+    /// The child's namespace, for a namespaced kind.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+}
+
+/// What khai sent about one object.
+#[derive(Debug, Default)]
+pub struct Sent {
+    records: HashMap<Target, Record>,
+    /// The handler annotations (`last-handled`, `progress`) khai wrote last, until the cache
+    /// shows them (`crate::handler`).
+    pub(crate) annotations: Option<Annotated>,
+}
+
+/// The handler annotations khai wrote to an object, and when.
+#[derive(Debug, Clone)]
+pub(crate) struct Annotated {
+    pub last: Option<String>,
+    pub progress: Option<String>,
+    pub at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Record {
+    /// The write sent, while the cache may not show it.
+    written: Option<Written>,
+    /// What was sent, as the API server stores it, while its watch event is expected.
+    echo: Option<Arc<Value>>,
+}
+
+#[derive(Debug)]
+struct Written {
+    /// The resourceVersion the cache showed when it was sent (`""`: absent).
+    from: String,
+    /// The hash of what was sent.
+    hash: String,
+    at: Instant,
+}
+
+impl Record {
+    fn is_empty(&self) -> bool {
+        self.written.is_none() && self.echo.is_none()
+    }
+}
+
+impl Sent {
+    /// Whether khai already wrote `hash` to `target` from the version the cache still shows
+    /// (`seen`, `""` when absent): the write is on its way and need not be repeated. A record of
+    /// an older version is dropped.
+    pub fn already_written(&mut self, target: &Target, seen: &str, hash: &str) -> bool {
+        let Some(record) = self.records.get_mut(target) else {
+            return false;
+        };
+        match &record.written {
+            Some(w) if w.from == seen && w.at.elapsed() <= TRUST_FOR => w.hash == hash,
+            Some(_) => {
+                record.written = None;
+                if record.is_empty() {
+                    self.records.remove(target);
+                }
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// khai wrote `hash` to `target` while the cache showed resourceVersion `from` (`""`:
+    /// absent).
+    pub fn written(&mut self, target: Target, from: &str, hash: &str) {
+        self.records.entry(target).or_default().written = Some(Written {
+            from: from.to_string(),
+            hash: hash.to_string(),
+            at: Instant::now(),
+        });
+    }
+
+    /// khai is about to send `sent` (as the server will store it) for `child`, and expects its
+    /// watch event back.
+    pub fn expect(&mut self, child: ChildId, sent: Arc<Value>) {
+        self.records.entry(Target::Child(child)).or_default().echo = Some(sent);
+    }
+
+    /// What khai sent for `child` and expects back, if anything.
+    pub fn echo(&self, child: &ChildId) -> Option<Arc<Value>> {
+        self.records
+            .get(&Target::Child(child.clone()))
+            .and_then(|r| r.echo.clone())
+    }
+
+    /// The echo of `child` came back: the record compared (`sent`) is consumed; a newer one (the
+    /// object reconciled meanwhile) stays.
+    pub fn echoed(&mut self, child: &ChildId, sent: &Arc<Value>) {
+        let target = Target::Child(child.clone());
+        if let Some(record) = self.records.get_mut(&target)
+            && record.echo.as_ref().is_some_and(|s| Arc::ptr_eq(s, sent))
+        {
+            record.echo = None;
+            if record.is_empty() {
+                self.records.remove(&target);
+            }
+        }
+    }
+
+    /// Forgets every echo expected: the object's reconcile starts again, and what it will read
+    /// is not known yet.
+    pub fn forget_echoes(&mut self) {
+        self.records.retain(|_, r| {
+            r.echo = None;
+            !r.is_empty()
+        });
+    }
+
+    /// `child` is gone: nothing about it is kept.
+    pub fn deleted(&mut self, child: &ChildId) {
+        self.records.remove(&Target::Child(child.clone()));
+    }
+
+    /// Keeps the records of the children `wanted` says the object still has.
+    pub fn retain_children(&mut self, wanted: impl Fn(&ChildId) -> bool) {
+        self.records.retain(|t, _| match t {
+            Target::Child(c) => wanted(c),
+            Target::Status | Target::HandlerStatus => true,
+        });
+    }
+
+    /// The children khai created (applied while the cache did not have them).
+    pub fn created(&self) -> impl Iterator<Item = &ChildId> {
+        self.records
+            .iter()
+            .filter_map(|(t, r)| match (t, &r.written) {
+                (Target::Child(c), Some(w)) if w.from.is_empty() => Some(c),
+                _ => None,
+            })
+    }
+
+    /// How many echoes are expected.
+    pub fn echoes(&self) -> usize {
+        self.records.values().filter(|r| r.echo.is_some()).count()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.annotations.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn child(name: &str) -> ChildId {
+        ChildId::new(&Kind::configmaps(), Some("ns"), name)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_holds_while_the_cache_shows_the_version_it_was_sent_from() {
+        let mut s = Sent::default();
+        let t = Target::Child(child("a"));
+        assert!(!s.already_written(&t, "1", "h"));
+        s.written(t.clone(), "1", "h");
+        assert!(
+            s.already_written(&t, "1", "h"),
+            "the same write from the same version"
+        );
+        assert!(!s.already_written(&t, "1", "other"), "a different write");
+        assert!(!s.already_written(&t, "2", "h"), "the cache moved on");
+        assert!(s.is_empty(), "the stale record is dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_cache_never_shows_is_trusted_for_a_while_only() {
+        let mut s = Sent::default();
+        let t = Target::Child(child("a"));
+        s.written(t.clone(), "", "h");
+        tokio::time::advance(TRUST_FOR).await;
+        assert!(s.already_written(&t, "", "h"));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(
+            !s.already_written(&t, "", "h"),
+            "created and deleted unseen: sent again"
+        );
+        assert!(s.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_echo_is_consumed_once_and_all_go_when_the_reconcile_starts_again() {
+        let mut s = Sent::default();
+        let sent = Arc::new(json!({"data": {"k": "v"}}));
+        s.expect(child("a"), sent.clone());
+        s.written(Target::Child(child("a")), "", "h");
+        assert_eq!(s.echoes(), 1);
+        let newer = Arc::new(json!({"data": {"k": "w"}}));
+        s.expect(child("a"), newer.clone());
+        s.echoed(&child("a"), &sent);
+        assert_eq!(s.echoes(), 1, "a newer record stays");
+        s.echoed(&child("a"), &newer);
+        assert_eq!(s.echoes(), 0);
+        assert_eq!(s.created().count(), 1, "the write record stays");
+        s.expect(child("b"), sent);
+        s.forget_echoes();
+        assert_eq!(s.echoes(), 0);
+        s.deleted(&child("a"));
+        assert!(s.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn records_of_children_the_plan_no_longer_has_go() {
+        let mut s = Sent::default();
+        s.written(Target::Child(child("a")), "", "h");
+        s.written(Target::Child(child("b")), "", "h");
+        s.written(Target::Status, "1", "h");
+        s.retain_children(|c| c.name == "a");
+        assert_eq!(
+            s.created().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert!(s.already_written(&Target::Status, "1", "h"));
+    }
+}
