@@ -95,9 +95,9 @@ pub async fn wait_for_reloads(addr: &str, result: &str, n: f64) -> f64 {
     .await
 }
 
-/// Waits until khai at `addr` holds its lease (`leading`: `leader_election_master_status` is
-/// 1) or waits for it as a standby (the series exists and is 0, set before khai first tries to
-/// acquire the lease).
+/// Waits until khai at `addr` holds its lease (`leading`: its `leader_election_master_status`
+/// is one) or waits for it as a standby (the series exists and is zero, as khai sets it before it
+/// first tries to acquire the lease).
 pub async fn wait_for_leadership(addr: &str, what: &str, leading: bool) {
     let want = if leading { 1.0 } else { 0.0 };
     wait_for_metric(addr, what, "leader_election_master_status", &[], |v| {
