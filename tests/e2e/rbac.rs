@@ -279,15 +279,6 @@ async fn removing_the_generated_status_rule_makes_the_status_write_fail() {
     khai.terminate().await;
 }
 
-/// A free local port for the webhook server.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rbac() {
     let client = crate::support::client().await;
@@ -300,25 +291,8 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
     let docs = generate_rbac(&config, &ns.name);
     apply(&client, &ns.name, &docs).await;
     let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-rbaccache").await;
-    let port = free_port();
-    let bind = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}");
-    let khai = Khai::start_with_kubeconfig(
-        &config,
-        &ns.name,
-        &[
-            "--webhook-bind",
-            &bind,
-            "--webhook-url",
-            &url,
-            "--log-format",
-            "json",
-        ],
-        &kubeconfig,
-    );
     // Installed as the ServiceAccount: both configurations and the CRD's conversion.
-    khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
-        .await;
+    let (khai, _) = crate::webhooks::start_with(&config, &ns.name, true, &[], &kubeconfig).await;
     crate::support::wait_for_crd(&client, &format!("caches.{group}")).await;
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Cache"), "caches");

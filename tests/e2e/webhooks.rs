@@ -26,6 +26,17 @@ pub(crate) fn free_port() -> u16 {
 /// khai on `config` with its webhook server on a free port; with `install`, khai points the API
 /// server at it (self-signed mode installs its configurations).
 pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
+    start_with(config, ns, install, &[], crate::support::kubeconfig()).await
+}
+
+/// Like [`start`], with `extra` flags, connecting with `kubeconfig`.
+pub(crate) async fn start_with(
+    config: &Path,
+    ns: &str,
+    install: bool,
+    extra: &[&str],
+    kubeconfig: &Path,
+) -> (Khai, u16) {
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}");
@@ -33,7 +44,8 @@ pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16)
     if install {
         args.extend(["--webhook-url", url.as_str(), "--log-format", "json"]);
     }
-    let khai = Khai::start(config, ns, &args);
+    args.extend(extra);
+    let khai = Khai::start_with_kubeconfig(config, ns, &args, kubeconfig);
     wait_for_listener(&bind, "the webhook server").await;
     if install {
         khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
@@ -414,26 +426,8 @@ async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_
         )
     };
     let config = widget_operator(dir.path(), group, &limit(5));
-    let port = free_port();
-    let (bind, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let khai = Khai::start(
-        &config,
-        &ns.name,
-        &[
-            "--watch",
-            "--webhook-bind",
-            &bind,
-            "--webhook-url",
-            &url,
-            "--log-format",
-            "json",
-        ],
-    );
-    khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
-        .await;
+    let kubeconfig = crate::support::kubeconfig();
+    let (khai, _) = start_with(&config, &ns.name, true, &["--watch"], kubeconfig).await;
     crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
     let gvk = GroupVersionKind::gvk(group, "v1", "Widget");
     let api: Api<DynamicObject> =
@@ -620,26 +614,8 @@ async fn a_webhook_configuration_the_config_no_longer_needs_is_deleted() {
                   fn mutate(req) { let o = req.object; o.metadata.labels = #{ m: \"yes\" }; o }\n";
     let config = widget_operator(dir.path(), group, script);
     register_mutate(&config);
-    let port = free_port();
-    let (bind, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let khai = Khai::start(
-        &config,
-        &ns.name,
-        &[
-            "--watch",
-            "--webhook-bind",
-            &bind,
-            "--webhook-url",
-            &url,
-            "--log-format",
-            "json",
-        ],
-    );
-    khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
-        .await;
+    let kubeconfig = crate::support::kubeconfig();
+    let (khai, _) = start_with(&config, &ns.name, true, &["--watch"], kubeconfig).await;
     let gvk = GroupVersionKind::gvk(
         "admissionregistration.k8s.io",
         "v1",
