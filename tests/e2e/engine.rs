@@ -763,21 +763,18 @@ fn reconcile(obj, ctx) {
 }
 "#;
     let op = operator(group, script);
-    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let khai = start_json(&op, &ns.name);
     let api = widgets(&client, group, &ns.name);
     let start = crate::support::audit::mark();
     create_widget(&api, group, "hot", json!({ "message": "loop" })).await;
+    // A pause is the only line with a cooldown.
     let pauses = khai
-        .wait_for_logs(0, "two pauses of the looping object", 2, |l| {
-            l.contains("hot loop") && l.contains("name=hot")
+        .wait_for_json_logs_where(0, "two pauses of the looping object", 2, |l| {
+            l["name"] == "hot" && l.get("cooldown").is_some()
         })
         .await;
-    assert!(pauses[0].contains("pausing it for 5s"), "{}", pauses[0]);
-    assert!(
-        pauses[1].contains("pausing it for 10s"),
-        "doubled: {}",
-        pauses[1]
-    );
+    assert_eq!(pauses[0]["cooldown"], "5s", "{}", pauses[0]);
+    assert_eq!(pauses[1]["cooldown"], "10s", "doubled: {}", pauses[1]);
     let child_writes = crate::support::audit::writes(start, |e| {
         e["objectRef"]["name"] == "hot-child" && e["objectRef"]["namespace"] == ns.name.as_str()
     });

@@ -428,11 +428,20 @@ impl Khai {
         fields: serde_json::Value,
     ) -> Vec<serde_json::Value> {
         let want = fields.as_object().expect("fields is a JSON object").clone();
-        let has = move |l: &str| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .is_ok_and(|line| want.iter().all(|(k, v)| line.get(k) == Some(v)))
-        };
-        self.wait_for_logs(skip, what, n, has)
+        let has = move |line: &serde_json::Value| want.iter().all(|(k, v)| line.get(k) == Some(v));
+        self.wait_for_json_logs_where(skip, what, n, has).await
+    }
+
+    /// Like [`Khai::wait_for_json_logs`], for lines that satisfy `pred`.
+    pub async fn wait_for_json_logs_where(
+        &self,
+        skip: usize,
+        what: &str,
+        n: usize,
+        pred: impl Fn(&serde_json::Value) -> bool + Send + 'static,
+    ) -> Vec<serde_json::Value> {
+        let holds = move |l: &str| serde_json::from_str(l).is_ok_and(|line| pred(&line));
+        self.wait_for_logs(skip, what, n, holds)
             .await
             .iter()
             .map(|l| serde_json::from_str(l).unwrap())
