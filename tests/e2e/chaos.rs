@@ -26,6 +26,7 @@ use crate::support::chaos::{
     Driver, GROUP, LEASE, Scene, assert_no_overlap, recover_and_report, steady,
 };
 use crate::support::dedicated::dedicated;
+use crate::support::metrics::wait_for_leadership;
 use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -156,12 +157,11 @@ async fn leader_killed_repeatedly_never_leaves_two_writers() {
         "--leader-elect-retry-period",
         "1s",
     ];
-    let leads = |l: &str| l.contains("became leader");
-    let waits = |l: &str| l.contains("waiting to become leader");
     let mut leader = scene.start(&flags);
-    leader.wait_for_log(0, "leadership", leads).await;
+    wait_for_leadership(&leader.metrics_addr().await, "leadership", true).await;
     let mut standby = scene.start(&flags);
-    standby.wait_for_log(0, "a standby", waits).await;
+    let mut standby_addr = standby.metrics_addr().await;
+    wait_for_leadership(&standby_addr, "a standby", false).await;
     let expected = steady(&scene, &leader).await;
     let driver = Driver::start(&scene, &expected);
     let mut takeovers = Vec::new();
@@ -170,13 +170,12 @@ async fn leader_killed_repeatedly_never_leaves_two_writers() {
         assert_no_overlap(&leader, &format!("before leader kill {k}")).await;
         leader.kill();
         let killed = Instant::now();
-        standby
-            .wait_for_log(0, "the standby taking over", leads)
-            .await;
+        wait_for_leadership(&standby_addr, "the standby taking over", true).await;
         takeovers.push(killed.elapsed());
         leader = standby;
         standby = scene.start(&flags);
-        standby.wait_for_log(0, "a new standby", waits).await;
+        standby_addr = standby.metrics_addr().await;
+        wait_for_leadership(&standby_addr, "a new standby", false).await;
     }
     let stopped = driver.stop().await;
     let faults = format!("{} leader SIGKILLs", scene.size.leader_kills);

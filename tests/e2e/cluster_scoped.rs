@@ -7,7 +7,7 @@
 //! controller per namespace for a cluster-scoped kind, each reconciling every object.
 
 use crate::support::metrics::{metrics_until, sum};
-use crate::support::{Khai, TestNamespace, audit, configmaps, wait_for};
+use crate::support::{Khai, TestNamespace, audit, configmaps, reconciled, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -51,6 +51,8 @@ async fn a_cluster_scoped_parent_is_reconciled_once_for_all_its_namespaces() {
         names[1].as_str(),
         "--namespace",
         names[2].as_str(),
+        "--log-format",
+        "json",
     ];
     let khai = Khai::start(&config, &names[0], &extra);
     crate::support::wait_for_crd(&client, "sharedconfigs.examples.khai.dev").await;
@@ -172,11 +174,8 @@ async fn a_cluster_scoped_parent_is_reconciled_once_for_all_its_namespaces() {
     assert_eq!(code, Some(0));
     let restarted = audit::mark();
     let khai = Khai::start(&config, &names[0], &extra);
-    let n = name.clone();
-    khai.wait_for_log(0, "the reconcile after the restart", move |l| {
-        l.contains(" reconciled") && l.contains(&format!("name={n}"))
-    })
-    .await;
+    khai.wait_for_json_log(0, "the reconcile after the restart", reconciled(&name))
+        .await;
     let addr = khai.metrics_addr().await;
     metrics_until(&addr, "an idle work queue", idle).await;
     let (code, _) = khai.terminate().await;

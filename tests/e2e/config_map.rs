@@ -4,7 +4,7 @@
 //! the write, measured against the API server's audit timestamps, and the leader's reconciles
 //! use it. A ConfigMap that is missing at start is an error that names it.
 
-use crate::support::metrics::metrics_until;
+use crate::support::metrics::{metrics_until, wait_for_leadership};
 use crate::support::{self, Khai, TestNamespace, audit};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -35,12 +35,12 @@ fn hello_data(shout: &str) -> BTreeMap<String, String> {
     ])
 }
 
-/// When a text log line was written (its first field).
-fn logged_at(line: &str) -> jiff::Timestamp {
-    line.split_whitespace()
-        .next()
+/// When a JSON log line was written.
+fn logged_at(line: &serde_json::Value) -> jiff::Timestamp {
+    line["timestamp"]
+        .as_str()
         .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("no timestamp in {line:?}"))
+        .unwrap_or_else(|| panic!("no timestamp in {line}"))
 }
 
 #[tokio::test]
@@ -54,19 +54,19 @@ async fn every_replica_follows_a_configmap_change_within_two_seconds() {
     cms.create(&PostParams::default(), &cm).await.unwrap();
 
     let source = format!("configmap:{}/operator", ns.name);
-    let leader_args = ["--leader-elect", "--leader-elect-namespace", &ns.name];
+    let leader_args = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        &ns.name,
+        "--log-format",
+        "json",
+    ];
     let first = Khai::start(Path::new(&source), &ns.name, &leader_args);
-    first
-        .wait_for_log(0, "the first replica to lead", |l| {
-            l.contains("became leader")
-        })
-        .await;
+    let leader_metrics = first.metrics_addr().await;
+    wait_for_leadership(&leader_metrics, "the first replica to lead", true).await;
     let second = Khai::start(Path::new(&source), &ns.name, &leader_args);
-    second
-        .wait_for_log(0, "the second replica to stand by", |l| {
-            l.contains("waiting to become leader")
-        })
-        .await;
+    let standby_metrics = second.metrics_addr().await;
+    wait_for_leadership(&standby_metrics, "the second replica to stand by", false).await;
 
     let gvk = GroupVersionKind::gvk("examples.khai.dev", "v1", "Hello");
     let hellos: Api<DynamicObject> = Api::namespaced_with(
@@ -148,21 +148,13 @@ async fn every_replica_follows_a_configmap_change_within_two_seconds() {
         ("leader", &first, first_len),
         ("standby", &second, second_len),
     ] {
-        let line = khai
-            .wait_for_log(skip, "the reload", |l| {
-                l.contains("config changed; reloading")
-            })
-            .await;
+        let changed = serde_json::json!({ "message": "config changed; reloading" });
+        let line = khai.wait_for_json_log(skip, "the reload", changed).await;
         let took = Duration::try_from(logged_at(&line).duration_since(written_at)).unwrap();
         eprintln!("ConfigMap write -> the {name} loading it: {took:?}");
         assert!(took < BUDGET, "the {name} saw the change after {took:?}");
-        assert!(
-            line.contains(&format!("version={version}"))
-                || line.contains(&format!("version=\"{version}\"")),
-            "{line}"
-        );
+        assert_eq!(line["version"], version.as_str(), "{line}");
     }
-    let leader_metrics = first.metrics_addr().await;
     metrics_until(
         &leader_metrics,
         "khai_config_info of the new version",

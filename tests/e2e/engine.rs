@@ -1,10 +1,11 @@
 //! End to end against a real kube-apiserver: the reconcile engine's guarantees, each with an
 //! operator written for the test and run by the real `khai` binary.
 
-use crate::support::{Khai, TestNamespace, configmaps, wait_for};
+use crate::support::metrics::wait_for_reloads;
+use crate::support::{Khai, TestNamespace, configmaps, reconciled, wait_for};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use serde_json::json;
+use serde_json::{Value, json};
 use tempfile::TempDir;
 
 /// Writes an operator with one namespaced CRD `Widget` in `group` and the given script.
@@ -41,9 +42,14 @@ script = "widget.rhai"
     dir
 }
 
-/// Changes a label of widget `name`, which passes the change filter, and returns the log line
-/// of the reconcile it triggers.
-async fn poke(api: &Api<DynamicObject>, name: &str, khai: &Khai) -> String {
+/// khai on `op` in `ns`, logging JSON, so that its reconciles can be read field by field.
+fn start_json(op: &TempDir, ns: &str) -> Khai {
+    Khai::start(op.path(), ns, crate::support::JSON_LOG)
+}
+
+/// Changes a label of widget `name`, which passes the change filter, and returns the JSON log
+/// line of the reconcile it triggers (khai started by [`start_json`]).
+async fn poke(api: &Api<DynamicObject>, name: &str, khai: &Khai) -> Value {
     let seen = khai.log_len();
     api.patch(
         name,
@@ -52,10 +58,15 @@ async fn poke(api: &Api<DynamicObject>, name: &str, khai: &Khai) -> String {
     )
     .await
     .unwrap();
-    khai.wait_for_log(seen, "the reconcile after the label change", |l| {
-        l.contains("reconciled") && l.contains("object updated")
-    })
-    .await
+    let mut fields = reconciled(name);
+    fields["object.reason"] = json!("object updated");
+    khai.wait_for_json_log(seen, "the reconcile after the label change", fields)
+        .await
+}
+
+/// `applied`, `unchanged`, `pruned` and `status_written` of a reconcile's JSON log line.
+fn outcome(line: &Value) -> [&Value; 4] {
+    ["applied", "unchanged", "pruned", "status_written"].map(|k| &line[k])
 }
 
 /// One ConfigMap per `spec.count`, named `<name>-<i>`; throws when `spec.message` is "boom".
@@ -174,7 +185,7 @@ async fn a_steady_state_reconcile_writes_nothing() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "steady").await;
     let op = operator(group, WIDGET);
-    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let khai = start_json(&op, &ns.name);
     let api = widgets(&client, group, &ns.name);
     create_widget(&api, group, "w", json!({ "count": 2 })).await;
     let w = wait_for(&api, "w", "the Widget to be Ready", ready).await;
@@ -186,8 +197,9 @@ async fn a_steady_state_reconcile_writes_nothing() {
     // A label change passes the change filter and triggers a reconcile whose plan equals what
     // is already stored.
     let line = poke(&api, "w", &khai).await;
-    assert!(
-        line.contains("applied=0 unchanged=2 pruned=0 status_written=false"),
+    assert_eq!(
+        outcome(&line),
+        [&json!(0), &json!(2), &json!(0), &json!(false)],
         "{line}"
     );
     let (code, _) = khai.terminate().await;
@@ -602,7 +614,8 @@ fn reconcile(obj, ctx) {
         text.replace(r#"owns = ["v1/ConfigMap"]"#, r#"owns = ["v1/Secret"]"#),
     )
     .unwrap();
-    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let khai = start_json(&op, &ns.name);
+    let addr = khai.metrics_addr().await;
     let api = widgets(&client, group, &ns.name);
     create_widget(&api, group, "w", json!({ "count": 7 })).await;
     wait_for(&api, "w", "the Widget to be Ready", ready).await;
@@ -615,24 +628,14 @@ fn reconcile(obj, ctx) {
         "base64 of pw-7"
     );
     let line = poke(&api, "w", &khai).await;
-    assert!(line.contains("applied=0 unchanged=1"), "{line}");
-    let (code, log) = khai.terminate().await;
-    assert_eq!(code, Some(0));
+    assert_eq!(outcome(&line)[..2], [&json!(0), &json!(1)], "{line}");
     // One write over the Secret's life: the reconcile its own creation event triggered saw it
-    // as already stored.
-    let applied: usize = log
-        .iter()
-        .filter(|l| l.contains("reconciled"))
-        .filter_map(|l| {
-            l.split("applied=")
-                .nth(1)?
-                .split(' ')
-                .next()?
-                .parse::<usize>()
-                .ok()
-        })
-        .sum();
-    assert_eq!(applied, 1, "the Secret was applied {applied} times");
+    // as already stored. Children are counted before their reconcile logs it.
+    let body = crate::support::metrics::http_get(&addr, "/metrics").await.1;
+    let applied = crate::support::metrics::sum(&body, "khai_children_applied_total");
+    assert_eq!(applied, 1.0, "the Secret was applied {applied} times");
+    let (code, _) = khai.terminate().await;
+    assert_eq!(code, Some(0));
 }
 
 /// Issue 11: khai deleted its finalizer only through `finalize`. Once the script no longer
@@ -647,6 +650,7 @@ async fn a_finalizer_no_script_needs_any_more_is_removed_and_deletion_completes(
         &format!("{WIDGET}\nfn finalize(obj, ctx) {{ false }}\n"),
     );
     let khai = Khai::start(op.path(), &ns.name, &["--watch"]);
+    let addr = khai.metrics_addr().await;
     let api = widgets(&client, group, &ns.name);
     create_widget(&api, group, "w", json!({})).await;
     let has_finalizer = |o: &DynamicObject| {
@@ -664,10 +668,8 @@ async fn a_finalizer_no_script_needs_any_more_is_removed_and_deletion_completes(
     )
     .await;
     // The new version of the script has no finalize: nothing needs the finalizer now.
-    let seen = khai.log_len();
     std::fs::write(op.path().join("widget.rhai"), WIDGET).unwrap();
-    khai.wait_for_log(seen, "the reload", |l| l.contains("config reloaded"))
-        .await;
+    wait_for_reloads(&addr, "success", 1.0).await;
     wait_for(
         &api,
         "w",
@@ -761,21 +763,18 @@ fn reconcile(obj, ctx) {
 }
 "#;
     let op = operator(group, script);
-    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let khai = start_json(&op, &ns.name);
     let api = widgets(&client, group, &ns.name);
     let start = crate::support::audit::mark();
     create_widget(&api, group, "hot", json!({ "message": "loop" })).await;
+    // A pause is the only line with a cooldown.
     let pauses = khai
-        .wait_for_logs(0, "two pauses of the looping object", 2, |l| {
-            l.contains("hot loop") && l.contains("name=hot")
+        .wait_for_json_logs_where(0, "two pauses of the looping object", 2, |l| {
+            l["name"] == "hot" && l.get("cooldown").is_some()
         })
         .await;
-    assert!(pauses[0].contains("pausing it for 5s"), "{}", pauses[0]);
-    assert!(
-        pauses[1].contains("pausing it for 10s"),
-        "doubled: {}",
-        pauses[1]
-    );
+    assert_eq!(pauses[0]["cooldown"], "5s", "{}", pauses[0]);
+    assert_eq!(pauses[1]["cooldown"], "10s", "doubled: {}", pauses[1]);
     let child_writes = crate::support::audit::writes(start, |e| {
         e["objectRef"]["name"] == "hot-child" && e["objectRef"]["namespace"] == ns.name.as_str()
     });
@@ -850,12 +849,12 @@ fn reconcile(obj, ctx) {
     );
 }
 
-/// The reconciles of widget `name` khai has logged so far, and their reasons.
-fn reconciles_of(khai: &Khai, name: &str) -> Vec<String> {
+/// The reconciles of widget `name` khai (logging JSON) has logged so far, and their reasons.
+fn reconciles_of(khai: &Khai, name: &str) -> Vec<Value> {
     khai.tail(usize::MAX)
         .lines()
-        .filter(|l| l.contains("reconciled") && l.contains(&format!("name={name} ")))
-        .map(str::to_string)
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["message"] == "reconciled" && l["name"] == name)
         .collect()
 }
 
@@ -869,20 +868,18 @@ async fn khais_own_child_write_does_not_trigger_its_parent_again() {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "echo").await;
     let op = operator(group, WIDGET);
-    let khai = Khai::start(op.path(), &ns.name, &[]);
+    let khai = start_json(&op, &ns.name);
     let api = widgets(&client, group, &ns.name);
     let start = crate::support::audit::mark();
     create_widget(&api, group, "w", json!({ "count": 1 })).await;
     wait_for(&api, "w", "the Widget to be Ready", ready).await;
     // khai logs the reconcile after its status write.
-    khai.wait_for_log(0, "the first reconcile", |l| {
-        l.contains("reconciled") && l.contains("name=w ")
-    })
-    .await;
+    khai.wait_for_json_log(0, "the first reconcile", reconciled("w"))
+        .await;
     // The label change is queued behind anything the create set off: its reconcile is the
     // last one before the count is read.
     let line = poke(&api, "w", &khai).await;
-    assert!(line.contains("applied=0 unchanged=1"), "{line}");
+    assert_eq!(outcome(&line)[..2], [&json!(0), &json!(1)], "{line}");
     let addr = khai.metrics_addr().await;
     let body = crate::support::metrics::metrics_until(&addr, "two reconciles", |b| {
         crate::support::metrics::sum(b, "controller_runtime_reconcile_total") >= 2.0
@@ -896,8 +893,7 @@ async fn khais_own_child_write_does_not_trigger_its_parent_again() {
     );
     assert_eq!(runs.len(), 2, "{runs:#?}");
     assert!(
-        runs.iter()
-            .all(|l| l.contains("object.reason=object updated")),
+        runs.iter().all(|l| l["object.reason"] == "object updated"),
         "khai's own child write triggered its parent: {runs:#?}"
     );
     let writes = crate::support::audit::writes(start, |e| {

@@ -3,6 +3,7 @@
 //! reading an index, a daemon with state and a stop, the startup hook filling the memo; and the
 //! bookkeeping's cost in writes, across a restart too.
 
+use crate::support::metrics::wait_for_reloads;
 use crate::support::{Khai, TestNamespace, audit, wait_for, wait_until_gone};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -602,6 +603,7 @@ async fn a_finalizer_no_handler_needs_after_a_reload_is_removed_and_deletion_com
     )
     .await;
     let khai = Khai::start(&config, &ns.name, &["--watch"]);
+    let addr = khai.metrics_addr().await;
     crate::support::wait_for_crd(&client, &format!("notes.{op}.khai.dev")).await;
     create_note(&api, op, "n", false).await;
     wait_for(
@@ -612,11 +614,9 @@ async fn a_finalizer_no_handler_needs_after_a_reload_is_removed_and_deletion_com
     )
     .await;
     // The new version has no handler for Notes at all (only a spy on ConfigMaps).
-    let seen = khai.log_len();
     let spy = "[[handler]]\nfor = \"ConfigMap\"\non = \"event\"\nscript = \"scripts/s.rhai\"\nfunction = \"spied\"\n";
     std::fs::write(config.join("operator.toml"), one_kind_toml(op, spy)).unwrap();
-    khai.wait_for_log(seen, "the reload", |l| l.contains("config reloaded"))
-        .await;
+    wait_for_reloads(&addr, "success", 1.0).await;
     wait_for(
         &api,
         "n",

@@ -14,7 +14,7 @@
 //! (`KHAI_WEBHOOK_URL`) instead of the Service's DNS name.
 
 use crate::support::kubelet::{container_of, free_port, service_account_kubeconfig};
-use crate::support::metrics::{http_get, metrics_until};
+use crate::support::metrics::{http_get, metrics_until, wait_for_reloads};
 use crate::support::{self, DEADLINE, Khai, TestNamespace, audit, helm};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -195,10 +195,8 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
     let khai_bin = PathBuf::from(env!("CARGO_BIN_EXE_khai"));
     let khai = Khai::start_exact(&khai_bin, &c.args, &env);
     let metrics = khai.metrics_addr().await;
-    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
-        l.contains("webhook configurations installed")
-    })
-    .await;
+    khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
+        .await;
     support::wait_for_crd(&client, &format!("caches.{group}")).await;
 
     // A Cache reconciles.
@@ -316,8 +314,7 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
         after.metadata.generation, generation,
         "helm upgrade changed the pod template, so the pods would roll"
     );
-    khai.wait_for_log(0, "the reload", |l| l.contains("config reloaded"))
-        .await;
+    wait_for_reloads(&metrics, "success", 1.0).await;
     let v2_version = cm_version(configmaps.get(&config_map).await.unwrap());
     let v2_metrics = metrics_until(&metrics, "khai_config_info of the upgrade", |m| {
         info_version(m).as_deref() == Some(v2_version.as_str())

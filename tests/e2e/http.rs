@@ -8,6 +8,7 @@
 //! limit, and a request that never gets an answer ending at its timeout while other objects keep
 //! reconciling.
 
+use crate::support::metrics::wait_for_reloads;
 use crate::support::{Khai, TestNamespace, custom_api, wait_for, wait_until_gone};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -570,6 +571,7 @@ async fn a_reload_keeps_the_secrets_watched_and_fresh() {
     };
     std::fs::write(dir.path().join("probe.rhai"), script("v1")).unwrap();
     let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    let addr = khai.metrics_addr().await;
     crate::support::wait_for_crd(&client, "secretprobes.e2e.khai.dev").await;
     let probes = custom_api(
         &client,
@@ -594,12 +596,10 @@ async fn a_reload_keeps_the_secrets_watched_and_fresh() {
     };
     wait_for(&probes, "a", "the Secret's first token", token_is("one")).await;
 
-    let skip = khai.log_len();
     let tmp = dir.path().join("probe.rhai.tmp");
     std::fs::write(&tmp, script("v2")).unwrap();
     std::fs::rename(&tmp, dir.path().join("probe.rhai")).unwrap();
-    khai.wait_for_log(skip, "the reload", |l| l.contains("config reloaded"))
-        .await;
+    wait_for_reloads(&addr, "success", 1.0).await;
 
     secrets
         .patch(

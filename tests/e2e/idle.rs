@@ -50,7 +50,7 @@ fn reconcile(obj, ctx) {
 "#,
     )
     .unwrap();
-    let khai = Khai::start(dir.path(), &ns.name, &[]);
+    let khai = Khai::start(dir.path(), &ns.name, crate::support::JSON_LOG);
     crate::support::wait_for_crd(&client, "items.idle.khai.dev").await;
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("idle.khai.dev", "v1", "Item"),
@@ -92,18 +92,13 @@ fn reconcile(obj, ctx) {
     // Idle: khai's resync still reconciles every Item, and must not write anything.
     let before = audit::mark();
     let seen = khai.log_len();
+    let resync = json!({ "message": "reconciled", "object.reason": "bulk reconcile requested" });
     let resynced = khai
-        .wait_for_logs(seen, "a full resync pass", OBJECTS, |l| {
-            l.contains("reconciled") && l.contains("bulk reconcile requested")
-        })
+        .wait_for_json_logs(seen, "a full resync pass", OBJECTS, resync)
         .await;
     let writing: Vec<_> = resynced
         .iter()
-        .filter(|l| {
-            !(l.contains("applied=0")
-                && l.contains("pruned=0")
-                && l.contains("status_written=false"))
-        })
+        .filter(|l| !(l["applied"] == 0 && l["pruned"] == 0 && l["status_written"] == false))
         .collect();
     assert!(
         writing.is_empty(),

@@ -16,6 +16,7 @@
 //! [`dockerfile_copies_what_cargo_needs_to_load_the_workspace`] copies exactly what the
 //! Dockerfile's build stage copies and loads the workspace from it with Cargo.
 
+use crate::support::metrics::wait_for_metric;
 use crate::support::{self, Khai, TestNamespace};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -253,10 +254,10 @@ async fn image_runs_examples_hello_as_65532_with_the_config_read_only() {
     // metrics on a free port (the image's 8080 may be taken on the host it shares).
     args.extend(["--namespace", &ns.name, "--metrics-bind", "127.0.0.1:0"].map(String::from));
     let khai = Khai::start_exact(&buildah, &args, &[]);
-    khai.wait_for_log(0, "the controller to start", |l| {
-        l.contains("starting controller")
-    })
-    .await;
+    // A controller's series exist from its start.
+    let addr = khai.metrics_addr().await;
+    let family = "controller_runtime_max_concurrent_reconciles";
+    wait_for_metric(&addr, "the controller to start", family, &[], |_| true).await;
     let (pid, uid) = find_process(&["run", "/config", &ns.name])
         .expect("the khai process started by buildah run");
     assert_eq!(uid, "65532", "khai runs as 65532");

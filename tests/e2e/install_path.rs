@@ -24,6 +24,7 @@
 //! cluster-wide: neither CRDs, nor webhook configurations, nor ClusterRoles, and run at once.
 
 use crate::support::kubelet::{container_of, free_port, service_account_kubeconfig};
+use crate::support::metrics::wait_for_leadership;
 use crate::support::{self, DEADLINE, Khai, TestNamespace, audit, helm};
 use futures::FutureExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -584,13 +585,11 @@ async fn install(dir: &Path, via: Via, index: usize) -> Result<(), String> {
     // whose pod is Ready.
     let metrics = khai.metrics_addr().await;
     crate::operations::readyz_until(&metrics, 200).await;
-    khai.wait_for_log(0, "leadership", |l| l.contains("became leader"))
-        .await;
+    wait_for_leadership(&metrics, "leadership", true).await;
     if has_webhooks {
-        khai.wait_for_log(0, "webhook configurations to be installed", |l| {
-            l.contains("webhook configurations installed")
-        })
-        .await;
+        // The Deployment runs khai with `--log-format json`.
+        khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
+            .await;
     }
     let mut objects = Vec::new();
     for f in &spec.apply {

@@ -2,7 +2,7 @@
 //! their own port, JSON logs that carry the object of every reconcile, and leader election
 //! between replicas (one reconciles; a crash or a SIGTERM hands over to another).
 
-use crate::support::metrics::{http_get, metrics_until, sum};
+use crate::support::metrics::{http_get, metrics_until, sum, wait_for_metric};
 use crate::support::{DEADLINE, Khai, TestNamespace, create_widget, wait_for, widgets};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -237,9 +237,14 @@ async fn readyz_is_unavailable_until_every_cache_has_synced() {
     let addr = khai.metrics_addr().await;
     assert_eq!(http_get(&addr, "/healthz").await.0, 200);
     // The controller's own caches fill; the Secret cache cannot.
-    khai.wait_for_log(0, "the Secret watch failing", |l| {
-        l.contains("watch failed") && l.contains("Secret")
-    })
+    let restarts = [("kind", "Secret")];
+    wait_for_metric(
+        &addr,
+        "the Secret watch failing",
+        "khai_watch_restarts_total",
+        &restarts,
+        |n| n >= 1.0,
+    )
     .await;
     let (status, body) = http_get(&addr, "/readyz").await;
     assert_eq!(

@@ -3,7 +3,7 @@
 //! webhook; a restart over the installed policy writes nothing. On a server older than v1.30, `khai check
 //! --kubernetes-version` and `khai run` name the `[[policy]]` and install nothing.
 
-use crate::support::{Khai, TestNamespace, audit, k8s_version};
+use crate::support::{JSON_LOG, Khai, TestNamespace, audit, k8s_version};
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -51,12 +51,17 @@ fn admission_api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk))
 }
 
-/// Waits until khai has logged installing (or finding current) both the policy and binding.
+/// Waits until khai (logging JSON) has installed, or found current, the policy and then its
+/// binding: the lines naming each, whichever it did.
 async fn installed(khai: &Khai, skip: usize) {
-    khai.wait_for_logs(skip, "the policy and binding installed", 2, |l| {
-        l.contains("admission policy")
-    })
-    .await;
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        let fields = json!({ "kind": kind, "name": "khai-vap-replicas" });
+        khai.wait_for_json_log(skip, &format!("the {kind} installed"), fields)
+            .await;
+    }
 }
 
 #[tokio::test]
@@ -95,7 +100,7 @@ async fn a_policy_refuses_what_breaks_its_rule_without_a_webhook_or_khai_names_t
     crate::rbac::apply(&client, &ns.name, &rbac).await;
     let kubeconfig = crate::rbac::service_account_kubeconfig(&client, &ns.name, "khai-vap").await;
     let first = audit::mark();
-    let khai = Khai::start_with_kubeconfig(dir.path(), &ns.name, &[], &kubeconfig);
+    let khai = Khai::start_with_kubeconfig(dir.path(), &ns.name, JSON_LOG, &kubeconfig);
     installed(&khai, 0).await;
     let wrote = |e: &serde_json::Value| {
         e["objectRef"]["apiGroup"] == "admissionregistration.k8s.io"
@@ -155,13 +160,14 @@ async fn a_policy_refuses_what_breaks_its_rule_without_a_webhook_or_khai_names_t
 
     // Started again over the installed policy, khai writes neither object.
     let mark = audit::mark();
-    let again = Khai::start(dir.path(), &ns.name, &[]);
+    let again = Khai::start(dir.path(), &ns.name, JSON_LOG);
     installed(&again, 0).await;
     let (code, log) = again.terminate().await;
     assert_eq!(code, Some(0));
     let up_to_date = log
         .iter()
-        .filter(|l| l.contains("admission policy is up to date"))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["message"] == "admission policy is up to date")
         .count();
     assert_eq!(up_to_date, 2, "{}", log.join("\n"));
     let writes = audit::writes(mark, wrote);

@@ -27,11 +27,10 @@ async fn a_burst_of_objects_never_makes_khai_exceed_the_configured_qps() {
         1,
     );
     std::fs::write(config.join("operator.toml"), toml).unwrap();
-    let khai = Khai::start(&config, &ns.name, &[]);
-    khai.wait_for_log(0, "the configured limit", |l| {
-        l.contains("khai starting") && l.contains("qps=5.0") && l.contains("burst=5")
-    })
-    .await;
+    let khai = Khai::start(&config, &ns.name, crate::support::JSON_LOG);
+    let limit = json!({ "message": "khai starting", "qps": QPS, "burst": BURST });
+    khai.wait_for_json_log(0, "the configured limit", limit)
+        .await;
     let mark = audit::mark();
     create_and_wait_ready(&client, &ns.name, group, OBJECTS).await;
     let writes = audit::entries(mark, |e| {

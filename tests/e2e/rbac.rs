@@ -251,6 +251,7 @@ async fn removing_the_generated_status_rule_makes_the_status_write_fail() {
         }
     }
     assert_eq!(removed, 1, "the generated RBAC has one hellos/status rule");
+    let mark = crate::support::audit::mark();
     let (khai, _kubeconfig) = start(&client, &ns.name, config.path(), &docs).await;
 
     // Everything before the status write still works.
@@ -261,8 +262,12 @@ async fn removing_the_generated_status_rule_makes_the_status_write_fail() {
         |o: Option<&DynamicObject>| o.is_some(),
     )
     .await;
-    khai.wait_for_log(0, "a 403 on the status write", |l| {
-        denied(l) && l.contains("cannot patch resource \"hellos/status\"")
+    crate::support::audit::wait_for_entry(mark, "a 403 on the status write", |e| {
+        e["verb"] == "patch"
+            && e["objectRef"]["namespace"] == ns.name.as_str()
+            && e["objectRef"]["resource"] == "hellos"
+            && e["objectRef"]["subresource"] == "status"
+            && e["responseStatus"]["code"] == 403
     })
     .await;
     let hello = hellos(&client, &ns.name).get("world").await.unwrap();
@@ -272,15 +277,6 @@ async fn removing_the_generated_status_rule_makes_the_status_write_fail() {
         hello.data["status"]
     );
     khai.terminate().await;
-}
-
-/// A free local port for the webhook server.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test]
@@ -295,20 +291,8 @@ async fn cache_example_with_self_signed_webhooks_runs_with_only_the_generated_rb
     let docs = generate_rbac(&config, &ns.name);
     apply(&client, &ns.name, &docs).await;
     let kubeconfig = service_account_kubeconfig(&client, &ns.name, "khai-rbaccache").await;
-    let port = free_port();
-    let bind = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}");
-    let khai = Khai::start_with_kubeconfig(
-        &config,
-        &ns.name,
-        &["--webhook-bind", &bind, "--webhook-url", &url],
-        &kubeconfig,
-    );
     // Installed as the ServiceAccount: both configurations and the CRD's conversion.
-    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
-        l.contains("webhook configurations installed")
-    })
-    .await;
+    let (khai, _) = crate::webhooks::start_with(&config, &ns.name, true, &[], &kubeconfig).await;
     crate::support::wait_for_crd(&client, &format!("caches.{group}")).await;
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", "Cache"), "caches");
@@ -722,6 +706,7 @@ async fn label_propagation_runs_with_only_the_generated_rbac_and_no_403() {
 /// object is retried, with backoff between retries.
 #[tokio::test]
 async fn a_forbidden_script_call_is_one_event_and_condition_and_backs_off() {
+    use crate::support::metrics::{metrics_until, sample, sum};
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, "rbac-fx-403").await;
     let mut docs = generate_labels_rbac(&ns.name);
@@ -763,9 +748,13 @@ async fn a_forbidden_script_call_is_one_event_and_condition_and_backs_off() {
             && message.ends_with("(forbidden, 403)"),
         "{message}"
     );
-    // Three failed reconciles (1 s, then 2 s apart: backoff), still one Event.
-    khai.wait_for_logs(0, "three refused reconciles", 3, |l| {
-        l.contains("reconcile failed") && l.contains("forbidden, 403")
+    // Three failed reconciles (1 s, then 2 s apart: backoff), each refused its patch, still one
+    // Event. A failed reconcile is counted once its failure is reported.
+    let addr = khai.metrics_addr().await;
+    metrics_until(&addr, "three refused reconciles", |b| {
+        sum(b, "controller_runtime_reconcile_errors_total") >= 3.0
+            && sample(b, "khai_script_api_calls_total", &[("code", "403")]).unwrap_or_default()
+                >= 3.0
     })
     .await;
     let events: Api<k8s_openapi::api::events::v1::Event> =

@@ -2,6 +2,7 @@
 //! test runs the real `khai run --watch` on an operator of its own, in its own namespace and CRD
 //! group, edits the directory and waits, through watches with a deadline, for the new behaviour.
 
+use crate::support::metrics::wait_for_reloads;
 use crate::support::{Khai, TestNamespace, configmaps, wait_for};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -120,7 +121,6 @@ async fn editing_a_script_changes_the_children_of_existing_objects_without_a_res
     child_version(&cms, "a", "v1").await;
     child_version(&cms, "b", "v1").await;
 
-    let skip = khai.log_len();
     replace(&dir.path().join("widget.rhai"), &script("v2"));
     let took = child_version(&cms, "a", "v2").await;
     child_version(&cms, "b", "v2").await;
@@ -129,9 +129,7 @@ async fn editing_a_script_changes_the_children_of_existing_objects_without_a_res
         took < RELOAD_WITHIN,
         "the edited script took {took:?} to reach existing objects (want < {RELOAD_WITHIN:?})"
     );
-    khai.wait_for_log(skip, "the reload", |l| l.contains("config reloaded"))
-        .await;
-    assert_eq!(reloads(&metrics(&addr).await, "success"), 1.0);
+    assert_eq!(wait_for_reloads(&addr, "success", 1.0).await, 1.0);
     assert_eq!(khai.pid(), pid);
     let (code, log) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai did not exit cleanly");
@@ -381,6 +379,7 @@ async fn a_reload_restarts_only_the_controller_that_changed() {
     )
     .unwrap();
     let khai = Khai::start(dir.path(), &ns.name, &["--watch"]);
+    let addr = khai.metrics_addr().await;
     let cms = configmaps(&client, &ns.name);
     create_widget(&widgets(&client, group, &ns.name), group, "a").await;
     let gadgets = {
@@ -403,16 +402,13 @@ async fn a_reload_restarts_only_the_controller_that_changed() {
     child_version(&cms, "a", "w1").await;
     child_version(&cms, "b-gadget", "g1").await;
 
-    let seen = khai.log_len();
     replace(
         &dir.path().join("gadget.rhai"),
         &script("g2").replace("-cfg", "-gadget-cfg"),
     );
     child_version(&cms, "b-gadget", "g2").await;
-    khai.wait_for_log(seen, "the reload summary", |l| {
-        l.contains("config reloaded")
-    })
-    .await;
+    // Counted just before the summary is logged, with nothing in between to wait on.
+    wait_for_reloads(&addr, "success", 1.0).await;
     let (code, log) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai did not exit cleanly");
     let summary = log.iter().find(|l| l.contains("config reloaded")).unwrap();

@@ -8,7 +8,7 @@
 //! from the second khai.
 
 use crate::support::metrics::{http_get, metrics_until, sum};
-use crate::support::{Khai, TestNamespace, audit};
+use crate::support::{Khai, TestNamespace, audit, reconciled};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use std::collections::HashSet;
@@ -39,14 +39,12 @@ async fn quiet(khai: &Khai) {
     .await;
 }
 
-/// Waits until `khai` has reconciled each object of `names` once (since it started).
+/// Waits until `khai` (logging JSON) has reconciled each object of `names` once (since it
+/// started).
 async fn reconciled_each(khai: &Khai, names: &HashSet<String>, when: &str) {
     for n in names {
-        let n = n.clone();
-        khai.wait_for_log(0, &format!("the reconcile of {n} {when}"), move |l| {
-            l.contains(" reconciled") && l.contains(&format!("name={n}"))
-        })
-        .await;
+        let what = format!("the reconcile of {n} {when}");
+        khai.wait_for_json_log(0, &what, reconciled(n)).await;
     }
 }
 
@@ -55,7 +53,7 @@ async fn reconciled_each(khai: &Khai, names: &HashSet<String>, when: &str) {
 async fn restart_writes(name: &str, kind: &str, plural: &str) -> audit::Writes {
     let client = crate::support::client().await;
     let ns = TestNamespace::new(&client, &format!("restart-{name}")).await;
-    let args = ["--webhook-bind", "127.0.0.1:0"];
+    let args = ["--webhook-bind", "127.0.0.1:0", "--log-format", "json"];
     let first = Khai::start(&example(name), &ns.name, &args);
     crate::support::wait_for_crd(&client, &format!("{plural}.examples.khai.dev")).await;
     let ar = ApiResource::from_gvk_with_plural(

@@ -6,7 +6,7 @@
 //! bounded memory and leave admission fast. CPU and memory are read from `/proc/<pid>`.
 
 use crate::support::metrics::http_get;
-use crate::support::{DEADLINE, Khai, TestNamespace};
+use crate::support::{DEADLINE, Khai, TestNamespace, wait_for_listener};
 use crate::webhooks::{connect_tls, free_port, post, write_cert};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -73,10 +73,7 @@ async fn start(dir: &Path, ns: &str, wrapper: &[&str]) -> (Khai, String, u16) {
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
     let khai = Khai::start_wrapped(dir, ns, &["--webhook-bind", &bind], wrapper);
-    khai.wait_for_log(0, "the webhook server to listen", |l| {
-        l.contains("serving webhooks over HTTPS")
-    })
-    .await;
+    wait_for_listener(&bind, "the webhook server").await;
     let addr = khai.metrics_addr().await;
     answers_within(&addr, "/readyz", DEADLINE).await;
     (khai, addr, port)

@@ -2,7 +2,10 @@
 //! (every verb, the error values a script catches, the message of one it does not), budgets,
 //! the client rate limit, and inline attempts that leave for the pool before their first call.
 
-use crate::support::{Khai, TestNamespace, audit, configmaps, create_widget, wait_for, widgets};
+use crate::support::metrics::{metrics_until, sample};
+use crate::support::{
+    Khai, TestNamespace, audit, configmaps, create_widget, reconciled, wait_for, widgets,
+};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 use tempfile::TempDir;
@@ -385,11 +388,13 @@ async fn label_propagation_example_labels_the_pods_that_name_it_and_only_those()
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0));
     let mark = audit::mark();
-    let again = Khai::start(&example, &ns.name, &[]);
+    let again = Khai::start(&example, &ns.name, crate::support::JSON_LOG);
     again
-        .wait_for_log(0, "the reconcile after the restart", |l| {
-            l.contains(" reconciled") && l.contains("name=kopf-example-1")
-        })
+        .wait_for_json_log(
+            0,
+            "the reconcile after the restart",
+            reconciled("kopf-example-1"),
+        )
         .await;
     let (code, _) = again.terminate().await;
     assert_eq!(code, Some(0));
@@ -589,14 +594,22 @@ labels = { by = "timer" }
         api.create(&PostParams::default(), &obj).await.unwrap();
     }
 
-    // Three refused attempts of each (the handler's backoff and the timer's interval: 1 s).
-    khai.wait_for_logs(0, "three refused handler attempts", 3, |l| {
-        l.contains("handler failed") && l.contains("forbidden, 403")
-    })
-    .await;
-    khai.wait_for_logs(0, "three refused timer runs", 3, |l| {
-        l.contains("timer failed") && l.contains("forbidden, 403")
-    })
+    // Three refused attempts of each (the handler's backoff and the timer's interval: 1 s):
+    // each call failed its script with a 403. An attempt's Event is sent before the next one.
+    let addr = khai.metrics_addr().await;
+    let failed = |b: &str, function: &str| {
+        sample(b, "khai_script_errors_total", &[("function", function)]).unwrap_or_default()
+    };
+    metrics_until(
+        &addr,
+        "three refused attempts of the handler and the timer",
+        |b| {
+            failed(b, "on_create") >= 3.0
+                && failed(b, "tick") >= 3.0
+                && sample(b, "khai_script_api_calls_total", &[("code", "403")]).unwrap_or_default()
+                    >= 6.0
+        },
+    )
     .await;
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(client.clone(), &ns.name);

@@ -7,8 +7,10 @@
 //! while khai was stopped cleaned up when it starts, and a restart over steady objects costing
 //! no write.
 
-use crate::support::metrics::{metrics_until, sum};
-use crate::support::{Khai, TestNamespace, audit, wait_exists, wait_for, wait_until_gone};
+use crate::support::metrics::{metrics_until, sample, sum};
+use crate::support::{
+    Khai, TestNamespace, audit, reconciled, wait_exists, wait_for, wait_until_gone,
+};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -256,10 +258,12 @@ async fn a_parent_deleted_while_khai_is_stopped_loses_its_children_when_khai_sta
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0));
     let restarted = audit::mark();
-    let khai = Khai::start(&config, &ns.name, &[]);
-    khai.wait_for_log(0, "the ReadAccess reconciled after the restart", |l| {
-        l.contains(" reconciled") && l.contains("name=auditors")
-    })
+    let khai = Khai::start(&config, &ns.name, crate::support::JSON_LOG);
+    khai.wait_for_json_log(
+        0,
+        "the ReadAccess reconciled after the restart",
+        reconciled("auditors"),
+    )
     .await;
     quiet(&khai).await;
     let (code, _) = khai.terminate().await;
@@ -363,7 +367,7 @@ async fn a_child_in_another_namespace_is_tracked_and_only_unowned_children_are_d
     let there = TestNamespace::new(&client, "mirror-to").await;
     let group = "mirror.unowned.khai.dev";
     let dir = mirror_operator(group);
-    let args = ["--namespace", there.name.as_str()];
+    let args = ["--namespace", there.name.as_str(), "--log-format", "json"];
     let khai = Khai::start(dir.path(), &here.name, &args);
     crate::support::wait_for_crd(&client, &format!("mirrors.{group}")).await;
     let ar =
@@ -410,9 +414,11 @@ async fn a_child_in_another_namespace_is_tracked_and_only_unowned_children_are_d
     assert_eq!(code, Some(0));
     let restarted = audit::mark();
     let khai = Khai::start(dir.path(), &here.name, &args);
-    khai.wait_for_log(0, "the Mirror reconciled after the restart", |l| {
-        l.contains(" reconciled") && l.contains("name=m")
-    })
+    khai.wait_for_json_log(
+        0,
+        "the Mirror reconciled after the restart",
+        reconciled("m"),
+    )
     .await;
     quiet(&khai).await;
     let w = audit::writes(restarted, |e| {
@@ -455,13 +461,18 @@ async fn finalize_runs_before_khai_deletes_any_child() {
     wait_exists(&bindings(&client), &child, "the ClusterRoleBinding").await;
     quiet(&khai).await;
 
-    let from = khai.log_len();
+    // finalize answering false fails the reconcile, which is counted once reported.
+    let addr = khai.metrics_addr().await;
+    let errors = |b: &str| sum(b, "controller_runtime_reconcile_errors_total");
+    let before = errors(&metrics_until(&addr, "a first scrape", |_| true).await);
     parents
         .delete("auditors", &DeleteParams::default())
         .await
         .unwrap();
-    khai.wait_for_log(from, "finalize holding the ReadAccess", |l| {
-        l.contains("finalize has not finished yet")
+    metrics_until(&addr, "finalize holding the ReadAccess", |b| {
+        let finalized = [("function", "finalize")];
+        sample(b, "khai_script_duration_seconds_count", &finalized).unwrap_or_default() >= 1.0
+            && errors(b) > before
     })
     .await;
     assert!(roles(&client).get_opt(&child).await.unwrap().is_some());

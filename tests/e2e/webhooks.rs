@@ -4,7 +4,8 @@
 //! Issue 4. Each test runs its own khai on its own port; tests that register webhooks with the
 //! API server use their own CRD group, so their webhooks never see each other's objects.
 
-use crate::support::{Khai, TestNamespace};
+use crate::support::metrics::wait_for_reloads;
+use crate::support::{Khai, TestNamespace, poll_until, wait_for_listener};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use kube::ResourceExt;
@@ -25,23 +26,30 @@ pub(crate) fn free_port() -> u16 {
 /// khai on `config` with its webhook server on a free port; with `install`, khai points the API
 /// server at it (self-signed mode installs its configurations).
 pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
+    start_with(config, ns, install, &[], crate::support::kubeconfig()).await
+}
+
+/// Like [`start`], with `extra` flags, connecting with `kubeconfig`.
+pub(crate) async fn start_with(
+    config: &Path,
+    ns: &str,
+    install: bool,
+    extra: &[&str],
+    kubeconfig: &Path,
+) -> (Khai, u16) {
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}");
     let mut args = vec!["--webhook-bind", bind.as_str()];
     if install {
-        args.extend(["--webhook-url", url.as_str()]);
+        args.extend(["--webhook-url", url.as_str(), "--log-format", "json"]);
     }
-    let khai = Khai::start(config, ns, &args);
-    khai.wait_for_log(0, "the webhook server to listen", |l| {
-        l.contains("serving webhooks over HTTPS")
-    })
-    .await;
+    args.extend(extra);
+    let khai = Khai::start_with_kubeconfig(config, ns, &args, kubeconfig);
+    wait_for_listener(&bind, "the webhook server").await;
     if install {
-        khai.wait_for_log(0, "webhook configurations to be installed", |l| {
-            l.contains("webhook configurations installed")
-        })
-        .await;
+        khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
+            .await;
     }
     (khai, port)
 }
@@ -328,7 +336,7 @@ async fn certificate_files_replaced_on_disk_are_served_without_a_restart() {
     let ns = TestNamespace::new(&client, "wh-reload").await;
     let dir = tempfile::tempdir().unwrap();
     let first_ca = write_cert(dir.path());
-    let (khai, port) = start(&files_operator(dir.path()), &ns.name, false).await;
+    let (_khai, port) = start(&files_operator(dir.path()), &ns.name, false).await;
     assert_eq!(
         post(port, &first_ca, "/validate/widget", review("a"))
             .await
@@ -337,10 +345,9 @@ async fn certificate_files_replaced_on_disk_are_served_without_a_restart() {
         200
     );
 
-    let seen = khai.log_len();
     let second_ca = write_cert(dir.path());
-    khai.wait_for_log(seen, "the new certificate to be loaded", |l| {
-        l.contains("reloaded webhook certificate")
+    poll_until("the new certificate to be served", || async {
+        connect_tls(port, &second_ca).await.is_ok()
     })
     .await;
     assert_eq!(
@@ -419,20 +426,8 @@ async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_
         )
     };
     let config = widget_operator(dir.path(), group, &limit(5));
-    let port = free_port();
-    let (bind, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let khai = Khai::start(
-        &config,
-        &ns.name,
-        &["--watch", "--webhook-bind", &bind, "--webhook-url", &url],
-    );
-    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
-        l.contains("webhook configurations installed")
-    })
-    .await;
+    let kubeconfig = crate::support::kubeconfig();
+    let (khai, _) = start_with(&config, &ns.name, true, &["--watch"], kubeconfig).await;
     crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
     let gvk = GroupVersionKind::gvk(group, "v1", "Widget");
     let api: Api<DynamicObject> =
@@ -451,10 +446,8 @@ async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_
     let seen = khai.log_len();
     std::fs::write(config.join("scripts/w.rhai"), limit(50)).unwrap();
     register_mutate(&config);
-    khai.wait_for_log(seen, "the new webhook configurations", |l| {
-        l.contains("webhook configurations installed")
-    })
-    .await;
+    khai.wait_for_webhooks_installed(seen, "the new webhook configurations")
+        .await;
     let stored = api
         .create(&PostParams::default(), &object(widget("b", 10)))
         .await
@@ -470,12 +463,10 @@ async fn webhook_scripts_and_registrations_hot_reload_and_a_broken_script_keeps_
     );
 
     // A script that does not compile leaves the last good one serving.
-    let seen = khai.log_len();
+    let addr = khai.metrics_addr().await;
+    let failed = wait_for_reloads(&addr, "failure", 0.0).await;
     std::fs::write(config.join("scripts/w.rhai"), "fn validate(req) {").unwrap();
-    khai.wait_for_log(seen, "the reload to fail", |l| {
-        l.contains("config reload failed")
-    })
-    .await;
+    wait_for_reloads(&addr, "failure", failed + 1.0).await;
     assert!(
         rejection(&api, widget("d", 60))
             .await
@@ -623,20 +614,8 @@ async fn a_webhook_configuration_the_config_no_longer_needs_is_deleted() {
                   fn mutate(req) { let o = req.object; o.metadata.labels = #{ m: \"yes\" }; o }\n";
     let config = widget_operator(dir.path(), group, script);
     register_mutate(&config);
-    let port = free_port();
-    let (bind, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
-    let khai = Khai::start(
-        &config,
-        &ns.name,
-        &["--watch", "--webhook-bind", &bind, "--webhook-url", &url],
-    );
-    khai.wait_for_log(0, "webhook configurations to be installed", |l| {
-        l.contains("webhook configurations installed")
-    })
-    .await;
+    let kubeconfig = crate::support::kubeconfig();
+    let (khai, _) = start_with(&config, &ns.name, true, &["--watch"], kubeconfig).await;
     let gvk = GroupVersionKind::gvk(
         "admissionregistration.k8s.io",
         "v1",
@@ -647,10 +626,8 @@ async fn a_webhook_configuration_the_config_no_longer_needs_is_deleted() {
 
     let seen = khai.log_len();
     widget_operator(dir.path(), group, script);
-    khai.wait_for_log(seen, "the configurations to be installed again", |l| {
-        l.contains("webhook configurations installed")
-    })
-    .await;
+    khai.wait_for_webhooks_installed(seen, "the configurations to be installed again")
+        .await;
     crate::support::wait_until_gone(
         &mutating,
         "khai-stale",

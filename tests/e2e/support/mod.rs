@@ -27,6 +27,10 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+/// The flags that make khai log JSON, for tests that wait on fields of its log lines
+/// ([`Khai::wait_for_json_log`]).
+pub const JSON_LOG: &[&str] = &["--log-format", "json"];
+
 /// How long a test waits for the operator to act before failing.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -401,6 +405,57 @@ impl Khai {
         self.log.0.lock().unwrap().len()
     }
 
+    /// Waits until a line of khai's JSON log (`--log-format json`) after the first `skip` has
+    /// every top-level field of `fields` (a JSON object) with the same value; returns it parsed.
+    /// Matching whole fields, not text, keeps the wait independent of how lines are worded.
+    pub async fn wait_for_json_log(
+        &self,
+        skip: usize,
+        what: &str,
+        fields: serde_json::Value,
+    ) -> serde_json::Value {
+        self.wait_for_json_logs(skip, what, 1, fields)
+            .await
+            .remove(0)
+    }
+
+    /// Like [`Khai::wait_for_json_log`], for `n` such lines.
+    pub async fn wait_for_json_logs(
+        &self,
+        skip: usize,
+        what: &str,
+        n: usize,
+        fields: serde_json::Value,
+    ) -> Vec<serde_json::Value> {
+        let want = fields.as_object().expect("fields is a JSON object").clone();
+        let has = move |line: &serde_json::Value| want.iter().all(|(k, v)| line.get(k) == Some(v));
+        self.wait_for_json_logs_where(skip, what, n, has).await
+    }
+
+    /// Like [`Khai::wait_for_json_logs`], for lines that satisfy `pred`.
+    pub async fn wait_for_json_logs_where(
+        &self,
+        skip: usize,
+        what: &str,
+        n: usize,
+        pred: impl Fn(&serde_json::Value) -> bool + Send + 'static,
+    ) -> Vec<serde_json::Value> {
+        let holds = move |l: &str| serde_json::from_str(l).is_ok_and(|line| pred(&line));
+        self.wait_for_logs(skip, what, n, holds)
+            .await
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Waits until khai, logging JSON, says after its first `skip` log lines that every webhook
+    /// configuration and CRD conversion of its config is applied: one event covers them all,
+    /// whichever the config has, where the objects would have to be listed per config.
+    pub async fn wait_for_webhooks_installed(&self, skip: usize, what: &str) {
+        let installed = serde_json::json!({ "message": "webhook configurations installed" });
+        self.wait_for_json_log(skip, what, installed).await;
+    }
+
     /// Waits until a log line after the first `skip` lines satisfies `pred`; returns it.
     pub async fn wait_for_log(
         &self,
@@ -425,14 +480,15 @@ impl Khai {
             let (lines, changed) = &*log;
             let deadline = std::time::Instant::now() + DEADLINE;
             let mut guard = lines.lock().unwrap();
+            // Each line is looked at once, however many arrive while waiting.
+            let (mut found, mut scanned) = (Vec::new(), skip);
             loop {
-                let found: Vec<String> = guard
-                    .iter()
-                    .skip(skip)
-                    .filter(|l| pred(l))
-                    .take(n)
-                    .cloned()
-                    .collect();
+                while found.len() < n && scanned < guard.len() {
+                    if pred(&guard[scanned]) {
+                        found.push(guard[scanned].clone());
+                    }
+                    scanned += 1;
+                }
                 if found.len() == n {
                     return found;
                 }
@@ -462,6 +518,12 @@ impl Drop for Khai {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The fields of the JSON log line of a successful reconcile of the object `name` (its span
+/// gives `name`; the event is the one every successful reconcile logs).
+pub fn reconciled(name: &str) -> serde_json::Value {
+    serde_json::json!({ "message": "reconciled", "name": name })
 }
 
 /// A copy of `examples/<name>` in `into` whose operator name and API group are `operator` and
@@ -541,6 +603,32 @@ where
         Ok(None) => panic!("watch ended while waiting for {what}"),
         Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what}"),
     }
+}
+
+/// Runs `check` (at most every 50 ms, until the deadline) until it holds, for state that no
+/// watch or metric shows, such as what a server answers.
+pub async fn poll_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until a server accepts TCP connections on `addr`; the connection is closed at once.
+pub async fn wait_for_listener(addr: &str, what: &str) {
+    let what = format!("{what} to listen on {addr}");
+    poll_until(&what, || async {
+        tokio::net::TcpStream::connect(addr).await.is_ok()
+    })
+    .await;
 }
 
 /// Waits, through a watch, until the object `name` exists; returns it.
