@@ -1,8 +1,9 @@
 //! An in-memory stand-in for the Kubernetes API, for unit tests of code that talks to it.
 //!
 //! It keeps objects by their path and answers what khai's API-facing code sends: get, create
-//! (POST), replace (PUT) with resourceVersion conflicts, JSON merge patches and server-side
-//! apply (both applied as a merge), and deletes with uid preconditions. Every write bumps one
+//! (POST), replace (PUT) with resourceVersion conflicts, JSON patches, JSON merge patches and
+//! server-side apply (both applied as a merge), and deletes with uid preconditions; an object
+//! on its way out goes once its last finalizer does. It logs every write ([`FakeApi::writes`]). Every write bumps one
 //! global resourceVersion. Anything else gets a 404 or 405 in the API server's shape. End-to-end behaviour is proven against a
 //! real API server in `tests/e2e`; this exists to control time and failures in unit tests.
 
@@ -25,6 +26,8 @@ struct State {
     version: u64,
     /// Answers forced for the next requests to a path: (path, code, message).
     failures: Vec<(String, u16, String)>,
+    /// Every request but a read, as `METHOD path`, in the order received.
+    writes: Vec<String>,
 }
 
 impl FakeApi {
@@ -61,6 +64,12 @@ impl FakeApi {
             .collect()
     }
 
+    /// Every request but a read received so far (refused ones too), as `METHOD path` (`PATCH
+    /// /apis/x.dev/v1/namespaces/ns/widgets/w/status`), in the order received.
+    pub(crate) fn writes(&self) -> Vec<String> {
+        crate::sync::lock(&self.inner).writes.clone()
+    }
+
     /// The next `times` requests to `path` are answered with `code` and nothing else happens.
     pub(crate) fn fail(&self, path: &str, code: u16, times: usize) {
         self.refuse(path, code, "forced by the test", times);
@@ -86,6 +95,9 @@ impl FakeApi {
             .unwrap_or_default()
             .to_string();
         let mut s = crate::sync::lock(&self.inner);
+        if parts.method != Method::GET {
+            s.writes.push(format!("{} {path}", parts.method));
+        }
         if let Some(i) = s.failures.iter().position(|(p, _, _)| *p == path) {
             let (_, code, message) = s.failures.remove(i);
             return status(code, "Failure", &message);
@@ -129,9 +141,15 @@ impl FakeApi {
                     None if apply => json!({}),
                     None => return not_found(&path),
                 };
-                match sub {
-                    Some(field) => json_patch::merge(&mut current[field], &body[field]),
-                    None => json_patch::merge(&mut current, &body),
+                if content_type.contains("json-patch") {
+                    if let Err(e) = json_patch_as_server(&mut current, body) {
+                        return status(422, "Invalid", &e);
+                    }
+                } else {
+                    match sub {
+                        Some(field) => json_patch::merge(&mut current[field], &body[field]),
+                        None => json_patch::merge(&mut current, &body),
+                    }
                 }
                 let stored = s.store(&target, current);
                 ok(StatusCode::OK, &stored)
@@ -153,15 +171,45 @@ impl FakeApi {
 }
 
 impl State {
+    /// Stores `obj` at `path`; an object on its way out whose last finalizer went is deleted,
+    /// as the API server does.
     fn store(&mut self, path: &str, mut obj: Value) -> Value {
         self.version += 1;
         obj["metadata"]["resourceVersion"] = json!(self.version.to_string());
         if obj["metadata"]["uid"].is_null() {
             obj["metadata"]["uid"] = json!(format!("uid-{}", self.version));
         }
-        self.objects.insert(path.to_string(), obj.clone());
+        let held = obj["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        if obj["metadata"]["deletionTimestamp"].is_null() || held {
+            self.objects.insert(path.to_string(), obj.clone());
+        } else {
+            self.objects.remove(path);
+        }
         obj
     }
+}
+
+/// Applies the JSON patch `ops` to `doc` as the API server does: a `test` for `null` passes on
+/// a field that is absent (kube-runtime's finalizer helper sends one before adding the first
+/// finalizer).
+fn json_patch_as_server(doc: &mut Value, ops: Value) -> Result<(), String> {
+    let Value::Array(ops) = ops else {
+        return Err("a JSON patch is an array".into());
+    };
+    let ops: Vec<Value> = ops
+        .into_iter()
+        .filter(|op| {
+            let absent = op["path"]
+                .as_str()
+                .is_some_and(|p| doc.pointer(p).is_none());
+            !(op["op"] == "test" && op["value"].is_null() && absent)
+        })
+        .collect();
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).map_err(|e| e.to_string())?;
+    json_patch::patch(doc, &patch).map_err(|e| e.to_string())
 }
 
 fn ok(code: StatusCode, v: &Value) -> Response<Body> {
