@@ -126,3 +126,35 @@ async fn a_daemon_is_stopped_when_its_object_goes() {
     assert_eq!(h.configmaps()["w-stopped"]["data"]["ticks"], "2");
     assert!(h.widget("w").is_none(), "let go");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_daemon_tick_is_retried_after_its_backoff() {
+    let config = DAEMON.replace("interval = \"10s\"", "interval = \"10s\"\nbackoff = \"3s\"");
+    let script = format!(
+        "{DAEMON_SCRIPT}\nfn flaky(obj, ctx, state) {{ if ctx.retry == 0 {{ throw \"down\"; }} watch(obj, ctx, state) }}"
+    );
+    let config = config.replace("tick = \"watch\"", "tick = \"flaky\"");
+    let h = Harness::new(&config, &[("w.rhai", RECONCILE), ("d.rhai", &script)]);
+    h.create("w", json!({}), running());
+    let ctx = h.ctx().await;
+    assert_eq!(
+        h.reconcile(&ctx, "w").await.unwrap(),
+        secs(3),
+        "its backoff"
+    );
+    assert_eq!(h.events_of("DaemonRetrying"), 1);
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert_eq!(
+        h.reconcile(&ctx, "w").await.unwrap(),
+        secs(10),
+        "its interval"
+    );
+    assert_eq!(h.events_of("DaemonRetrying"), 1);
+    h.edit("w", &json!({ "metadata": { "labels": { "run": "no" } } }));
+    h.reconcile(&ctx, "w").await.unwrap();
+    assert_eq!(
+        h.configmaps()["w-stopped"]["data"]["ticks"],
+        "1",
+        "one tick succeeded"
+    );
+}

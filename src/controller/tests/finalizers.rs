@@ -107,3 +107,24 @@ async fn an_object_that_stops_matching_when_is_cleaned_up_and_let_go() {
         "{widget}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_from_a_cache_still_showing_the_finalizer_does_not_clean_up_again() {
+    let h = harness();
+    h.create("w", json!({ "size": 1 }), json!({}));
+    h.reconcile(&h.ctx().await, "w").await.unwrap();
+    h.delete("w");
+    let seen = h.widget("w").unwrap();
+    let ctx = h.ctx().await;
+    h.reconcile(&ctx, "w").await.unwrap();
+    assert!(h.widget("w").is_none(), "finalized and let go");
+    let writes = h.writes().len();
+    // The watch has not brought the finalizer's removal yet.
+    let action = h.reconcile_stale(&ctx, seen).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert_eq!(
+        h.writes().len(),
+        writes,
+        "finalize or the finalizer's removal ran again"
+    );
+}

@@ -134,3 +134,29 @@ async fn a_failing_create_handler_retries_after_its_backoff_and_records_its_prog
             .any(|w| w == &format!("PATCH {WIDGETS}/w/status"))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_out_of_retries_gives_up_and_the_change_counts_as_handled() {
+    let config = CONFIG.replace("retries = 5", "retries = 1");
+    let failing = r#"fn created(obj, ctx, change) { throw "broken"; }"#;
+    let h = Harness::new(&config, &[("w.rhai", RECONCILE), ("h.rhai", failing)]);
+    h.create("w", json!({}), json!({}));
+    let ctx = h.ctx().await;
+    assert_eq!(
+        h.reconcile(&ctx, "w").await.unwrap(),
+        Action::requeue(Duration::from_secs(10))
+    );
+    h.reconcile(&ctx, "w").await.unwrap();
+    backoff_passed(&h, "w");
+    let action = h.reconcile(&ctx, "w").await.unwrap();
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "given up: nothing to wait for"
+    );
+    assert_eq!(h.events_of("HandlerRetrying"), 1);
+    assert_eq!(h.events_of("HandlerFailed"), 1);
+    let annotations = &h.widget("w").unwrap()["metadata"]["annotations"];
+    assert!(annotations[LAST_HANDLED].is_string(), "{annotations}");
+    assert!(annotations[PROGRESS].is_null(), "{annotations}");
+}

@@ -157,6 +157,16 @@ impl Harness {
         reconcile_one(obj, ctx.clone()).await
     }
 
+    /// One reconcile of `obj`, the Widget as a cache that has not caught up still shows it.
+    pub(super) async fn reconcile_stale(
+        &self,
+        ctx: &Arc<Ctx>,
+        obj: Value,
+    ) -> Result<Action, ReconcileError> {
+        let obj = serde_json::from_value(obj).expect("a widget is an object");
+        reconcile_one(Arc::new(obj), ctx.clone()).await
+    }
+
     /// A reconcile of the Widget `name` that fails, then what kube-runtime is told to do next
     /// (its error policy); panics if the reconcile succeeds.
     pub(super) async fn retry_after(&self, ctx: &Arc<Ctx>, name: &str) -> Action {
