@@ -46,6 +46,16 @@ status.phase = { type = "string" }
 status.seen = { type = "integer" }
 "#;
 
+/// Waits for one reconcile, failing the test if it never finishes. On the paused clock time
+/// moves only while every task waits (script calls on the blocking pool hold it), so this
+/// deadline passes only when the reconcile hangs.
+async fn finishes<T>(reconcile: impl Future<Output = T>) -> T {
+    const HANG: std::time::Duration = std::time::Duration::from_secs(3600);
+    tokio::time::timeout(HANG, reconcile)
+        .await
+        .expect("the reconcile never finished: a request to the fake API or a script call hung")
+}
+
 /// An operator, the fake API server it talks to, and the objects the test created there.
 pub(super) struct Harness {
     pub api: FakeApi,
@@ -153,8 +163,7 @@ impl Harness {
         ctx: &Arc<Ctx>,
         name: &str,
     ) -> Result<Action, ReconcileError> {
-        let obj = self.object(name);
-        reconcile_one(obj, ctx.clone()).await
+        finishes(reconcile_one(self.object(name), ctx.clone())).await
     }
 
     /// One reconcile of `obj`, the Widget as a cache that has not caught up still shows it.
@@ -164,14 +173,14 @@ impl Harness {
         obj: Value,
     ) -> Result<Action, ReconcileError> {
         let obj = serde_json::from_value(obj).expect("a widget is an object");
-        reconcile_one(Arc::new(obj), ctx.clone()).await
+        finishes(reconcile_one(Arc::new(obj), ctx.clone())).await
     }
 
     /// A reconcile of the Widget `name` that fails, then what kube-runtime is told to do next
     /// (its error policy); panics if the reconcile succeeds.
     pub(super) async fn retry_after(&self, ctx: &Arc<Ctx>, name: &str) -> Action {
         let obj = self.object(name);
-        match reconcile_one(obj.clone(), ctx.clone()).await {
+        match finishes(reconcile_one(obj.clone(), ctx.clone())).await {
             Ok(a) => panic!("the reconcile was to fail; it returned {a:?}"),
             Err(e) => error_policy(obj, &e, ctx.clone()),
         }
