@@ -1,22 +1,16 @@
 //! Timers and daemons on tokio's paused clock: a timer runs at its interval; a daemon ticks at
 //! its interval with its state and is stopped when its object stops matching or goes.
 
-use super::harness::Harness;
+use super::harness::{CONTROLLER, Harness, NOTHING};
 use kube::runtime::controller::Action;
 use serde_json::json;
 use std::time::Duration;
-
-const RECONCILE: &str = "fn reconcile(obj, ctx) { #{} }";
 
 fn secs(s: u64) -> Action {
     Action::requeue(Duration::from_secs(s))
 }
 
 const TIMER: &str = r#"
-[[controller]]
-for = "Widget"
-script = "w.rhai"
-
 [[timer]]
 for = "Widget"
 script = "t.rhai"
@@ -27,7 +21,10 @@ interval = "30s"
 #[tokio::test(start_paused = true)]
 async fn a_timer_runs_at_its_interval() {
     let script = r#"fn tick(obj, ctx) { #{ events: [#{ type: "Normal", reason: "Ticked", message: "tick" }] } }"#;
-    let h = Harness::new(TIMER, &[("w.rhai", RECONCILE), ("t.rhai", script)]);
+    let h = Harness::new(
+        &format!("{CONTROLLER}{TIMER}"),
+        &[("w.rhai", NOTHING), ("t.rhai", script)],
+    );
     h.create("w", json!({}), json!({}));
     let ctx = h.ctx().await;
     assert_eq!(h.reconcile(&ctx, "w").await.unwrap(), secs(30));
@@ -47,10 +44,6 @@ async fn a_timer_runs_at_its_interval() {
 }
 
 const DAEMON: &str = r#"
-[[controller]]
-for = "Widget"
-script = "w.rhai"
-
 [[daemon]]
 for = "Widget"
 script = "d.rhai"
@@ -82,7 +75,10 @@ fn running() -> serde_json::Value {
 
 #[tokio::test(start_paused = true)]
 async fn a_daemon_ticks_at_its_interval_and_stops_when_its_object_stops_matching() {
-    let h = Harness::new(DAEMON, &[("w.rhai", RECONCILE), ("d.rhai", DAEMON_SCRIPT)]);
+    let h = Harness::new(
+        &format!("{CONTROLLER}{DAEMON}"),
+        &[("w.rhai", NOTHING), ("d.rhai", DAEMON_SCRIPT)],
+    );
     h.create("w", json!({}), running());
     let ctx = h.ctx().await;
     assert_eq!(h.reconcile(&ctx, "w").await.unwrap(), secs(10));
@@ -107,7 +103,10 @@ async fn a_daemon_ticks_at_its_interval_and_stops_when_its_object_stops_matching
 async fn a_daemon_is_stopped_when_its_object_goes() {
     // `finalize` makes khai hold the object, so its deletion comes through a reconcile.
     let reconcile = "fn reconcile(obj, ctx) { #{} }\nfn finalize(obj, ctx) { true }";
-    let h = Harness::new(DAEMON, &[("w.rhai", reconcile), ("d.rhai", DAEMON_SCRIPT)]);
+    let h = Harness::new(
+        &format!("{CONTROLLER}{DAEMON}"),
+        &[("w.rhai", reconcile), ("d.rhai", DAEMON_SCRIPT)],
+    );
     h.create("w", json!({}), running());
     let ctx = h.ctx().await;
     assert_eq!(
@@ -129,12 +128,13 @@ async fn a_daemon_is_stopped_when_its_object_goes() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_daemon_tick_is_retried_after_its_backoff() {
-    let config = DAEMON.replace("interval = \"10s\"", "interval = \"10s\"\nbackoff = \"3s\"");
+    let config = format!("{CONTROLLER}{DAEMON}")
+        .replace("interval = \"10s\"", "interval = \"10s\"\nbackoff = \"3s\"");
     let script = format!(
         "{DAEMON_SCRIPT}\nfn flaky(obj, ctx, state) {{ if ctx.retry == 0 {{ throw \"down\"; }} watch(obj, ctx, state) }}"
     );
     let config = config.replace("tick = \"watch\"", "tick = \"flaky\"");
-    let h = Harness::new(&config, &[("w.rhai", RECONCILE), ("d.rhai", &script)]);
+    let h = Harness::new(&config, &[("w.rhai", NOTHING), ("d.rhai", &script)]);
     h.create("w", json!({}), running());
     let ctx = h.ctx().await;
     assert_eq!(

@@ -1,15 +1,9 @@
 //! The Events an answer asks for: at most so many per answer and per object per window; the
 //! rest dropped, which one Warning per window says.
 
-use super::harness::Harness;
+use super::harness::{CONTROLLER, Harness};
 use crate::controller::event_budget::{PER_ANSWER, PER_WINDOW, WINDOW};
 use serde_json::json;
-
-const CONFIG: &str = r#"
-[[controller]]
-for = "Widget"
-script = "w.rhai"
-"#;
 
 /// Asks for more Events than one answer may record, each with its own message.
 const SCRIPT: &str = r#"
@@ -22,7 +16,7 @@ fn reconcile(obj, ctx) {
 
 #[tokio::test(start_paused = true)]
 async fn events_past_the_budget_are_dropped_and_said_once_per_window() {
-    let h = Harness::new(CONFIG, &[("w.rhai", SCRIPT)]);
+    let h = Harness::new(CONTROLLER, &[("w.rhai", SCRIPT)]);
     h.create("w", json!({}), json!({}));
     let ctx = h.ctx().await;
     let made = |n: usize| i64::try_from(n).unwrap();

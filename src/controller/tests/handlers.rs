@@ -2,16 +2,12 @@
 //! recorded on the object between attempts, until it succeeds; then it is done with that
 //! change.
 
-use super::harness::{Harness, WIDGETS};
+use super::harness::{CONTROLLER, Harness, NOTHING, WIDGETS};
 use kube::runtime::controller::Action;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const CONFIG: &str = r#"
-[[controller]]
-for = "Widget"
-script = "w.rhai"
-
+const HANDLER_ENTRY: &str = r#"
 [[handler]]
 for = "Widget"
 on = "create"
@@ -20,8 +16,6 @@ function = "created"
 backoff = "10s"
 retries = 5
 "#;
-
-const RECONCILE: &str = "fn reconcile(obj, ctx) { #{} }";
 
 /// Fails its first two attempts.
 const HANDLER: &str = r#"
@@ -67,7 +61,10 @@ fn backoff_passed(h: &Harness, name: &str) {
 
 #[tokio::test(start_paused = true)]
 async fn a_failing_create_handler_retries_after_its_backoff_and_records_its_progress() {
-    let h = Harness::new(CONFIG, &[("w.rhai", RECONCILE), ("h.rhai", HANDLER)]);
+    let h = Harness::new(
+        &format!("{CONTROLLER}{HANDLER_ENTRY}"),
+        &[("w.rhai", NOTHING), ("h.rhai", HANDLER)],
+    );
     h.create("w", json!({ "size": 1 }), json!({}));
     let ctx = h.ctx().await;
 
@@ -137,9 +134,9 @@ async fn a_failing_create_handler_retries_after_its_backoff_and_records_its_prog
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_out_of_retries_gives_up_and_the_change_counts_as_handled() {
-    let config = CONFIG.replace("retries = 5", "retries = 1");
+    let config = format!("{CONTROLLER}{HANDLER_ENTRY}").replace("retries = 5", "retries = 1");
     let failing = r#"fn created(obj, ctx, change) { throw "broken"; }"#;
-    let h = Harness::new(&config, &[("w.rhai", RECONCILE), ("h.rhai", failing)]);
+    let h = Harness::new(&config, &[("w.rhai", NOTHING), ("h.rhai", failing)]);
     h.create("w", json!({}), json!({}));
     let ctx = h.ctx().await;
     assert_eq!(

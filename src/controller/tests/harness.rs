@@ -56,6 +56,16 @@ async fn finishes<T>(reconcile: impl Future<Output = T>) -> T {
         .expect("the reconcile never finished: a request to the fake API or a script call hung")
 }
 
+/// A `[[controller]]` of Widgets running `w.rhai`, with nothing else set.
+pub(super) const CONTROLLER: &str = r#"
+[[controller]]
+for = "Widget"
+script = "w.rhai"
+"#;
+
+/// A `reconcile` that asks for nothing, beside the handlers, timers or daemons under test.
+pub(super) const NOTHING: &str = "fn reconcile(obj, ctx) { #{} }";
+
 /// An operator, the fake API server it talks to, and the objects the test created there.
 pub(super) struct Harness {
     pub api: FakeApi,

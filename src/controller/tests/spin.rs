@@ -1,16 +1,10 @@
 //! Spin damping: an object whose reconciles keep writing is paused, and says so once; a quiet
 //! one beside it is not.
 
-use super::harness::Harness;
+use super::harness::{CONTROLLER, Harness};
 use crate::controller::spin::{FIRST_COOLDOWN, LIMIT};
 use kube::runtime::controller::Action;
 use serde_json::json;
-
-const CONFIG: &str = r#"
-[[controller]]
-for = "Widget"
-script = "w.rhai"
-"#;
 
 /// `hot` counts its reconciles in its status, so each one writes; `calm` writes once.
 const SCRIPT: &str = r#"
@@ -26,7 +20,7 @@ fn reconcile(obj, ctx) {
 
 #[tokio::test(start_paused = true)]
 async fn an_object_whose_reconciles_keep_writing_is_paused_and_a_quiet_one_is_not() {
-    let h = Harness::new(CONFIG, &[("w.rhai", SCRIPT)]);
+    let h = Harness::new(CONTROLLER, &[("w.rhai", SCRIPT)]);
     h.create("hot", json!({}), json!({}));
     h.create("calm", json!({}), json!({}));
     let ctx = h.ctx().await;
