@@ -18,12 +18,14 @@ function = "tick"
 interval = "30s"
 "#;
 
+/// Says each run with a `Ticked` Event.
+const TICK: &str = r#"fn tick(obj, ctx) { #{ events: [#{ type: "Normal", reason: "Ticked", message: "tick" }] } }"#;
+
 #[tokio::test(start_paused = true)]
 async fn a_timer_runs_at_its_interval() {
-    let script = r#"fn tick(obj, ctx) { #{ events: [#{ type: "Normal", reason: "Ticked", message: "tick" }] } }"#;
     let h = Harness::new(
         &format!("{CONTROLLER}{TIMER}"),
-        &[("w.rhai", NOTHING), ("t.rhai", script)],
+        &[("w.rhai", NOTHING), ("t.rhai", TICK)],
     );
     h.create("w", json!({}), json!({}));
     let ctx = h.ctx().await;
@@ -41,6 +43,28 @@ async fn a_timer_runs_at_its_interval() {
     tokio::time::advance(Duration::from_secs(1)).await;
     assert_eq!(h.reconcile(&ctx, "w").await.unwrap(), secs(30));
     assert_eq!(h.events_of("Ticked"), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_timer_waits_until_its_object_has_been_left_alone() {
+    let config = format!("{CONTROLLER}{TIMER}idle = \"60s\"\n");
+    let h = Harness::new(&config, &[("w.rhai", NOTHING), ("t.rhai", TICK)]);
+    h.create("w", json!({ "size": 1 }), json!({}));
+    let ctx = h.ctx().await;
+    assert_eq!(h.reconcile(&ctx, "w").await.unwrap(), secs(60));
+    tokio::time::advance(Duration::from_secs(40)).await;
+    h.edit("w", &json!({ "spec": { "size": 2 } }));
+    assert_eq!(
+        h.reconcile(&ctx, "w").await.unwrap(),
+        secs(60),
+        "a change starts the wait over"
+    );
+    tokio::time::advance(Duration::from_secs(59)).await;
+    assert_eq!(h.reconcile(&ctx, "w").await.unwrap(), secs(1));
+    assert_eq!(h.events_of("Ticked"), 0);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    h.reconcile(&ctx, "w").await.unwrap();
+    assert_eq!(h.events_of("Ticked"), 1, "left alone for its idle time");
 }
 
 const DAEMON: &str = r#"

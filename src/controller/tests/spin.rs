@@ -20,7 +20,9 @@ fn reconcile(obj, ctx) {
 
 #[tokio::test(start_paused = true)]
 async fn an_object_whose_reconciles_keep_writing_is_paused_and_a_quiet_one_is_not() {
-    let h = Harness::new(CONTROLLER, &[("w.rhai", SCRIPT)]);
+    // Named, so the metric counts this test's controller alone.
+    let config = format!("{CONTROLLER}name = \"spinning\"\n");
+    let h = Harness::new(&config, &[("w.rhai", SCRIPT)]);
     h.create("hot", json!({}), json!({}));
     h.create("calm", json!({}), json!({}));
     let ctx = h.ctx().await;
@@ -41,6 +43,9 @@ async fn an_object_whose_reconciles_keep_writing_is_paused_and_a_quiet_one_is_no
     assert_eq!(status_writes("hot"), LIMIT + 1);
     assert_eq!(status_writes("calm"), 1);
     assert_eq!(h.events_of("HotLoop"), 1, "said once: {:?}", h.events());
+    let metrics = crate::metrics::encode();
+    let hot = "khai_hot_loops_total{controller=\"spinning\"} 1";
+    assert!(metrics.contains(hot), "missing {hot} in\n{metrics}");
     // Paused: the reconcile writes nothing and asks to come back when the cooldown ends.
     assert_eq!(
         h.reconcile(&ctx, "hot").await.unwrap(),
