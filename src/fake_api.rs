@@ -229,3 +229,62 @@ fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+
+    /// kube-runtime's finalizer helper and khai's release both send JSON patches; the API server
+    /// deletes an object on its way out once its last finalizer goes.
+    #[tokio::test]
+    async fn json_patches_add_and_remove_finalizers_as_the_api_server_does() {
+        let api = FakeApi::default();
+        let path = "/api/v1/namespaces/ns/configmaps/c";
+        api.put(
+            path,
+            json!({ "metadata": { "name": "c", "namespace": "ns" } }),
+        );
+        let cms: Api<DynamicObject> = Api::namespaced_with(
+            api.client(),
+            "ns",
+            &crate::watch::Kind::configmaps().resource,
+        );
+        let patch = |ops: Value| Patch::<()>::Json(serde_json::from_value(ops).unwrap());
+        let add = json!([{ "op": "test", "path": "/metadata/finalizers", "value": null },
+                         { "op": "add", "path": "/metadata/finalizers", "value": ["f"] }]);
+        cms.patch("c", &PatchParams::default(), &patch(add))
+            .await
+            .unwrap();
+        assert_eq!(
+            api.get(path).unwrap()["metadata"]["finalizers"],
+            json!(["f"])
+        );
+        let wrong = json!([{ "op": "test", "path": "/metadata/finalizers/0", "value": "g" }]);
+        assert!(
+            cms.patch("c", &PatchParams::default(), &patch(wrong))
+                .await
+                .is_err()
+        );
+        let mut held = api.get(path).unwrap();
+        held["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        api.put(path, held);
+        let remove = json!([{ "op": "test", "path": "/metadata/finalizers/0", "value": "f" },
+                            { "op": "remove", "path": "/metadata/finalizers/0" }]);
+        cms.patch("c", &PatchParams::default(), &patch(remove))
+            .await
+            .unwrap();
+        assert!(
+            api.get(path).is_none(),
+            "its last finalizer gone, the object goes"
+        );
+        assert_eq!(
+            api.writes(),
+            [
+                format!("PATCH {path}"),
+                format!("PATCH {path}"),
+                format!("PATCH {path}")
+            ]
+        );
+    }
+}
