@@ -126,10 +126,10 @@ async fn a_daemon_ticks_at_its_interval_and_stops_when_its_object_stops_matching
 #[tokio::test(start_paused = true)]
 async fn a_daemon_is_stopped_when_its_object_goes() {
     // `finalize` makes khai hold the object, so its deletion comes through a reconcile.
-    let reconcile = "fn reconcile(obj, ctx) { #{} }\nfn finalize(obj, ctx) { true }";
+    let reconcile = format!("{NOTHING}\nfn finalize(obj, ctx) {{ true }}");
     let h = Harness::new(
         &format!("{CONTROLLER}{DAEMON}"),
-        &[("w.rhai", reconcile), ("d.rhai", DAEMON_SCRIPT)],
+        &[("w.rhai", &reconcile), ("d.rhai", DAEMON_SCRIPT)],
     );
     h.create("w", json!({}), running());
     let ctx = h.ctx().await;

@@ -46,16 +46,6 @@ status.phase = { type = "string" }
 status.seen = { type = "integer" }
 "#;
 
-/// Waits for one reconcile, failing the test if it never finishes. On the paused clock time
-/// moves only while every task waits (script calls on the blocking pool hold it), so this
-/// deadline passes only when the reconcile hangs.
-async fn finishes<T>(reconcile: impl Future<Output = T>) -> T {
-    const HANG: std::time::Duration = std::time::Duration::from_secs(3600);
-    tokio::time::timeout(HANG, reconcile)
-        .await
-        .expect("the reconcile never finished: a request to the fake API or a script call hung")
-}
-
 /// A `[[controller]]` of Widgets running `w.rhai`, with nothing else set.
 pub(super) const CONTROLLER: &str = r#"
 [[controller]]
@@ -68,7 +58,7 @@ pub(super) const NOTHING: &str = "fn reconcile(obj, ctx) { #{} }";
 
 /// An operator, the fake API server it talks to, and the objects the test created there.
 pub(super) struct Harness {
-    pub api: FakeApi,
+    api: FakeApi,
     op: Operator,
 }
 
@@ -252,6 +242,11 @@ impl Harness {
                 crate::effects::Budget::default(),
             )
         };
+        // khai owns the status of a CRD of the config that has one.
+        let manage_status = model.crds.iter().any(|c| {
+            let r = &kind.resource;
+            c.status.is_some() && c.kind == r.kind && c.group == r.group
+        });
         let finalize = crate::controller::prepare::FINALIZE;
         Arc::new(Ctx {
             spec: Spec {
@@ -268,7 +263,7 @@ impl Harness {
                 when: ctl.when.clone(),
                 annotations: ctl.annotations.clone(),
                 filter: crate::watch::Filter::default(),
-                manage_status: true,
+                manage_status,
                 params: Value::Object(model.params.clone()),
                 children: crate::apply::Policy::of(ctl),
                 effects: effects.with_budget(ctl.budget),
@@ -318,4 +313,14 @@ impl Harness {
             .collect();
         Informer::with_objects(kind, Some(NS), objects)
     }
+}
+
+/// Waits for one reconcile, failing the test if it never finishes. On the paused clock time
+/// moves only while every task waits (script calls on the blocking pool hold it), so this
+/// deadline passes only when the reconcile hangs.
+async fn finishes<T>(reconcile: impl Future<Output = T>) -> T {
+    const HANG: std::time::Duration = std::time::Duration::from_secs(3600);
+    tokio::time::timeout(HANG, reconcile)
+        .await
+        .expect("the reconcile never finished: a request to the fake API or a script call hung")
 }
