@@ -75,7 +75,8 @@ impl FakeApi {
         self.refuse(path, code, "forced by the test", times);
     }
 
-    /// As [`FakeApi::fail`], with the API server's `message`.
+    /// As [`FakeApi::fail`], with the API server's `message` (and the `reason` it gives with
+    /// `code`: `Forbidden` for 403).
     pub(crate) fn refuse(&self, path: &str, code: u16, message: &str, times: usize) {
         let mut s = crate::sync::lock(&self.inner);
         for _ in 0..times {
@@ -100,7 +101,7 @@ impl FakeApi {
         }
         if let Some(i) = s.failures.iter().position(|(p, _, _)| *p == path) {
             let (_, code, message) = s.failures.remove(i);
-            return status(code, "Failure", &message);
+            return status(code, reason_for(code), &message);
         }
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         match parts.method {
@@ -216,6 +217,23 @@ fn ok(code: StatusCode, v: &Value) -> Response<Body> {
     let mut r = Response::new(Body::from(serde_json::to_vec(v).unwrap_or_default()));
     *r.status_mut() = code;
     r
+}
+
+/// The `reason` the API server gives with `code`.
+fn reason_for(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "Failure",
+    }
 }
 
 fn not_found(path: &str) -> Response<Body> {

@@ -157,3 +157,26 @@ async fn a_handler_out_of_retries_gives_up_and_the_change_counts_as_handled() {
     assert!(annotations[LAST_HANDLED].is_string(), "{annotations}");
     assert!(annotations[PROGRESS].is_null(), "{annotations}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_khai_may_not_make_is_said_once_not_at_every_retry() {
+    let reads = r#"fn created(obj, ctx, change) { k8s::get("v1/ConfigMap", "ns", "locked"); }"#;
+    let h = Harness::new(
+        &format!("{CONTROLLER}{HANDLER_ENTRY}"),
+        &[("w.rhai", NOTHING), ("h.rhai", reads)],
+    );
+    let locked = format!("{}/locked", super::harness::CONFIGMAPS);
+    h.api
+        .refuse(&locked, 403, "configmaps \"locked\" is forbidden", 10);
+    h.create("w", json!({}), json!({}));
+    let ctx = h.ctx().await;
+    for _ in 0..3 {
+        h.reconcile(&ctx, "w").await.unwrap();
+        // The cache shows the progress khai wrote, then the backoff passes.
+        h.reconcile(&ctx, "w").await.unwrap();
+        backoff_passed(&h, "w");
+    }
+    assert_eq!(attempt(&h)["attempts"], 3, "it was tried again");
+    assert_eq!(h.events_of("Forbidden"), 1, "{:?}", h.events());
+    assert_eq!(h.events_of("HandlerRetrying"), 0, "{:?}", h.events());
+}

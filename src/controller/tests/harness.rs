@@ -58,7 +58,7 @@ pub(super) const NOTHING: &str = "fn reconcile(obj, ctx) { #{} }";
 
 /// An operator, the fake API server it talks to, and the objects the test created there.
 pub(super) struct Harness {
-    api: FakeApi,
+    pub(super) api: FakeApi,
     op: Operator,
 }
 
