@@ -3,9 +3,10 @@
 //! It keeps objects by their path and answers what khai's API-facing code sends: get, create
 //! (POST), replace (PUT) with resourceVersion conflicts, JSON patches, JSON merge patches and
 //! server-side apply (both applied as a merge), and deletes with uid preconditions; an object
-//! on its way out goes once its last finalizer does. It logs every write ([`FakeApi::writes`]). Every write bumps one
-//! global resourceVersion. Anything else gets a 404 or 405 in the API server's shape. End-to-end behaviour is proven against a
-//! real API server in `tests/e2e`; this exists to control time and failures in unit tests.
+//! on its way out goes once its last finalizer does. Every write bumps one global
+//! resourceVersion and is logged ([`FakeApi::writes`]). Anything else gets a 404 or 405 in the
+//! API server's shape. End-to-end behaviour is proven against a real API server in
+//! `tests/e2e`; this exists to control time and failures in unit tests.
 
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
@@ -173,7 +174,7 @@ impl FakeApi {
 
 impl State {
     /// Stores `obj` at `path`; an object on its way out whose last finalizer went is deleted,
-    /// as the API server does.
+    /// as the API server does, and an empty list of finalizers is left out.
     fn store(&mut self, path: &str, mut obj: Value) -> Value {
         self.version += 1;
         obj["metadata"]["resourceVersion"] = json!(self.version.to_string());
@@ -183,6 +184,10 @@ impl State {
         let held = obj["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty());
+        // The API server leaves an empty list out of what it returns.
+        if !held && let Some(meta) = obj["metadata"].as_object_mut() {
+            meta.remove("finalizers");
+        }
         if obj["metadata"]["deletionTimestamp"].is_null() || held {
             self.objects.insert(path.to_string(), obj.clone());
         } else {

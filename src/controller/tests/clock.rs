@@ -19,7 +19,9 @@ interval = "30s"
 "#;
 
 /// Says each run with a `Ticked` Event.
-const TICK: &str = r#"fn tick(obj, ctx) { #{ events: [#{ type: "Normal", reason: "Ticked", message: "tick" }] } }"#;
+const TICK: &str = r#"
+fn tick(obj, ctx) { #{ events: [#{ type: "Normal", reason: "Ticked", message: "tick" }] } }
+"#;
 
 #[tokio::test(start_paused = true)]
 async fn a_timer_runs_at_its_interval() {
@@ -154,9 +156,14 @@ async fn a_daemon_is_stopped_when_its_object_goes() {
 async fn a_failed_daemon_tick_is_retried_after_its_backoff() {
     let config = format!("{CONTROLLER}{DAEMON}")
         .replace("interval = \"10s\"", "interval = \"10s\"\nbackoff = \"3s\"");
-    let script = format!(
-        "{DAEMON_SCRIPT}\nfn flaky(obj, ctx, state) {{ if ctx.retry == 0 {{ throw \"down\"; }} watch(obj, ctx, state) }}"
-    );
+    // Fails its first tick, then ticks as `watch`.
+    let flaky = r#"
+fn flaky(obj, ctx, state) {
+    if ctx.retry == 0 { throw "down"; }
+    watch(obj, ctx, state)
+}
+"#;
+    let script = format!("{DAEMON_SCRIPT}{flaky}");
     let config = config.replace("tick = \"watch\"", "tick = \"flaky\"");
     let h = Harness::new(&config, &[("w.rhai", NOTHING), ("d.rhai", &script)]);
     h.create("w", json!({}), running());

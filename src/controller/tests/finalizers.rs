@@ -128,3 +128,30 @@ async fn a_reconcile_from_a_cache_still_showing_the_finalizer_does_not_clean_up_
         "finalize or the finalizer's removal ran again"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_object_let_go_that_matches_again_is_held_and_finalized_again() {
+    let h = harness();
+    h.create("w", json!({ "size": 1 }), json!({}));
+    // One controller that keeps running: what it remembers per object carries over.
+    let ctx = h.ctx().await;
+    let finalized = || {
+        let path = format!("PATCH {}/w-finalized", super::harness::CONFIGMAPS);
+        h.writes().iter().filter(|w| **w == path).count()
+    };
+    h.reconcile(&ctx, "w").await.unwrap();
+    h.edit("w", &json!({ "spec": { "size": 0 } }));
+    h.reconcile(&ctx, "w").await.unwrap();
+    assert_eq!(finalized(), 1, "let go");
+    h.edit("w", &json!({ "spec": { "size": 1 } }));
+    h.reconcile(&ctx, "w").await.unwrap();
+    assert_eq!(
+        h.widget("w").unwrap()["metadata"]["finalizers"],
+        json!([FINALIZER]),
+        "held again"
+    );
+    h.delete("w");
+    h.reconcile(&ctx, "w").await.unwrap();
+    assert_eq!(finalized(), 2, "finalize runs for the deletion too");
+    assert!(h.widget("w").is_none());
+}
