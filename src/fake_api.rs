@@ -1,10 +1,12 @@
 //! An in-memory stand-in for the Kubernetes API, for unit tests of code that talks to it.
 //!
 //! It keeps objects by their path and answers what khai's API-facing code sends: get, create
-//! (POST), replace (PUT) with resourceVersion conflicts, JSON merge patches and server-side
-//! apply (both applied as a merge), and deletes with uid preconditions. Every write bumps one
-//! global resourceVersion. Anything else gets a 404 or 405 in the API server's shape. End-to-end behaviour is proven against a
-//! real API server in `tests/e2e`; this exists to control time and failures in unit tests.
+//! (POST), replace (PUT) with resourceVersion conflicts, JSON patches, JSON merge patches and
+//! server-side apply (both applied as a merge), and deletes with uid preconditions; an object
+//! on its way out goes once its last finalizer does. Every write bumps one global
+//! resourceVersion and is logged ([`FakeApi::writes`]). Anything else gets a 404 or 405 in the
+//! API server's shape. End-to-end behaviour is proven against a real API server in
+//! `tests/e2e`; this exists to control time and failures in unit tests.
 
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
@@ -25,6 +27,8 @@ struct State {
     version: u64,
     /// Answers forced for the next requests to a path: (path, code, message).
     failures: Vec<(String, u16, String)>,
+    /// Every request but a read, as `METHOD path`, in the order received.
+    writes: Vec<String>,
 }
 
 impl FakeApi {
@@ -61,12 +65,19 @@ impl FakeApi {
             .collect()
     }
 
+    /// Every request but a read received so far (refused ones too), as `METHOD path` (`PATCH
+    /// /apis/x.dev/v1/namespaces/ns/widgets/w/status`), in the order received.
+    pub(crate) fn writes(&self) -> Vec<String> {
+        crate::sync::lock(&self.inner).writes.clone()
+    }
+
     /// The next `times` requests to `path` are answered with `code` and nothing else happens.
     pub(crate) fn fail(&self, path: &str, code: u16, times: usize) {
         self.refuse(path, code, "forced by the test", times);
     }
 
-    /// As [`FakeApi::fail`], with the API server's `message`.
+    /// As [`FakeApi::fail`], with the API server's `message` (and the `reason` it gives with
+    /// `code`: `Forbidden` for 403).
     pub(crate) fn refuse(&self, path: &str, code: u16, message: &str, times: usize) {
         let mut s = crate::sync::lock(&self.inner);
         for _ in 0..times {
@@ -86,9 +97,12 @@ impl FakeApi {
             .unwrap_or_default()
             .to_string();
         let mut s = crate::sync::lock(&self.inner);
+        if parts.method != Method::GET {
+            s.writes.push(format!("{} {path}", parts.method));
+        }
         if let Some(i) = s.failures.iter().position(|(p, _, _)| *p == path) {
             let (_, code, message) = s.failures.remove(i);
-            return status(code, "Failure", &message);
+            return status(code, reason_for(code), &message);
         }
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         match parts.method {
@@ -129,9 +143,15 @@ impl FakeApi {
                     None if apply => json!({}),
                     None => return not_found(&path),
                 };
-                match sub {
-                    Some(field) => json_patch::merge(&mut current[field], &body[field]),
-                    None => json_patch::merge(&mut current, &body),
+                if content_type.contains("json-patch") {
+                    if let Err(e) = json_patch_as_server(&mut current, body) {
+                        return status(422, "Invalid", &e);
+                    }
+                } else {
+                    match sub {
+                        Some(field) => json_patch::merge(&mut current[field], &body[field]),
+                        None => json_patch::merge(&mut current, &body),
+                    }
                 }
                 let stored = s.store(&target, current);
                 ok(StatusCode::OK, &stored)
@@ -153,21 +173,72 @@ impl FakeApi {
 }
 
 impl State {
+    /// Stores `obj` at `path`; an object on its way out whose last finalizer went is deleted,
+    /// as the API server does, and an empty list of finalizers is left out.
     fn store(&mut self, path: &str, mut obj: Value) -> Value {
         self.version += 1;
         obj["metadata"]["resourceVersion"] = json!(self.version.to_string());
         if obj["metadata"]["uid"].is_null() {
             obj["metadata"]["uid"] = json!(format!("uid-{}", self.version));
         }
-        self.objects.insert(path.to_string(), obj.clone());
+        let held = obj["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        // The API server leaves an empty list out of what it returns.
+        if !held && let Some(meta) = obj["metadata"].as_object_mut() {
+            meta.remove("finalizers");
+        }
+        if obj["metadata"]["deletionTimestamp"].is_null() || held {
+            self.objects.insert(path.to_string(), obj.clone());
+        } else {
+            self.objects.remove(path);
+        }
         obj
     }
+}
+
+/// Applies the JSON patch `ops` to `doc` as the API server does: a `test` for `null` passes on
+/// a field that is absent (kube-runtime's finalizer helper sends one before adding the first
+/// finalizer).
+fn json_patch_as_server(doc: &mut Value, ops: Value) -> Result<(), String> {
+    let Value::Array(ops) = ops else {
+        return Err("a JSON patch is an array".into());
+    };
+    let ops: Vec<Value> = ops
+        .into_iter()
+        .filter(|op| {
+            let absent = op["path"]
+                .as_str()
+                .is_some_and(|p| doc.pointer(p).is_none());
+            !(op["op"] == "test" && op["value"].is_null() && absent)
+        })
+        .collect();
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).map_err(|e| e.to_string())?;
+    json_patch::patch(doc, &patch).map_err(|e| e.to_string())
 }
 
 fn ok(code: StatusCode, v: &Value) -> Response<Body> {
     let mut r = Response::new(Body::from(serde_json::to_vec(v).unwrap_or_default()));
     *r.status_mut() = code;
     r
+}
+
+/// The `reason` the API server gives with `code`.
+fn reason_for(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "Failure",
+    }
 }
 
 fn not_found(path: &str) -> Response<Body> {
@@ -180,4 +251,63 @@ fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
     let mut r = Response::new(Body::from(serde_json::to_vec(&v).unwrap_or_default()));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+
+    /// kube-runtime's finalizer helper and khai's release both send JSON patches; the API server
+    /// deletes an object on its way out once its last finalizer goes.
+    #[tokio::test]
+    async fn json_patches_add_and_remove_finalizers_as_the_api_server_does() {
+        let api = FakeApi::default();
+        let path = "/api/v1/namespaces/ns/configmaps/c";
+        api.put(
+            path,
+            json!({ "metadata": { "name": "c", "namespace": "ns" } }),
+        );
+        let cms: Api<DynamicObject> = Api::namespaced_with(
+            api.client(),
+            "ns",
+            &crate::watch::Kind::configmaps().resource,
+        );
+        let patch = |ops: Value| Patch::<()>::Json(serde_json::from_value(ops).unwrap());
+        let add = json!([{ "op": "test", "path": "/metadata/finalizers", "value": null },
+                         { "op": "add", "path": "/metadata/finalizers", "value": ["f"] }]);
+        cms.patch("c", &PatchParams::default(), &patch(add))
+            .await
+            .unwrap();
+        assert_eq!(
+            api.get(path).unwrap()["metadata"]["finalizers"],
+            json!(["f"])
+        );
+        let wrong = json!([{ "op": "test", "path": "/metadata/finalizers/0", "value": "g" }]);
+        assert!(
+            cms.patch("c", &PatchParams::default(), &patch(wrong))
+                .await
+                .is_err()
+        );
+        let mut held = api.get(path).unwrap();
+        held["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        api.put(path, held);
+        let remove = json!([{ "op": "test", "path": "/metadata/finalizers/0", "value": "f" },
+                            { "op": "remove", "path": "/metadata/finalizers/0" }]);
+        cms.patch("c", &PatchParams::default(), &patch(remove))
+            .await
+            .unwrap();
+        assert!(
+            api.get(path).is_none(),
+            "its last finalizer gone, the object goes"
+        );
+        assert_eq!(
+            api.writes(),
+            [
+                format!("PATCH {path}"),
+                format!("PATCH {path}"),
+                format!("PATCH {path}")
+            ]
+        );
+    }
 }

@@ -33,3 +33,6 @@ pub(crate) enum Error {
     #[error(transparent)]
     Http(#[from] crate::effects::http::client::Error),
 }
+
+#[cfg(test)]
+mod tests;
