@@ -2,7 +2,7 @@
 //! rest dropped, which one Warning per window says.
 
 use super::harness::{CONTROLLER, Harness};
-use crate::controller::event_budget::{PER_ANSWER, PER_WINDOW, WINDOW};
+use crate::object::event_budget::{PER_ANSWER, PER_WINDOW, WINDOW};
 use serde_json::json;
 
 /// Asks for more Events than one answer may record, each with its own message.

@@ -288,18 +288,13 @@ impl Harness {
                 client,
             },
             backoff: crate::queue::Backoff::new(ctl.backoff.base.get(), ctl.backoff.cap.get()),
-            spin: Default::default(),
-            event_budget: Default::default(),
+            objects: Default::default(),
             pending: crate::queue::Pending::new(&name),
             beside: Beside {
                 handlers,
                 clock,
                 indexes: None,
             },
-            released: Default::default(),
-            finalized: Default::default(),
-            forbidden: Default::default(),
-            echoes: Default::default(),
         })
     }
 

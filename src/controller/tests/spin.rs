@@ -2,7 +2,7 @@
 //! one beside it is not.
 
 use super::harness::{CONTROLLER, Harness};
-use crate::controller::spin::{FIRST_COOLDOWN, LIMIT};
+use crate::object::spin::{FIRST_COOLDOWN, LIMIT};
 use kube::runtime::controller::Action;
 use serde_json::json;
 
