@@ -23,6 +23,7 @@ mod delete;
 mod echoes;
 mod hash;
 mod owner;
+mod preview;
 mod status;
 
 pub use compare::{is_subset, object_difference, status_differs};
@@ -30,6 +31,7 @@ pub use delete::Progress;
 pub use echoes::Echoes;
 pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
 use owner::{Mark, applied_by};
+pub use preview::{ChildId, ChildWrite, Preview, StatusChange};
 
 use crate::client::ApiError;
 use crate::reconcile::Plan;
