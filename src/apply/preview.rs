@@ -139,8 +139,8 @@ impl Applier {
             let api_version = child["apiVersion"].as_str().unwrap_or_default();
             let kind = child["kind"].as_str().unwrap_or_default();
             let key = (api_version.to_string(), kind.to_string());
-            if !kinds.contains_key(&key) {
-                kinds.insert(key, self.kind_of(api_version, kind).await?);
+            if let std::collections::hash_map::Entry::Vacant(e) = kinds.entry(key) {
+                e.insert(self.kind_of(api_version, kind).await?);
             }
         }
         let mut desired = plan.children.clone();
