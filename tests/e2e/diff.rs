@@ -44,6 +44,20 @@ fn bench_cache(dir: &Path, group: &str, edits: &[(&str, &str)]) -> PathBuf {
 /// `khai diff --config config --namespace ns -o json` as the user of `kubeconfig`: its exit
 /// code and JSON report.
 async fn diff(config: &Path, ns: &str, kubeconfig: &Path) -> (i32, Value) {
+    let (code, stdout, stderr) = run_diff(config, ns, kubeconfig, "json").await;
+    let report = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("khai diff exited {code}, no JSON report ({e}): {stderr}"));
+    (code, report)
+}
+
+/// `khai diff --config config --namespace ns -o output` as the user of `kubeconfig`: its exit
+/// code, stdout and stderr.
+async fn run_diff(
+    config: &Path,
+    ns: &str,
+    kubeconfig: &Path,
+    output: &str,
+) -> (i32, String, String) {
     let args = [
         "diff".into(),
         "--config".into(),
@@ -51,7 +65,7 @@ async fn diff(config: &Path, ns: &str, kubeconfig: &Path) -> (i32, Value) {
         "--namespace".into(),
         ns.to_string(),
         "-o".into(),
-        "json".into(),
+        output.to_string(),
     ];
     let kubeconfig = kubeconfig.to_path_buf();
     let out = tokio::task::spawn_blocking(move || {
@@ -64,11 +78,12 @@ async fn diff(config: &Path, ns: &str, kubeconfig: &Path) -> (i32, Value) {
     })
     .await
     .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let code = out.status.code().unwrap_or(-1);
-    let report = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("khai diff exited {code}, no JSON report ({e}): {stderr}"));
-    (code, report)
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
 }
 
 /// Waits until every Cache has the status khai writes after applying its children.
@@ -194,6 +209,36 @@ async fn diff_lists_exactly_the_writes_a_candidate_would_make_and_the_refused_on
         assert_eq!(o["status"], json!([]), "the status stays as it is");
     }
     assert_eq!(report["summary"]["unchanged"], CACHES - large.len());
+    assert_eq!(code, 1);
+    // The text names the same objects, one header each, and ends with the summary.
+    let (code, text, stderr) = run_diff(&candidate, &ns.name, kubeconfig(), "text").await;
+    let headers: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("Cache."))
+        .map(|l| {
+            l.split_once('/')
+                .unwrap()
+                .1
+                .split(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(headers, large, "{text}\n{stderr}");
+    assert_eq!(text.matches("+  tier: large\n").count(), large.len());
+    assert!(
+        text.trim_end()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with(&format!(
+                "{} objects would change, {} unchanged, 0 failing",
+                large.len(),
+                CACHES - large.len()
+            )),
+        "{text}"
+    );
     assert_eq!(code, 1);
 
     // One Cache's ConfigMap gets a key the API server refuses.
