@@ -14,6 +14,8 @@
 //! what it shares with the metrics server to survive hostile load.
 //! [`manifest`] derives the RBAC and deployment manifests `khai generate` prints.
 //! [`reload`] watches the config directory and hands the daemon each new version that loads.
+//! [`diff`] runs a config's controllers over the live objects as the daemon would, for `khai
+//! diff`, and reports the writes they would make without making them.
 //!
 //! Public modules are the ones khai's own tests, benches and fuzz targets reach into (`apply`,
 //! `cli`, `config`, `effects`, `operator`, `reconcile`, `schema`, `script`, `watch`,
@@ -28,6 +30,7 @@ pub(crate) mod client;
 pub mod config;
 pub(crate) mod controller;
 pub(crate) mod daemon;
+pub(crate) mod diff;
 pub mod effects;
 pub(crate) mod events;
 #[cfg(test)]

@@ -23,6 +23,7 @@ mod delete;
 mod echo;
 mod hash;
 mod owner;
+mod preview;
 mod status;
 
 pub use compare::{is_subset, object_difference, status_differs};
@@ -30,12 +31,13 @@ pub use delete::Progress;
 pub use echo::is_echo;
 pub use owner::{APPLIED_HASH, ORDER_ANNOTATION, OWNER_LABEL};
 use owner::{Mark, applied_by};
+pub use preview::{ChildRef, ChildWrite, Preview, StatusChange};
 pub use status::Manager;
 
 use crate::client::ApiError;
 use crate::object::{ChildId, ObjectKey, Objects};
 use crate::reconcile::Plan;
-use crate::reconcile::children::{self, ChildKey, Parent};
+use crate::reconcile::children::{self, ChildKey};
 use crate::sync::lock;
 use crate::watch::{self, Informer, Kind};
 use kube::ResourceExt;
@@ -232,33 +234,14 @@ impl Applier {
         policy: Policy,
         ledger: Ledger<'_>,
     ) -> Result<Outcome, Error> {
-        let mut resolved = HashMap::new();
-        for child in &plan.children {
-            let api_version = child["apiVersion"].as_str().unwrap_or_default();
-            let kind = child["kind"].as_str().unwrap_or_default();
-            let key = (api_version.to_string(), kind.to_string());
-            if let std::collections::hash_map::Entry::Vacant(e) = resolved.entry(key) {
-                e.insert(self.kind_of(api_version, kind).await?);
-            }
-        }
-        let mut desired = plan.children.clone();
-        let name = parent.name_any();
-        let parent_ns = parent.namespace().filter(|_| parent_kind.namespaced);
-        let placed = children::place(
-            &mut desired,
-            Parent {
-                group: &parent_kind.resource.group,
-                kind: &parent_kind.resource.kind,
-                name: &name,
-                namespace: parent_ns.as_deref(),
-            },
-            &PlanKinds {
-                resolved: resolved.clone(),
-                owned: caches.owned,
-            },
-            caches.namespaces,
-            policy.unowned,
-        )?;
+        let preview::Placed {
+            desired,
+            keys: placed,
+            kinds: resolved,
+            parent_ns,
+        } = self
+            .placed(parent, parent_kind, plan, caches, policy)
+            .await?;
         let mut outcome = Outcome::default();
         // A child the API server refuses (a terminating namespace, an invalid name) fails the
         // reconcile, but only after its siblings have been applied: one bad child must not

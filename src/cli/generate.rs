@@ -26,7 +26,7 @@ pub enum What {
     /// Print the Validating/MutatingWebhookConfigurations of the config's `[[webhook]]`s.
     Webhooks(WebhooksArgs),
     /// Print the least-privilege ServiceAccount, ClusterRole/Roles and bindings khai needs.
-    Rbac(RbacArgs),
+    Rbac(RbacCommand),
     /// Print everything to deploy the operator: Namespace, CRDs, RBAC, ConfigMap, Service,
     /// Deployment and webhook configurations.
     Manifests(ManifestsArgs),
@@ -95,6 +95,25 @@ pub struct RbacArgs {
     /// Write one file per object into this directory instead of printing.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: Option<PathBuf>,
+}
+
+/// `khai generate rbac`: [`RbacArgs`] and the command the RBAC is for.
+#[derive(Debug, clap::Args)]
+pub struct RbacCommand {
+    #[command(flatten)]
+    pub rbac: RbacArgs,
+    /// Which command the RBAC is for: `khai run`, or `khai diff` (read-only but for `create` and
+    /// `patch` on the owned kinds, which its server-side apply dry runs need; named
+    /// `khai-<operator>-diff`).
+    #[arg(long = "for", value_enum, default_value_t = Purpose::Run)]
+    pub purpose: Purpose,
+}
+
+/// The command generated RBAC is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Purpose {
+    Run,
+    Diff,
 }
 
 #[derive(Debug, clap::Args)]
@@ -192,13 +211,25 @@ fn emit(output: Option<&Path>, docs: Vec<Value>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn rbac(args: &RbacArgs) -> anyhow::Result<ExitCode> {
+fn rbac(command: &RbacCommand) -> anyhow::Result<ExitCode> {
+    let args = &command.rbac;
     let (op, namespace, plan) = args.scope.plan(None)?;
     let model = &op.config.model;
-    emit(
-        args.output.as_deref(),
-        crate::manifest::rbac::manifests(model, &namespace, &plan),
-    )
+    let docs = match command.purpose {
+        Purpose::Run => crate::manifest::rbac::manifests(model, &namespace, &plan),
+        Purpose::Diff => {
+            use crate::manifest::rbac::diff;
+            let plan = diff::plan(&crate::manifest::rbac::Input {
+                model,
+                // A finalizer only adds writes, which a diff does not make.
+                finalizes: Vec::new(),
+                watch_namespaces: args.scope.watch_namespaces.clone(),
+                config_map: None,
+            });
+            diff::manifests(model, &namespace, &plan)
+        }
+    };
+    emit(args.output.as_deref(), docs)
 }
 
 /// The config file and every file it names ([`config::model::Model::files`]), by path relative

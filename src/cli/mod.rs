@@ -1,6 +1,7 @@
 //! The `khai` command line: flags, logging setup and dispatch to one file per command.
 
 mod check;
+mod diff;
 mod generate;
 mod json_log;
 mod new;
@@ -40,6 +41,8 @@ pub enum Command {
     Run(run::Args),
     /// Validate a config and compile its scripts without touching a cluster.
     Check(check::Args),
+    /// Show the writes `khai run` would make with a config, against the cluster, read-only.
+    Diff(diff::Args),
     /// Generate manifests from a config without touching a cluster.
     Generate(generate::Args),
     /// Check the current credentials against the RBAC the config needs.
@@ -62,6 +65,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args),
         Command::Check(args) => check::run(args),
+        Command::Diff(args) => diff::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Rbac(args) => rbac_verify::run(args),
         Command::Test(args) => test::run(args),

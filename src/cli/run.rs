@@ -141,9 +141,9 @@ fn load_disk(path: &std::path::Path) -> anyhow::Result<(Operator, u64)> {
     Ok((Operator::load(path)?, current))
 }
 
-/// A `--namespace`: a namespace name, as `[operator] namespaces` must hold (`""` would watch
+/// A `--namespace` (of `khai run` and `khai diff`): a namespace name, as `[operator] namespaces` must hold (`""` would watch
 /// every namespace).
-fn namespace_name(s: &str) -> Result<String, String> {
+pub(super) fn namespace_name(s: &str) -> Result<String, String> {
     if crate::config::selector::is_dns_label(s) {
         Ok(s.to_string())
     } else {

@@ -19,6 +19,7 @@
 //! I/O itself runs on the daemon's runtime ([`Effects::block_on`]) while the script's blocking
 //! thread waits, so the async workers stay free for other objects.
 
+pub mod dry;
 pub mod http;
 pub mod k8s;
 pub mod literals;
@@ -49,6 +50,8 @@ pub struct Effects {
     pub k8s: Option<Arc<k8s::Api>>,
     /// `khai test`: canned answers instead of any I/O.
     pub stubs: Option<Arc<stub::Stubs>>,
+    /// `khai diff`: reads go to the cluster, writes and HTTP requests are held back.
+    pub dry: Option<Arc<dry::Held>>,
     /// The operator's client for `http::…` (`[operator.http]`); reaches nothing by default.
     pub http: Arc<http::Client>,
     /// The Secrets `ctx.secret` may read (`[operator] secrets`); none by default.
@@ -72,6 +75,7 @@ impl Effects {
             budget,
             k8s: None,
             stubs: None,
+            dry: None,
             http: Arc::default(),
             secrets: Arc::default(),
             reads: Reads::default(),
@@ -141,9 +145,12 @@ pub fn answer(
     let answer = io(what, |effects, left| {
         Ok(match &effects.stubs {
             Some(stubs) => stubs.answer(&request),
-            None => match live(effects, left) {
-                Ok(v) => stub::Answer::Response(v),
-                Err(e) => stub::Answer::Error(e),
+            None => match effects.dry.as_ref().and_then(|d| d.hold(&request)) {
+                Some(held) => held,
+                None => match live(effects, left) {
+                    Ok(v) => stub::Answer::Response(v),
+                    Err(e) => stub::Answer::Error(e),
+                },
             },
         })
     })?;

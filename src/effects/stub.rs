@@ -115,6 +115,13 @@ impl Stubs {
     }
 }
 
+/// What the API server answers a write request (`k8s::create`, `apply`, `replace`, `patch`,
+/// `patch_status`): the object as written, with the metadata the server fills in; for any other
+/// call, nothing (`khai diff`, which sends no write).
+pub fn as_written(request: &Value) -> Value {
+    served(request, &Value::Null)
+}
+
 /// What a call answers: for a write of an object (`k8s::create`, `apply`, `replace`, `patch`,
 /// `patch_status`), what the API server would, the object as written (for a patch, a merge patch
 /// over the object's identity) with the metadata the server fills in, and the case's

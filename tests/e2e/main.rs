@@ -18,6 +18,7 @@ mod cli;
 mod cluster_scoped;
 mod config_map;
 mod crds;
+mod diff;
 mod edges;
 mod engine;
 mod events;

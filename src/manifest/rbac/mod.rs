@@ -24,9 +24,13 @@
 //! A Secret named `namespace/name` is granted by a Role in that namespace alone; an unqualified
 //! name where the operator watches (a Role per watched namespace, or the ClusterRole).
 //!
+//! `khai diff` gets its own, read-only but for `create` and `patch` on the owned kinds, which
+//! its server-side apply dry runs need ([`diff`]).
+//!
 //! A namespaced operator (`[operator] namespaces`, or `--watch-namespace`) gets a Role in each
 //! namespace, and a ClusterRole only for what is cluster-scoped.
 
+pub(crate) mod diff;
 mod named;
 mod objects;
 mod own;

@@ -52,9 +52,14 @@ pub(super) fn grant(
         webhooks(model, p);
     }
     if needs_discovery {
-        for url in ["/api", "/api/*", "/apis", "/apis/*"] {
-            p.cluster.add_url(url);
-        }
+        discovery(p);
+    }
+}
+
+/// Grants the discovery URLs, to resolve kinds that are not CRDs of the config.
+pub(super) fn discovery(p: &mut Plan) {
+    for url in ["/api", "/api/*", "/apis", "/apis/*"] {
+        p.cluster.add_url(url);
     }
 }
 

@@ -50,6 +50,28 @@ impl Rules {
         self.urls.insert(url.into());
     }
 
+    /// These rules with only `verbs` left (rules left with none go); URLs are kept.
+    pub(super) fn only(&self, verbs: &[&str]) -> Rules {
+        let rules = self
+            .rules
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    v.iter()
+                        .filter(|x| verbs.contains(&x.as_str()))
+                        .cloned()
+                        .collect::<BTreeSet<_>>(),
+                )
+            })
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        Rules {
+            rules,
+            urls: self.urls.clone(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty() && self.urls.is_empty()
     }
