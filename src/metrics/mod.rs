@@ -15,7 +15,7 @@ pub(crate) use record::{
     events_dropped, hot_loop, http_request, leader, queue_add, queue_retry, queue_state,
     rate_limited, reconcile_finished, reconcile_overlap, reconcile_started, request_sent,
     schedule_run, script_api_call, script_call, script_limit_abort, status_written,
-    watch_restarted, watch_started,
+    watch_restarted, watch_started, webhook_request,
 };
 
 use prometheus::core::Collector;
@@ -66,6 +66,8 @@ struct Metrics {
     script_api_duration: HistogramVec,
     http_requests: IntCounterVec,
     http_duration: HistogramVec,
+    webhook_requests: IntCounterVec,
+    webhook_duration: HistogramVec,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -354,6 +356,19 @@ impl Metrics {
                 "khai_script_http_request_duration_seconds",
                 "Time from a script's HTTP request to its whole answer (redirects included), by allow entry",
                 &["host"],
+            ),
+            webhook_requests: counter(
+                &r,
+                "khai_webhook_requests_total",
+                "Admission and conversion reviews answered, by webhook, sort (validate, mutate, convert) and HTTP status code",
+                &["webhook", "sort", "code"],
+            ),
+            webhook_duration: histogram_with(
+                &r,
+                "khai_webhook_request_duration_seconds",
+                "Time from a review's arrival to its answer, waiting for a turn included, by webhook and sort",
+                &["webhook", "sort"],
+                RATE_LIMITER_BUCKETS,
             ),
             registry: r,
         };

@@ -262,6 +262,19 @@ pub(crate) fn http_request(host: &str, code: &str, took: Duration) {
         .observe(took.as_secs_f64());
 }
 
+/// The webhook `webhook` answered a `sort` review (`validate`, `mutate`, `convert`) with the
+/// HTTP status `code` after `took`.
+pub(crate) fn webhook_request(webhook: &str, sort: &str, code: &str, took: Duration) {
+    METRICS
+        .webhook_requests
+        .with_label_values(&[webhook, sort, code])
+        .inc();
+    METRICS
+        .webhook_duration
+        .with_label_values(&[webhook, sort])
+        .observe(took.as_secs_f64());
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
