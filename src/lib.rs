@@ -14,6 +14,8 @@
 //! what it shares with the metrics server to survive hostile load.
 //! [`manifest`] derives the RBAC and deployment manifests `khai generate` prints.
 //! [`reload`] watches the config directory and hands the daemon each new version that loads.
+//! [`console`] (`khai run --console`) shows what the daemon records into it: each reconcile, each
+//! config load, as a JSON API, an event stream and a web page.
 //!
 //! Public modules are the ones khai's own tests, benches and fuzz targets reach into (`apply`,
 //! `cli`, `config`, `effects`, `operator`, `reconcile`, `schema`, `script`, `watch`,
@@ -26,6 +28,7 @@ pub mod apply;
 pub mod cli;
 pub(crate) mod client;
 pub mod config;
+pub(crate) mod console;
 pub(crate) mod controller;
 pub(crate) mod daemon;
 pub mod effects;

@@ -8,6 +8,7 @@ mod operations;
 mod rbac_verify;
 mod release;
 mod run;
+mod status;
 mod test;
 mod webhook_flags;
 
@@ -51,6 +52,8 @@ pub enum Command {
     Test(test::Args),
     /// Scaffold a new operator folder, or add a controller to one.
     New(new::Args),
+    /// Show what a running khai is doing, from its console (`khai run --console`).
+    Status(status::Args),
     /// Print the version of khai.
     Version,
 }
@@ -67,6 +70,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::run(args),
         Command::Release(args) => release::run(args),
         Command::New(args) => new::run(args),
+        Command::Status(args) => status::run(args),
         Command::Version => {
             println!("khai {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

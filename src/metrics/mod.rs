@@ -9,6 +9,7 @@
 
 mod record;
 pub(crate) mod server;
+mod tally;
 
 pub(crate) use record::{
     applied, config_loaded, config_reloaded, controller_failed, controller_started, echo_skipped,
@@ -17,6 +18,8 @@ pub(crate) use record::{
     schedule_run, script_api_call, script_call, script_limit_abort, status_written,
     watch_restarted, watch_started, webhook_request,
 };
+pub(crate) use record::{console_history_bytes, leases, queue_now};
+pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -68,6 +71,7 @@ struct Metrics {
     http_duration: HistogramVec,
     webhook_requests: IntCounterVec,
     webhook_duration: HistogramVec,
+    console_bytes: prometheus::IntGauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -369,6 +373,14 @@ impl Metrics {
                 "Time from a review's arrival to its answer, waiting for a turn included, by webhook and sort",
                 &["webhook", "sort"],
                 RATE_LIMITER_BUCKETS,
+            ),
+            console_bytes: register(
+                &r,
+                prometheus::IntGauge::new(
+                    "khai_console_history_bytes",
+                    "Bytes the console's turn history holds (khai run --console), at most its cap",
+                )
+                .expect("valid metric"),
             ),
             registry: r,
         };
