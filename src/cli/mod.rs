@@ -38,7 +38,8 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator: install its CRDs and reconcile until SIGTERM or SIGINT.
-    Run(run::Args),
+    // Boxed: its flags make it much larger than the other commands.
+    Run(Box<run::Args>),
     /// Validate a config and compile its scripts without touching a cluster.
     Check(check::Args),
     /// Generate manifests from a config without touching a cluster.
@@ -63,7 +64,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, cli.log_level.as_deref());
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Check(args) => check::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Rbac(args) => rbac_verify::run(args),

@@ -57,12 +57,9 @@ impl RouteError {
 }
 
 /// Answers one request.
-pub(super) async fn handle(
-    console: &Console,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+pub(super) async fn handle(console: &Console, req: Request<Incoming>) -> Response<Body> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(error(&RouteError::Method));
+        return error(&RouteError::Method);
     }
     let path = req.uri().path();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -85,20 +82,20 @@ pub(super) async fn handle(
                 HeaderValue::from_static("text/event-stream"),
             );
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            return Ok(res);
+            return res;
         }
         ["api", ..] => Err(RouteError::NotFound(path.to_string())),
         _ => {
-            return Ok(match assets::get(path) {
+            return match assets::get(path) {
                 Some((ctype, body)) => reply(StatusCode::OK, ctype, Bytes::from_static(body)),
                 None => error(&RouteError::NotFound(path.to_string())),
-            });
+            };
         }
     };
-    Ok(match answer {
+    match answer {
         Ok(value) => json_reply(StatusCode::OK, &value),
         Err(e) => error(&e),
-    })
+    }
 }
 
 /// `/api/overview`.

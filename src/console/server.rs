@@ -7,10 +7,6 @@
 //! off instead of spinning.
 
 use super::{Console, api, enable};
-use crate::serve::{Accept, Guarded, Slots};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,40 +53,11 @@ pub(crate) async fn bind(
 
 /// Serves connections from `listener` for the life of the process.
 pub(crate) async fn serve(listener: TcpListener, console: Arc<Console>) {
-    let mut accept = Accept::new(listener, "console");
-    let slots = Slots::new("console", MAX_CONNECTIONS, HEADER_TIMEOUT);
-    loop {
-        let stream = accept.next().await;
-        let Some(slot) = slots.admit() else {
-            continue;
-        };
+    let handle = move |req| {
         let console = Arc::clone(&console);
-        tokio::spawn(async move {
-            let tracker = slot.tracker();
-            let service = service_fn(move |req| {
-                let busy = tracker.busy();
-                let console = Arc::clone(&console);
-                async move {
-                    api::handle(&console, req)
-                        .await
-                        .map(|res| res.map(|b| Guarded::new(b, busy)))
-                }
-            });
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                () = slot.closed() => {
-                    tracing::debug!("console: closed an idle connection to make room for a new one");
-                }
-                done = conn => if let Err(e) = done {
-                    tracing::debug!(error = %e, "console: connection ended with an error");
-                }
-            }
-        });
-    }
+        async move { api::handle(&console, req).await }
+    };
+    crate::serve::serve_plain(listener, "console", MAX_CONNECTIONS, HEADER_TIMEOUT, handle).await;
 }
 
 #[cfg(test)]

@@ -75,23 +75,6 @@ async fn wait_for_change(
         .unwrap_or_else(|_| panic!("no change on the event stream within {DEADLINE:?}: {what}"))
 }
 
-/// The address in khai's log line `what`.
-async fn logged_addr(khai: &Khai, what: &'static str) -> String {
-    let line = khai.wait_for_log(0, what, move |l| l.contains(what)).await;
-    let addr = line
-        .split("addr")
-        .nth(1)
-        .and_then(|rest| {
-            rest.trim_start_matches(|c: char| !c.is_ascii_digit())
-                .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
-                .next()
-        })
-        .unwrap_or_default()
-        .to_string();
-    assert!(!addr.is_empty(), "no address in {line:?}");
-    addr
-}
-
 fn khai_status(args: &[&str]) -> String {
     let out = std::process::Command::new(khai_bin())
         .arg("status")
@@ -130,7 +113,7 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
         &ns.name,
         &["--webhook-bind", "127.0.0.1:0", "--console", "127.0.0.1:0"],
     );
-    let addr = logged_addr(&khai, "serving the console").await;
+    let addr = khai.logged_addr("serving the console").await;
     let (status, body) = get(&addr, "/api/nope").await;
     assert_eq!(
         (status, body.contains("no such page")),
