@@ -16,6 +16,8 @@
 //! [`reload`] watches the config directory and hands the daemon each new version that loads.
 //! [`diff`] runs a config's controllers over the live objects as the daemon would, for `khai
 //! diff`, and reports the writes they would make without making them.
+//! [`console`] (`khai run --console`) shows what the daemon records into it: each reconcile, each
+//! config load, as a JSON API, an event stream and a web page.
 //!
 //! Public modules are the ones khai's own tests, benches and fuzz targets reach into (`apply`,
 //! `cli`, `config`, `effects`, `operator`, `reconcile`, `schema`, `script`, `watch`,
@@ -28,6 +30,7 @@ pub mod apply;
 pub mod cli;
 pub(crate) mod client;
 pub mod config;
+pub(crate) mod console;
 pub(crate) mod controller;
 pub(crate) mod daemon;
 pub(crate) mod diff;

@@ -683,6 +683,172 @@ fn registered_metrics() -> BTreeSet<String> {
         .collect()
 }
 
+/// The families of `registered_metrics` that are histograms: those made by `histogram(&r, …)` or
+/// `histogram_with(&r, …)`, whose series end in `_bucket`, `_sum` and `_count`.
+fn registered_histograms() -> BTreeSet<String> {
+    let src = read(Path::new("src/metrics/mod.rs"));
+    let code = src.split("#[cfg(test)]").next().unwrap();
+    let pieces: Vec<&str> = code.split("&r,").collect();
+    pieces
+        .windows(2)
+        .filter(|w| {
+            let before = w[0].trim_end();
+            before.ends_with("histogram(") || before.ends_with("histogram_with(")
+        })
+        .filter_map(|w| w[1].split('"').nth(1).map(str::to_string))
+        .collect()
+}
+
+/// Every metric a PromQL expression names: identifiers with a khai prefix (a histogram's series
+/// reduced to its family), each with what follows it, to check its selector.
+fn promql_metrics<'a>(expr: &'a str, histograms: &BTreeSet<String>) -> Vec<(String, &'a str)> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_lowercase()) {
+        let word_start = &rest[start..];
+        let end = word_start
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(word_start.len());
+        let (word, after) = word_start.split_at(end);
+        let preceded_by_word = rest[..start]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+        if !preceded_by_word && let Some(name) = metric_name(word) {
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| histograms.contains(*f)))
+                .unwrap_or(name);
+            out.push((family.to_string(), after));
+        }
+        rest = after;
+    }
+    out
+}
+
+/// The chart's Grafana dashboard and Prometheus alerts (charts/khai/files) query only metric
+/// families khai registers, so renaming a metric without them fails here; every alert selects
+/// `job="khai"`, which templates/prometheusrule.yaml replaces with the release's own job.
+#[test]
+fn chart_dashboard_and_alerts_query_only_registered_metrics() {
+    let registered = registered_metrics();
+    let histograms = registered_histograms();
+    assert!(
+        histograms.contains("controller_runtime_reconcile_time_seconds"),
+        "{histograms:?}"
+    );
+    let mut problems = Vec::new();
+    let mut used = BTreeSet::new();
+
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&read(Path::new("charts/khai/files/dashboard.json"))).unwrap();
+    let mut exprs = Vec::new();
+    collect_queries(&dashboard, &mut exprs);
+    assert!(
+        exprs.len() > 20,
+        "the dashboard has too few queries: {exprs:?}"
+    );
+    for expr in &exprs {
+        for (name, _) in promql_metrics(expr, &histograms) {
+            if !registered.contains(&name) {
+                problems.push(format!(
+                    "charts/khai/files/dashboard.json: `{name}` is not registered in src/metrics (in `{expr}`)"
+                ));
+            }
+            used.insert(name);
+        }
+    }
+
+    let alerts = read(Path::new("charts/khai/files/alerts.yaml"));
+    let rules: serde_json::Value = serde_saphyr::from_str(&alerts).unwrap();
+    let mut alert_names = BTreeSet::new();
+    for rule in rules["groups"][0]["rules"].as_array().unwrap() {
+        let alert = rule["alert"].as_str().unwrap();
+        alert_names.insert(alert.to_string());
+        let expr = rule["expr"].as_str().unwrap();
+        for (name, after) in promql_metrics(expr, &histograms) {
+            if !registered.contains(&name) {
+                problems.push(format!(
+                    "charts/khai/files/alerts.yaml: {alert}: `{name}` is not registered in src/metrics"
+                ));
+            }
+            if !after.starts_with("{job=\"khai\"") {
+                problems.push(format!(
+                    "charts/khai/files/alerts.yaml: {alert}: `{name}` must select {{job=\"khai\", …}}, the job the chart rewrites"
+                ));
+            }
+            used.insert(name);
+        }
+    }
+    fail_with(problems);
+    for alert in [
+        "KhaiReconcileErrors",
+        "KhaiHotLoop",
+        "KhaiConfigReloadFailed",
+        "KhaiWebhookSlow",
+        "KhaiNoLeader",
+    ] {
+        assert!(
+            alert_names.contains(alert),
+            "no alert {alert}: {alert_names:?}"
+        );
+    }
+    for family in [
+        "khai_hot_loops_total",
+        "khai_webhook_request_duration_seconds",
+        "leader_election_master_status",
+        "workqueue_depth",
+    ] {
+        assert!(used.contains(family), "nothing queries {family}: {used:?}");
+    }
+}
+
+/// Every `expr` (a panel's query) and template variable `query` in a Grafana dashboard.
+fn collect_queries(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("expr" | "query", serde_json::Value::String(s)) => out.push(s.clone()),
+                    _ => collect_queries(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| collect_queries(v, out)),
+        _ => {}
+    }
+}
+
+/// `promtool check rules` accepts the chart's alerts. promtool comes from Debian's `prometheus`
+/// package, which scripts/test installs and then sets `KHAI_TEST_REQUIRE_PROMTOOL`: there a
+/// missing promtool fails the test; elsewhere the test says so and skips.
+#[test]
+fn promtool_accepts_the_chart_alerts() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/khai/files/alerts.yaml");
+    let out = match std::process::Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+    {
+        Ok(out) => out,
+        Err(e) => {
+            assert!(
+                std::env::var_os("KHAI_TEST_REQUIRE_PROMTOOL").is_none(),
+                "promtool is required (KHAI_TEST_REQUIRE_PROMTOOL) but cannot run: {e}"
+            );
+            eprintln!("promtool cannot run ({e}): install Debian's prometheus package; skipping");
+            return;
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool check rules failed:\n{text}");
+    assert!(text.contains("SUCCESS"), "{text}");
+}
+
 /// docs/operations.md names every metric family khai registers, and only those.
 #[test]
 fn operations_documents_every_metric_family_and_no_other() {

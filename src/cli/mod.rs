@@ -9,6 +9,7 @@ mod operations;
 mod rbac_verify;
 mod release;
 mod run;
+mod status;
 mod test;
 mod webhook_flags;
 
@@ -38,7 +39,8 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the operator: install its CRDs and reconcile until SIGTERM or SIGINT.
-    Run(run::Args),
+    // Boxed: its flags make it much larger than the other commands.
+    Run(Box<run::Args>),
     /// Validate a config and compile its scripts without touching a cluster.
     Check(check::Args),
     /// Show the writes `khai run` would make with a config, against the cluster, read-only.
@@ -54,6 +56,8 @@ pub enum Command {
     Test(test::Args),
     /// Scaffold a new operator folder, or add a controller to one.
     New(new::Args),
+    /// Show what a running khai is doing, from its console (`khai run --console`).
+    Status(status::Args),
     /// Print the version of khai.
     Version,
 }
@@ -63,7 +67,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.log_format, cli.log_level.as_deref());
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Check(args) => check::run(args),
         Command::Diff(args) => diff::run(args),
         Command::Generate(args) => generate::run(args),
@@ -71,6 +75,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::run(args),
         Command::Release(args) => release::run(args),
         Command::New(args) => new::run(args),
+        Command::Status(args) => status::run(args),
         Command::Version => {
             println!("khai {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

@@ -17,6 +17,10 @@ pub struct Operations {
         env = "KHAI_METRICS_BIND"
     )]
     pub metrics_bind: SocketAddr,
+    /// Serve the console (a read-only JSON API, event stream and web page; docs/console.md)
+    /// here; off unless given. Loopback addresses only: the console has no authentication.
+    #[arg(long, value_name = "ADDR", env = "KHAI_CONSOLE")]
+    pub console: Option<SocketAddr>,
     /// Run the controllers only while this replica holds a Lease (for more than one replica).
     #[arg(long, env = "KHAI_LEADER_ELECT")]
     pub leader_elect: bool,

@@ -87,6 +87,15 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         tasks.spawn("metrics server", async move {
             serving.run_until_cancelled(crate::metrics::server::serve(metrics)).await;
         });
+        if let Some(addr) = args.ops.console {
+            let (listener, console) = crate::console::bind(addr, client.clone()).await?;
+            let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            tracing::info!(%addr, "serving the console");
+            let serving = stopped.clone();
+            tasks.spawn("console server", async move {
+                serving.run_until_cancelled(crate::console::serve(listener, console)).await;
+            });
+        }
         let opts = RunOptions {
             namespaces: args.namespaces,
             leader,

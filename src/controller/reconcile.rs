@@ -29,105 +29,111 @@ pub(crate) async fn reconcile_one(
     let _worker = crate::metrics::reconcile_started(&controller);
     let _only = Exclusive::enter(&controller, &obj);
     let started = std::time::Instant::now();
-    let result = async move {
-        let key = ObjectKey::of(&obj);
-        // The echoes expected from the last reconcile go: what this one reads is not known yet,
-        // and a child's event meanwhile must queue the object again.
-        ctx.objects
-            .update_existing(&key, |s| s.sent.forget_echoes());
-        // A finalizer of khai's that no controller of this kind uses any more (the config
-        // changed) goes first, or the object would hang on deletion for ever.
-        let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
-        if !stale.is_empty() {
-            let result = release_finalizers(&obj, &ctx, &stale)
-                .await
-                .map(|()| Action::await_change());
-            if let Err(e) = &result {
-                report_failure(&obj, &ctx, e).await;
-            }
-            return result;
-        }
-        let ours = obj
-            .finalizers()
-            .iter()
-            .any(|f| *f == ctx.spec.finalizer_name);
-        if !ours {
-            // The cache shows the finalizer gone: a later one is a new hold, to be let go again.
-            ctx.objects.update_existing(&key, |s| s.released = false);
-        }
-        match selected(&obj, &ctx, ours).await {
-            Ok(true) => {}
-            // An object that stops matching is let go: cleaned up as for a deletion, and its
-            // finalizer removed, so it never hangs on deletion after khai stops caring.
-            Ok(false) if ours => {
-                let result = let_go(&obj, &ctx).await;
+    let result = crate::console::turn(
+        &controller,
+        Arc::clone(&obj),
+        async move {
+            let key = ObjectKey::of(&obj);
+            // The echoes expected from the last reconcile go: what this one reads is not known yet,
+            // and a child's event meanwhile must queue the object again.
+            ctx.objects
+                .update_existing(&key, |s| s.sent.forget_echoes());
+            // A finalizer of khai's that no controller of this kind uses any more (the config
+            // changed) goes first, or the object would hang on deletion for ever.
+            let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
+            if !stale.is_empty() {
+                let result = release_finalizers(&obj, &ctx, &stale)
+                    .await
+                    .map(|()| Action::await_change());
                 if let Err(e) = &result {
                     report_failure(&obj, &ctx, e).await;
                 }
                 return result;
             }
-            Ok(false) => {
-                tracing::debug!("not selected by the controller's filters");
-                return Ok(Action::await_change());
+            let ours = obj
+                .finalizers()
+                .iter()
+                .any(|f| *f == ctx.spec.finalizer_name);
+            if !ours {
+                // The cache shows the finalizer gone: a later one is a new hold, to be let go again.
+                ctx.objects.update_existing(&key, |s| s.released = false);
             }
-            Err(e) => {
-                report_failure(&obj, &ctx, &e).await;
-                return Err(e);
-            }
-        }
-        // khai deleting children itself (unowned ones, or in order) holds the object with its
-        // finalizer too: it is what makes a parent deleted while khai was down wait for khai.
-        let needs_finalizer = ctx.spec.finalize.is_some()
-            || ctx.spec.children.deletes_children()
-            || holds_for_handlers(&obj, &ctx).await?;
-        let own = std::slice::from_ref(&ctx.spec.finalizer_name);
-        let deleting = obj.metadata.deletion_timestamp.is_some();
-        let result = match needs_finalizer {
-            // Cleaned up and let go already; the cache does not show it yet (another controller
-            // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
-            // or the delete handlers twice.
-            true if deleting && ctx.objects.read(&key, |s| s.is_some_and(|s| s.released)) => {
-                Ok(Action::await_change())
-            }
-            true => {
-                let api = watch::api(
-                    &ctx.services.client,
-                    &ctx.spec.kind,
-                    obj.namespace().as_deref(),
-                );
-                finalizer(&api, &ctx.spec.finalizer_name, obj.clone(), |event| async {
-                    match event {
-                        FinalizerEvent::Apply(o) => turn(&o, &ctx).await,
-                        FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
+            match selected(&obj, &ctx, ours).await {
+                Ok(true) => {}
+                // An object that stops matching is let go: cleaned up as for a deletion, and its
+                // finalizer removed, so it never hangs on deletion after khai stops caring.
+                Ok(false) if ours => {
+                    let result = let_go(&obj, &ctx).await;
+                    if let Err(e) = &result {
+                        report_failure(&obj, &ctx, e).await;
                     }
-                })
-                .await
-                .map_err(ReconcileError::from_finalizer)
-                .inspect(|_| {
-                    if deleting {
-                        ctx.objects.update(&key, |s| s.released = true);
-                    }
-                })
+                    return result;
+                }
+                Ok(false) => {
+                    tracing::debug!("not selected by the controller's filters");
+                    return Ok(Action::await_change());
+                }
+                Err(e) => {
+                    report_failure(&obj, &ctx, &e).await;
+                    return Err(e);
+                }
             }
-            // The script no longer defines finalize, and no delete handler holds the object (an
-            // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
-            // more, so it goes, or the object would hang on deletion for ever.
-            false if ours => match release_finalizers(&obj, &ctx, own).await {
-                Ok(()) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
-                Ok(()) => turn(&obj, &ctx).await,
-                Err(e) => Err(e),
-            },
-            // Without finalize there is nothing to do for an object on its way out; its children
-            // go with it through their ownerReferences.
-            false if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
-            false => turn(&obj, &ctx).await,
-        };
-        if let Err(e) = &result {
-            report_failure(&obj, &ctx, e).await;
+            // khai deleting children itself (unowned ones, or in order) holds the object with its
+            // finalizer too: it is what makes a parent deleted while khai was down wait for khai.
+            let needs_finalizer = ctx.spec.finalize.is_some()
+                || ctx.spec.children.deletes_children()
+                || holds_for_handlers(&obj, &ctx).await?;
+            let own = std::slice::from_ref(&ctx.spec.finalizer_name);
+            let deleting = obj.metadata.deletion_timestamp.is_some();
+            let result = match needs_finalizer {
+                // Cleaned up and let go already; the cache does not show it yet (another controller
+                // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
+                // or the delete handlers twice.
+                true if deleting && ctx.objects.read(&key, |s| s.is_some_and(|s| s.released)) => {
+                    Ok(Action::await_change())
+                }
+                true => {
+                    let api = watch::api(
+                        &ctx.services.client,
+                        &ctx.spec.kind,
+                        obj.namespace().as_deref(),
+                    );
+                    finalizer(&api, &ctx.spec.finalizer_name, obj.clone(), |event| async {
+                        match event {
+                            FinalizerEvent::Apply(o) => turn(&o, &ctx).await,
+                            FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
+                        }
+                    })
+                    .await
+                    .map_err(ReconcileError::from_finalizer)
+                    .inspect(|_| {
+                        if deleting {
+                            ctx.objects.update(&key, |s| s.released = true);
+                        }
+                    })
+                }
+                // The script no longer defines finalize, and no delete handler holds the object (an
+                // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
+                // more, so it goes, or the object would hang on deletion for ever.
+                false if ours => match release_finalizers(&obj, &ctx, own).await {
+                    Ok(()) if obj.metadata.deletion_timestamp.is_some() => {
+                        Ok(Action::await_change())
+                    }
+                    Ok(()) => turn(&obj, &ctx).await,
+                    Err(e) => Err(e),
+                },
+                // Without finalize there is nothing to do for an object on its way out; its children
+                // go with it through their ownerReferences.
+                false if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+                false => turn(&obj, &ctx).await,
+            };
+            if let Err(e) = &result {
+                report_failure(&obj, &ctx, e).await;
+            }
+            result
         }
-        result
-    }
-    .instrument(span)
+        .instrument(span),
+    )
     .await;
     crate::metrics::reconcile_finished(&controller, result_label(&result), started.elapsed());
     result

@@ -10,11 +10,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Exports the running config's hash, source and version (`khai_config_hash`,
-/// `khai_config_info`).
+/// `khai_config_info`), and tells the console.
 pub(super) fn config_loaded(op: &Operator) {
     let version = op.config.version.as_deref().unwrap_or_default();
     let source = op.config.file.display().to_string();
-    crate::metrics::config_loaded(config_hash(op), &source, version);
+    let hash = config_hash(op);
+    crate::metrics::config_loaded(hash, &source, version);
+    crate::console::config_loaded(op, hash);
 }
 
 /// A hash of the model and every script's text.

@@ -9,14 +9,17 @@
 
 mod record;
 pub(crate) mod server;
+mod tally;
 
 pub(crate) use record::{
     applied, config_loaded, config_reloaded, controller_failed, controller_started, echo_skipped,
     events_dropped, hot_loop, http_request, leader, queue_add, queue_retry, queue_state,
     rate_limited, reconcile_finished, reconcile_overlap, reconcile_started, request_sent,
     schedule_run, script_api_call, script_call, script_limit_abort, status_written,
-    watch_restarted, watch_started,
+    watch_restarted, watch_started, webhook_request,
 };
+pub(crate) use record::{console_history_bytes, leases, queue_now};
+pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;
 use prometheus::{
@@ -66,6 +69,9 @@ struct Metrics {
     script_api_duration: HistogramVec,
     http_requests: IntCounterVec,
     http_duration: HistogramVec,
+    webhook_requests: IntCounterVec,
+    webhook_duration: HistogramVec,
+    console_bytes: prometheus::IntGauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -354,6 +360,27 @@ impl Metrics {
                 "khai_script_http_request_duration_seconds",
                 "Time from a script's HTTP request to its whole answer (redirects included), by allow entry",
                 &["host"],
+            ),
+            webhook_requests: counter(
+                &r,
+                "khai_webhook_requests_total",
+                "Admission and conversion reviews answered, by webhook, sort (validate, mutate, convert) and HTTP status code",
+                &["webhook", "sort", "code"],
+            ),
+            webhook_duration: histogram_with(
+                &r,
+                "khai_webhook_request_duration_seconds",
+                "Time from a review's arrival to its answer, waiting for a turn included, by webhook and sort",
+                &["webhook", "sort"],
+                RATE_LIMITER_BUCKETS,
+            ),
+            console_bytes: register(
+                &r,
+                prometheus::IntGauge::new(
+                    "khai_console_history_bytes",
+                    "Bytes the console's turn history holds (khai run --console), at most its cap",
+                )
+                .expect("valid metric"),
             ),
             registry: r,
         };

@@ -118,11 +118,18 @@ pub(crate) fn applied(
     add(&m.children_unchanged, unchanged);
     add(&m.children_pruned, pruned);
     add(&m.status_writes, usize::from(status));
+    super::tally::add(|t| {
+        t.applied += applied;
+        t.unchanged += unchanged;
+        t.pruned += pruned;
+        t.status_written |= status;
+    });
 }
 
 /// A status write outside a plan (the failure condition).
 pub(crate) fn status_written(controller: &str) {
     METRICS.status_writes.with_label_values(&[controller]).inc();
+    super::tally::add(|t| t.status_written = true);
 }
 
 /// One script call of `function` in `script` took `took`; `error` names the kind of error it
@@ -182,6 +189,7 @@ pub(crate) fn reconcile_overlap(controller: &str) {
 /// An object of `controller` was paused for a hot loop.
 pub(crate) fn hot_loop(controller: &str) {
     METRICS.hot_loops.with_label_values(&[controller]).inc();
+    super::tally::add(|t| t.hot_loop = true);
 }
 
 /// An answer of `controller` asked for `n` Events more than khai records per answer.
@@ -260,6 +268,52 @@ pub(crate) fn http_request(host: &str, code: &str, took: Duration) {
         .http_duration
         .with_label_values(&[host])
         .observe(took.as_secs_f64());
+}
+
+/// The webhook `webhook` answered a `sort` review (`validate`, `mutate`, `convert`) with the
+/// HTTP status `code` after `took`.
+pub(crate) fn webhook_request(webhook: &str, sort: &str, code: &str, took: Duration) {
+    METRICS
+        .webhook_requests
+        .with_label_values(&[webhook, sort, code])
+        .inc();
+    METRICS
+        .webhook_duration
+        .with_label_values(&[webhook, sort])
+        .observe(took.as_secs_f64());
+}
+
+/// The console's turn history now holds `bytes`.
+pub(crate) fn console_history_bytes(bytes: usize) {
+    METRICS
+        .console_bytes
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+}
+
+/// Objects of `controller` waiting for a reconcile to start, and reconciles running now.
+pub(crate) fn queue_now(controller: &str) -> (i64, i64) {
+    let m = &*METRICS;
+    let depth = m
+        .queue_depth
+        .with_label_values(&[controller, controller])
+        .get();
+    let busy = m.active_workers.with_label_values(&[controller]).get();
+    (depth, busy)
+}
+
+/// Each leader election Lease this replica has tried, and whether it holds it now.
+pub(crate) fn leases() -> Vec<(String, bool)> {
+    use prometheus::core::Collector;
+    METRICS
+        .leader
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .filter_map(|m| {
+            let name = m.get_label().iter().find(|l| l.name() == "name")?;
+            Some((name.value().to_string(), m.get_gauge().get_value() > 0.0))
+        })
+        .collect()
 }
 
 #[cfg(test)]

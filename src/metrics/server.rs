@@ -11,14 +11,9 @@
 //! open at once with the oldest idle one closed to make room, and running out of file
 //! descriptors makes the accept loop back off and log instead of spinning (see [`crate::serve`]).
 
-use crate::serve::{Accept, Guarded, Slots};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -40,52 +35,21 @@ pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// Serves connections from `listener` for the life of the process, so probes and scrapes are
 /// answered during a graceful shutdown too.
 pub(crate) async fn serve(listener: TcpListener) {
-    let mut accept = Accept::new(listener, "metrics");
     // Answers are computed at once, so a request busy for longer than the header timeout is a
     // client that does not read its answer.
-    let slots = Slots::new("metrics", MAX_CONNECTIONS, HEADER_TIMEOUT);
-    loop {
-        let stream = accept.next().await;
-        let Some(slot) = slots.admit() else {
-            continue;
-        };
-        tokio::spawn(async move {
-            let tracker = slot.tracker();
-            let service = service_fn(move |req| {
-                let busy = tracker.busy();
-                async move {
-                    handle(req)
-                        .await
-                        .map(|res| res.map(|b| Guarded::new(b, busy)))
-                }
-            });
-            let mut builder = http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                () = slot.closed() => {
-                    tracing::debug!("metrics: closed an idle connection to make room for a new one");
-                }
-                done = conn => if let Err(e) = done {
-                    tracing::debug!(error = %e, "metrics: connection ended with an error");
-                }
-            }
-        });
-    }
+    crate::serve::serve_plain(listener, "metrics", MAX_CONNECTIONS, HEADER_TIMEOUT, handle).await;
 }
 
-async fn handle(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(req: Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return Ok(reply(
+        return reply(
             StatusCode::METHOD_NOT_ALLOWED,
             "text/plain",
             "GET only\n".into(),
-        ));
+        );
     }
     let (status, ctype, body) = route(req.uri().path());
-    Ok(reply(status, ctype, body))
+    reply(status, ctype, body)
 }
 
 /// What each path answers: status, content type, body.

@@ -102,6 +102,7 @@ impl Failures {
     pub(crate) async fn report(&self, error: &str) {
         // Counted before it is logged, so whoever reads the log line finds the count up to date.
         crate::metrics::config_reloaded(false);
+        crate::console::reload_failed(error);
         tracing::error!(%error, "config reload failed; still running the last good config");
         let Some((recorder, regarding)) = &self.event else {
             return;

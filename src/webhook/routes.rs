@@ -107,8 +107,25 @@ impl Routes {
         Some((name, call))
     }
 
-    /// Answers one request.
+    /// Answers one request, and counts it with its time when the path names a webhook that is
+    /// loaded (other paths are not counted, so a client cannot grow the label set).
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let started = std::time::Instant::now();
+        let path = req.uri().path().to_string();
+        let res = self.answer(req).await;
+        if let Some((name, call)) = Self::route(&self.current(), &path) {
+            let sort = match call {
+                Call::Admit(Kind::Validate) => "validate",
+                Call::Admit(Kind::Mutate) => "mutate",
+                Call::Convert => "convert",
+            };
+            let code = res.status().as_u16().to_string();
+            crate::metrics::webhook_request(name, sort, &code, started.elapsed());
+        }
+        res
+    }
+
+    async fn answer(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         // The caller gives up on the request after the timeout; a conversion stops then too.
         let deadline = std::time::Instant::now() + self.limits.timeout;
         let path = req.uri().path().to_string();

@@ -759,3 +759,49 @@ fn a_secret_of_another_namespace_is_granted_by_a_role_there_by_chart_and_generat
     assert_eq!(generated, Some(want.clone()), "khai generate rbac");
     assert_eq!(rendered, Some(want), "the chart");
 }
+
+/// `prometheusRule` and `grafanaDashboard` render khai's alerts scoped to the release (job and
+/// namespace) and the dashboard as files/dashboard.json, in a ConfigMap the Grafana sidecar
+/// picks up; tests/docs.rs checks the metrics they query.
+#[test]
+fn monitoring_objects_render_scoped_to_the_release() {
+    let out = helm::template(
+        "khai-hello",
+        &[
+            "-n",
+            "ops",
+            "--set",
+            "prometheusRule.enabled=true,prometheusRule.labels.release=kps",
+            "--set",
+            "grafanaDashboard.enabled=true,grafanaDashboard.namespace=monitoring",
+        ],
+    );
+    let objs = docs(&out);
+    let rule = objs.iter().find(|o| o["kind"] == "PrometheusRule").unwrap();
+    assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    let rules = rule["spec"]["groups"][0]["rules"].as_array().unwrap();
+    assert!(rules.len() >= 5, "{rule}");
+    for r in rules {
+        let expr = r["expr"].as_str().unwrap();
+        assert!(
+            expr.contains(r#"job="khai-hello", namespace="ops""#)
+                && !expr.contains(r#"job="khai""#),
+            "{}: not scoped to the release: {expr}",
+            r["alert"]
+        );
+    }
+    let dashboard = objs
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "khai-hello-dashboard")
+        .unwrap();
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let shipped: Value = serde_json::from_str(&read("files/dashboard.json")).unwrap();
+    let rendered: Value =
+        serde_json::from_str(dashboard["data"]["khai.json"].as_str().unwrap()).unwrap();
+    assert_eq!(rendered, shipped);
+    // Off by default.
+    let plain = helm::template("khai-hello", &["-n", "ops"]);
+    assert!(!plain.contains("PrometheusRule") && !plain.contains("grafana_dashboard"));
+}

@@ -17,6 +17,7 @@ mod chart;
 mod cli;
 mod cluster_scoped;
 mod config_map;
+mod console;
 mod crds;
 mod diff;
 mod edges;

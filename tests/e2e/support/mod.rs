@@ -366,9 +366,12 @@ impl Khai {
 
     /// Where khai serves /metrics, /healthz and /readyz, as it logged at start.
     pub async fn metrics_addr(&self) -> String {
-        let line = self
-            .wait_for_log(0, "the metrics address", |l| l.contains("serving /metrics"))
-            .await;
+        self.logged_addr("serving /metrics").await
+    }
+
+    /// The `addr` of the first log line holding `what` (a server's start line).
+    pub async fn logged_addr(&self, what: &'static str) -> String {
+        let line = self.wait_for_log(0, what, move |l| l.contains(what)).await;
         let addr = line
             .split("addr")
             .nth(1)

@@ -1,0 +1,150 @@
+//! `khai run --console ADDR`: a read-only look inside the running operator, as a JSON API
+//! ([`api`]), a stream of Server-Sent Events ([`sse`]) and a web page ([`assets`]), served by
+//! [`server`] on its own port.
+//!
+//! Off unless `--console` is given, and then only on a loopback address: the console has no
+//! authentication of its own. The daemon records into it through three functions: [`turn`]
+//! wraps each reconcile, [`config_loaded`] and [`reload_failed`] follow the config. What they
+//! record is bounded ([`history`], [`overview`]) and lives as long as the process. With the
+//! console off each of them returns at once.
+
+mod api;
+mod assets;
+mod history;
+mod overview;
+mod server;
+mod sse;
+
+pub(crate) use server::{bind, serve};
+
+use history::{History, ObjectKey, Turn};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use overview::Overview;
+use std::collections::BTreeSet;
+use std::fmt::Display;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::broadcast;
+
+/// Updates an SSE client may fall behind by before it is told it missed some.
+const FEED_CAPACITY: usize = 256;
+
+/// Everything the console serves from.
+pub(crate) struct Console {
+    history: History,
+    overview: Mutex<Overview>,
+    client: kube::Client,
+    /// One JSON line per change (a turn, a config load or failure), for the SSE clients.
+    feed: broadcast::Sender<Arc<str>>,
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console")
+            .field("history", &self.history)
+            .finish_non_exhaustive()
+    }
+}
+
+static CONSOLE: OnceLock<Arc<Console>> = OnceLock::new();
+
+impl Console {
+    fn new(client: kube::Client, max_bytes: usize) -> Self {
+        Self {
+            history: History::new(max_bytes),
+            overview: Mutex::new(Overview::default()),
+            client,
+            feed: broadcast::channel(FEED_CAPACITY).0,
+        }
+    }
+
+    fn announce(&self, change: &serde_json::Value) {
+        // No receiver (no SSE client) is not an error.
+        let _ = self.feed.send(Arc::from(change.to_string()));
+    }
+}
+
+/// Turns recording on; called once, before the daemon starts, by [`bind`].
+fn enable(client: kube::Client) -> Arc<Console> {
+    Arc::clone(CONSOLE.get_or_init(|| Arc::new(Console::new(client, history::MAX_BYTES))))
+}
+
+fn now_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs one reconcile of `obj` by `controller` and, with the console on, records how it ended:
+/// its time, result, error (in the words khai reports on the object) and what it wrote.
+pub(crate) async fn turn<F, E>(controller: &str, obj: Arc<DynamicObject>, reconcile: F) -> F::Output
+where
+    F: Future<Output = Result<Action, E>>,
+    E: Display,
+{
+    let Some(console) = CONSOLE.get() else {
+        return reconcile.await;
+    };
+    let started = std::time::Instant::now();
+    let (result, writes) = crate::metrics::tallied(reconcile).await;
+    let (label, error) = match &result {
+        Ok(action) if *action == Action::await_change() => ("success", None),
+        Ok(_) => ("requeue", None),
+        Err(e) => ("error", Some(e.to_string())),
+    };
+    let key = ObjectKey {
+        controller: controller.to_string(),
+        namespace: obj.namespace(),
+        name: obj.name_any(),
+    };
+    let phase = obj.data["status"]["phase"].as_str().map(str::to_string);
+    let turn = Turn {
+        at_ms: now_ms(),
+        took_ms: started.elapsed().as_secs_f64() * 1000.0,
+        result: label,
+        error,
+        writes,
+    };
+    let uid = obj.uid().unwrap_or_default();
+    let bytes = console.history.record(key.clone(), &uid, phase, turn);
+    crate::metrics::console_history_bytes(bytes);
+    console.announce(&serde_json::json!({
+        "type": "turn",
+        "controller": key.controller,
+        "namespace": key.namespace,
+        "name": key.name,
+        "result": label,
+    }));
+    result
+}
+
+/// The config `op` (hashed as `hash`) is running now, at start or after a reload.
+pub(crate) fn config_loaded(op: &crate::operator::Operator, hash: u64) {
+    let Some(console) = CONSOLE.get() else {
+        return;
+    };
+    let names: BTreeSet<String> = {
+        let mut overview = crate::sync::lock(&console.overview);
+        overview.loaded(op, hash, now_ms());
+        overview
+            .controllers
+            .iter()
+            .map(|c| c.name.clone())
+            .collect()
+    };
+    let bytes = console.history.keep_controllers(&names);
+    crate::metrics::console_history_bytes(bytes);
+    console.announce(&serde_json::json!({"type": "config", "result": "loaded"}));
+}
+
+/// A new config version failed to load with `error`; the last good one keeps running.
+pub(crate) fn reload_failed(error: &str) {
+    let Some(console) = CONSOLE.get() else {
+        return;
+    };
+    crate::sync::lock(&console.overview).failed(error, now_ms());
+    console.announce(&serde_json::json!({"type": "config", "result": "failed"}));
+}

@@ -1,0 +1,153 @@
+// The khai console page: reads the JSON API (/api/...) and re-reads the view shown whenever
+// the event stream (/api/stream) reports a change. Everything from the API is put into the page
+// as text, never as HTML.
+"use strict";
+
+const view = document.getElementById("view");
+const crumbs = document.getElementById("crumbs");
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else e.setAttribute(k, v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function link(href, text) { return el("a", { href }, text); }
+function when(ms) { return ms ? new Date(ms).toLocaleTimeString() : ""; }
+function ms(v) { return v === null || v === undefined ? "–" : v < 10 ? v.toFixed(1) + " ms" : Math.round(v) + " ms"; }
+function result(r) { return el("span", { class: r }, r); }
+function enc(s) { return encodeURIComponent(s); }
+function objectHref(controller, o) { return `#/o/${enc(controller)}/${enc(o.namespace || "-")}/${enc(o.name)}`; }
+
+function table(headers, rows, empty) {
+  if (!rows.length) return el("p", { class: "muted" }, empty);
+  return el("table", {}, el("thead", {}, el("tr", {}, headers.map(h => el("th", {}, h)))),
+    el("tbody", {}, rows.map(r => el("tr", {}, r.map(c => c instanceof Node ? el("td", {}, c) : el("td", {}, c))))));
+}
+
+async function get(path) {
+  const res = await fetch(path, { headers: { accept: "application/json" } });
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+function writes(t) {
+  const parts = [];
+  if (t.applied) parts.push(`${t.applied} applied`);
+  if (t.unchanged) parts.push(`${t.unchanged} unchanged`);
+  if (t.pruned) parts.push(`${t.pruned} pruned`);
+  if (t.status_written) parts.push("status written");
+  if (t.hot_loop) parts.push("paused: hot loop");
+  return parts.join(", ") || "nothing";
+}
+
+function entries(title, list) {
+  return [el("h2", {}, title), table(["for", "script", "function", "when"],
+    list.map(e => [e.target, e.script, e.function, e.when]), "none")];
+}
+
+async function showOverview() {
+  const o = await get("/api/overview");
+  document.getElementById("operator").textContent = `${o.operator} · khai ${o.khai_version}`;
+  crumbs.replaceChildren("Overview");
+  const leader = o.leader_election.length
+    ? o.leader_election.map(l => `${l.lease}: ${l.leading ? "leading" : "standing by"}`).join(", ")
+    : "no leader election: this replica runs the controllers";
+  view.replaceChildren(
+    el("h2", {}, "Config"),
+    el("dl", {},
+      el("dt", {}, "revision"), el("dd", {}, o.revision.hash),
+      el("dt", {}, "source"), el("dd", {}, o.revision.source + (o.revision.version ? ` @ ${o.revision.version}` : "")),
+      el("dt", {}, "loaded"), el("dd", {}, when(o.revision.loaded_at_ms)),
+      el("dt", {}, "leader"), el("dd", { id: "leader" }, leader)),
+    el("h2", {}, "Reloads"),
+    table(["when", "result", "revision", "error"], o.reloads.slice().reverse().map(r =>
+      [when(r.at_ms), result(r.result), r.hash || "", r.error ? el("pre", { class: "error-text" }, r.error) : ""]), "none"),
+    el("h2", {}, "Controllers"),
+    table(["controller", "kind", "objects", "backoff", "damped", "queue", "busy", "reconciles/min", "errors/min", "p50", "p99"],
+      o.controllers.map(c => [link(`#/c/${enc(c.name)}`, c.name), c.kind, c.objects,
+        el("span", { class: c.backoff ? "backoff" : "" }, c.backoff), el("span", { class: c.damped ? "damped" : "" }, c.damped),
+        c.queue_depth, `${c.busy}/${c.concurrency || "∞"}`, c.rates.reconciles_last_minute, c.rates.errors_last_minute,
+        ms(c.rates.p50_ms), ms(c.rates.p99_ms)]), "none"),
+    ...entries("Handlers", o.handlers), ...entries("Timers", o.timers), ...entries("Daemons", o.daemons),
+    ...entries("Schedules", o.schedules), ...entries("Webhooks", o.webhooks));
+}
+
+async function showController(name) {
+  const c = await get(`/api/controllers/${enc(name)}`);
+  crumbs.replaceChildren(link("#/", "Overview"), " / ", c.name);
+  const r = c.rates;
+  view.replaceChildren(
+    el("h2", {}, `${c.name} (${c.kind})`),
+    el("dl", {},
+      el("dt", {}, "script"), el("dd", {}, `${c.script}: ${c.reconcile}()`),
+      el("dt", {}, "queue"), el("dd", {}, `${c.queue_depth} waiting, ${c.busy} running`),
+      el("dt", {}, "last minute"), el("dd", {}, `${r.reconciles_last_minute} reconciles, ${r.errors_last_minute} errors`),
+      el("dt", {}, "latency"), el("dd", {}, `p50 ${ms(r.p50_ms)} · p90 ${ms(r.p90_ms)} · p99 ${ms(r.p99_ms)}`)),
+    el("h2", {}, "Objects"),
+    table(["object", "phase", "state", "last result", "when", "took", "error"],
+      c.objects.map(o => [link(objectHref(c.name, o), o.namespace ? `${o.namespace}/${o.name}` : o.name),
+        o.phase || "", result(o.state), result(o.last.result), when(o.last.at_ms), ms(o.last.took_ms),
+        o.last.error ? el("pre", { class: "error-text" }, o.last.error) : ""]),
+      "No reconcile yet."));
+}
+
+async function showObject(controller, namespace, name) {
+  const o = await get(`/api/objects/${enc(controller)}/${enc(namespace)}/${enc(name)}`);
+  const shown = o.namespace ? `${o.namespace}/${o.name}` : o.name;
+  crumbs.replaceChildren(link("#/", "Overview"), " / ", link(`#/c/${enc(controller)}`, controller), " / ", shown);
+  view.replaceChildren(
+    el("h2", {}, `${o.kind} ${shown}`),
+    el("dl", {},
+      el("dt", {}, "uid"), el("dd", {}, o.uid),
+      el("dt", {}, "phase"), el("dd", {}, o.phase || "–"),
+      el("dt", {}, "state"), el("dd", {}, result(o.state))),
+    el("h2", {}, "Last reconciles"),
+    table(["when", "took", "result", "writes", "error"], o.history.map(t =>
+      [when(t.at_ms), ms(t.took_ms), result(t.result), writes(t),
+        t.error ? el("pre", { class: "error-text" }, t.error) : ""]), "none"),
+    el("h2", {}, "Events"),
+    o.events_error ? el("p", { class: "error" }, o.events_error) :
+      table(["when", "type", "reason", "message", "count"],
+        o.events.map(e => [e.at || "", el("span", { class: e.type === "Warning" ? "error" : "" }, e.type), e.reason, e.message, e.count || 1]),
+        "none"));
+}
+
+async function render() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  try {
+    if (parts[0] === "c" && parts[1]) await showController(parts[1]);
+    else if (parts[0] === "o" && parts.length === 4) await showObject(parts[1], parts[2], parts[3]);
+    else await showOverview();
+  } catch (e) {
+    view.replaceChildren(el("p", { class: "error" }, e.message));
+  }
+}
+
+let pending = null;
+function soon() {
+  if (pending) return;
+  pending = setTimeout(() => { pending = null; render(); }, 250);
+}
+
+function connect() {
+  const live = document.getElementById("live");
+  const stream = new EventSource("/api/stream");
+  stream.onopen = () => { live.textContent = "● live"; live.classList.add("on"); };
+  stream.onerror = () => { live.textContent = "○ reconnecting"; live.classList.remove("on"); };
+  stream.onmessage = (m) => {
+    const change = JSON.parse(m.data);
+    if (change.type !== "hello") soon();
+  };
+}
+
+window.addEventListener("hashchange", render);
+render();
+connect();
