@@ -43,9 +43,11 @@ pub fn launch(contender: Contender, args: &Args) -> Launch {
             (c, args.kube_rs_bin.clone())
         }
         Contender::ControllerRuntime => {
-            // Its defaults: zap at info, JSON lines on stderr, one `reconciled` line per finished
-            // reconcile as khai's; metrics and probes off, as Kubebuilder's scaffold leaves them.
-            let c = tokio::process::Command::new(&args.controller_runtime_bin);
+            // Kubebuilder's scaffold logger (zap in development mode: console lines on stderr,
+            // never sampled) at info, as khai and kube-rs run: one `reconciled` line per
+            // finished reconcile; metrics and probes off, as the scaffold leaves them.
+            let mut c = tokio::process::Command::new(&args.controller_runtime_bin);
+            c.arg("--zap-log-level=info");
             (c, args.controller_runtime_bin.clone())
         }
         Contender::Kopf => {

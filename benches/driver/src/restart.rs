@@ -5,7 +5,7 @@
 //! "Confirmed" means the same for every contender: the operator finished a reconcile of that
 //! Cache in its new life, as its own log says. khai and the kube-rs baseline log one
 //! `reconciled` line per finished reconcile at info (tracing's format, with `name=<Cache>`), the
-//! controller-runtime baseline the same line in zap's JSON (`"msg":"reconciled"`, `"name"`);
+//! controller-runtime baseline the same line through zap (`\treconciled\t`, then `"name"`);
 //! Kopf logs `[<ns>/<name>] Handler '…' succeeded.` when its resume handler has run. The driver
 //! reads the new log as it grows; the time is taken when the last Cache's line is seen.
 
@@ -171,12 +171,14 @@ fn confirmed_name(line: &str, contender: Contender) -> Option<&str> {
                 .find_map(|t| t.strip_prefix("name="))
         }
         Contender::ControllerRuntime => {
-            // zap's JSON: `{"level":"info",…,"msg":"reconciled","controller":"cache",…,
-            // "Cache":{"name":"c-00007","namespace":"…"},"namespace":"…","name":"c-00007",…}`.
-            if !line.contains(r#""msg":"reconciled""#) {
+            // zap's console line, as Kubebuilder's scaffold logs (development mode, never
+            // sampled): `<time>\tINFO\treconciled\t{"controller": "cache", …,
+            // "Cache": {"name":"c-00007","namespace":"…"}, "namespace": "…", "name": "c-00007", …}`.
+            if !line.contains("\treconciled\t") {
                 return None;
             }
-            let (_, rest) = line.split_once(r#""name":""#)?;
+            let (_, rest) = line.split_once(r#""name":"#)?;
+            let rest = rest.trim_start().strip_prefix('"')?;
             rest.split_once('"').map(|(name, _)| name)
         }
         Contender::Kopf => {
@@ -198,13 +200,17 @@ mod tests {
 
     #[test]
     fn controller_runtime_reconciled_lines_name_their_cache() {
-        let line = r#"{"level":"info","ts":"2026-11-26T15:10:00Z","msg":"reconciled","controller":"cache","controllerGroup":"bench.khai.dev","controllerKind":"Cache","Cache":{"name":"c-00011","namespace":"bench-x"},"namespace":"bench-x","name":"c-00011","reconcileID":"5f0"}"#;
+        let console = "2026-11-26T18:27:00Z\tINFO\treconciled\t{\"controller\": \"cache\", \
+                       \"controllerGroup\": \"bench.khai.dev\", \"controllerKind\": \"Cache\", \
+                       \"Cache\": {\"name\":\"c-00012\",\"namespace\":\"t1\"}, \"namespace\": \"t1\", \
+                       \"name\": \"c-00012\", \"reconcileID\": \"b25c\"}";
         assert_eq!(
-            confirmed_name(line, Contender::ControllerRuntime),
-            Some("c-00011")
+            confirmed_name(console, Contender::ControllerRuntime),
+            Some("c-00012")
         );
-        let other = r#"{"level":"info","ts":1.5,"msg":"Starting workers","controller":"cache","worker count":1}"#;
-        assert_eq!(confirmed_name(other, Contender::ControllerRuntime), None);
+        let workers = "2026-11-26T18:27:00Z\tINFO\tStarting workers\t{\"controller\": \"cache\", \
+                       \"worker count\": 1}";
+        assert_eq!(confirmed_name(workers, Contender::ControllerRuntime), None);
     }
 
     #[test]
