@@ -225,7 +225,7 @@ watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
             .await
             .unwrap();
     }
-    let first = Khai::start(dir.path(), &ns.name, &[]);
+    let first = Khai::start(dir.path(), &ns.name, crate::support::JSON_LOG);
     crate::support::wait_for_crd(&client, &format!("widgets.{group}")).await;
     let widgets: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -264,7 +264,7 @@ watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
     assert_eq!(code, Some(0));
 
     let mark = audit::mark();
-    let second = Khai::start(dir.path(), &ns.name, &[]);
+    let second = Khai::start(dir.path(), &ns.name, crate::support::JSON_LOG);
     reconciled_each(&second, &names, "after the restart").await;
     quiet(&second).await;
     let (code, _) = second.terminate().await;
