@@ -111,7 +111,7 @@ mod tests {
         assert_eq!(status_hash(&a), content_hash(&without));
     }
 
-    /// Issue 11: the hash khai writes into the cluster came from std's `DefaultHasher`, which
+    /// The hash khai writes into the cluster must not come from std's `DefaultHasher`, which
     /// Rust may change in any release (every child would then look changed and be rewritten).
     #[test]
     fn the_applied_hash_is_a_specified_function_of_the_child() {

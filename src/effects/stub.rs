@@ -92,7 +92,7 @@ impl Stubs {
 
     /// What went wrong with the calls, once the script returned: the first unexpected call, or
     /// the expected calls it did not make.
-    pub fn mismatch(&self) -> Option<String> {
+    pub(crate) fn mismatch(&self) -> Option<String> {
         let state = self.state.lock().ok()?;
         if let Some(u) = &state.unexpected {
             return Some(u.clone());
