@@ -209,6 +209,16 @@ pub(crate) async fn watch_files(
 mod tests {
     use super::*;
 
+    /// The message quotes the cause, so the cause is not also the error's source: an error
+    /// chain printer (`khai`'s `{:#}`) would print it twice.
+    #[test]
+    fn a_cause_is_printed_once_in_the_error_chain() {
+        let e = Error::from(rustls::Error::General("no key".into()));
+        let chain = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(chain.matches("no key").count(), 1, "{chain}");
+        assert!(chain.starts_with("TLS setup failed: "), "{chain}");
+    }
+
     #[test]
     fn self_signed_pair_loads_into_rustls() {
         let (pair, ca) = self_signed(&["svc.ns.svc".into(), "127.0.0.1".into()]).unwrap();
