@@ -18,6 +18,10 @@
     reason = "benchmark setup: a broken fixture must abort the run"
 )]
 
+/// Measured with the allocator the `khai` binary installs, which counts what script calls hold.
+#[global_allocator]
+static ALLOCATOR: khai::script::Counting = khai::script::Counting;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use khai::operator::Operator;
 use khai::script::Script;

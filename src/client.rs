@@ -84,8 +84,8 @@ pub enum ApiError {
         message: String,
     },
     /// The request did not get an answer from the API server (connection, TLS, decoding).
-    #[error("{0}")]
-    Request(#[source] kube::Error),
+    #[error(transparent)]
+    Request(kube::Error),
 }
 
 impl From<kube::Error> for ApiError {

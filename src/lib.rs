@@ -26,6 +26,11 @@
 
 #![warn(unreachable_pub)]
 
+/// Unit tests run with the allocator the `khai` binary installs, so memory budgets hold in them.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: script::Counting = script::Counting;
+
 pub mod apply;
 pub mod cli;
 pub(crate) mod client;

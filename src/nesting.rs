@@ -78,7 +78,7 @@ fn too_deep(v: &Dynamic, left: usize) -> Option<Vec<String>> {
 
 /// Drops `v` without recursion, however deep it nests: dropping a Rhai value drops what it
 /// holds first, one stack frame or more per level.
-pub fn dismantle(v: Dynamic) {
+pub(crate) fn dismantle(v: Dynamic) {
     let mut pending = vec![v];
     while let Some(mut v) = pending.pop() {
         if let Some(mut items) = v.write_lock::<Array>() {

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// Arity of `reconcile(obj, ctx)`.
-pub const RECONCILE_ARITY: usize = 2;
+pub(crate) const RECONCILE_ARITY: usize = 2;
 
 /// A config plus the compiled script of each controller, in config order.
 #[derive(Debug, Clone)]

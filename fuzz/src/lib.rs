@@ -205,7 +205,7 @@ pub fn rhai_json(data: &[u8]) {
             script::object_view(&obj).is_ok(),
             "an object without a view"
         );
-        // The object goes into Rhai as its view would (issue 16).
+        // The object goes into Rhai straight, as its JSON view would.
         let view =
             script::object_view(&obj).map(|v| format!("{:?}", script::convert::to_dynamic(&v)));
         let direct = script::object_dynamic(&obj).map(|d| format!("{d:?}"));

@@ -152,8 +152,8 @@ mod tests {
         assert_eq!(order_of(&c), 0);
     }
 
-    /// Marking unowned children must not change how owned children are marked, or
-    /// every child khai applied before would look changed and be written again.
+    /// Marking unowned children must not change how owned children are marked, or every child
+    /// khai had applied would look changed and be written again.
     #[test]
     fn an_owned_child_is_marked_as_before_unowned_children_existed() {
         let (p, k) = parent();

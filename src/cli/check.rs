@@ -11,14 +11,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
     pub config: PathBuf,
     /// The oldest Kubernetes the operator is meant to run on (`v1.20`, `1.30.2`): what the
     /// config uses that it lacks is an error.
     #[arg(long, value_name = "VERSION")]
-    pub kubernetes_version: Option<crate::config::versions::Version>,
+    pub(crate) kubernetes_version: Option<crate::config::versions::Version>,
 }
 
 pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -15,7 +15,7 @@ use std::process::ExitCode;
     2 a reconcile would fail or the API server would refuse a child, or the diff could not \
     be made."
 )]
-pub struct Args {
+pub(crate) struct Args {
     /// The candidate config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(long, short = 'c', value_name = "FILE|DIR")]
     pub config: PathBuf,

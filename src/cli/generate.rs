@@ -14,13 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub what: What,
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum What {
+pub(crate) enum What {
     /// Print every CRD of the config as multi-document YAML, or write one file per CRD.
     Crds(CrdsArgs),
     /// Print the Validating/MutatingWebhookConfigurations of the config's `[[webhook]]`s.
@@ -39,7 +39,7 @@ pub enum What {
 /// What RBAC is derived for: the config and the namespaces. Shared by `generate rbac`,
 /// `generate manifests` and `rbac verify`, so all three mean the same permissions.
 #[derive(Debug, clap::Args)]
-pub struct RbacScope {
+pub(crate) struct RbacScope {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
     pub config: PathBuf,
@@ -50,14 +50,14 @@ pub struct RbacScope {
     /// Namespace khai watches (repeatable), as `khai run --namespace`; overrides
     /// `[operator] namespaces`. Namespaced operators get Roles instead of a ClusterRole.
     #[arg(long = "watch-namespace", value_name = "NS")]
-    pub watch_namespaces: Vec<String>,
+    pub(crate) watch_namespaces: Vec<String>,
 }
 
 impl RbacScope {
     /// Loads the config and derives its RBAC plan; also returns khai's own namespace.
     /// `config_map` is the ConfigMap in khai's own namespace that khai reads its config from
     /// (`khai run --config configmap:NS/NAME`), if it does.
-    pub fn plan(
+    pub(crate) fn plan(
         &self,
         config_map: Option<String>,
     ) -> anyhow::Result<(
@@ -78,7 +78,7 @@ impl RbacScope {
     }
 
     /// `--namespace`, else the `[webhook_server] service` namespace, else `<operator>-system`.
-    pub fn own_namespace(&self, model: &config::model::Model) -> String {
+    pub(crate) fn own_namespace(&self, model: &config::model::Model) -> String {
         self.namespace.clone().unwrap_or_else(|| {
             model.webhook_server.service.as_ref().map_or_else(
                 || format!("{}-system", model.operator.name),
@@ -89,7 +89,7 @@ impl RbacScope {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct RbacArgs {
+pub(crate) struct RbacArgs {
     #[command(flatten)]
     pub scope: RbacScope,
     /// Write one file per object into this directory instead of printing.
@@ -99,7 +99,7 @@ pub struct RbacArgs {
 
 /// `khai generate rbac`: [`RbacArgs`] and the command the RBAC is for.
 #[derive(Debug, clap::Args)]
-pub struct RbacCommand {
+pub(crate) struct RbacCommand {
     #[command(flatten)]
     pub rbac: RbacArgs,
     /// Which command the RBAC is for: `khai run`, or `khai diff` (read-only but for `create` and
@@ -111,13 +111,13 @@ pub struct RbacCommand {
 
 /// The command generated RBAC is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     Run,
     Diff,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ManifestsArgs {
+pub(crate) struct ManifestsArgs {
     #[command(flatten)]
     pub rbac: RbacArgs,
     /// The khai container image.
@@ -129,18 +129,18 @@ pub struct ManifestsArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ValuesArgs {
+pub(crate) struct ValuesArgs {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
     pub config: PathBuf,
     /// Namespace khai watches (repeatable), as `khai run --namespace`; overrides
     /// `[operator] namespaces`. Namespaced operators get Roles instead of a ClusterRole.
     #[arg(long = "watch-namespace", value_name = "NS")]
-    pub watch_namespaces: Vec<String>,
+    pub(crate) watch_namespaces: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct WebhooksArgs {
+pub(crate) struct WebhooksArgs {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
     pub config: PathBuf,
@@ -157,7 +157,7 @@ pub struct WebhooksArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct CrdsArgs {
+pub(crate) struct CrdsArgs {
     /// The operator config: a file, or a directory holding operator.toml or operator.yaml.
     #[arg(value_name = "FILE|DIR", default_value = ".")]
     pub config: PathBuf,

@@ -19,25 +19,25 @@ use std::process::ExitCode;
 /// khai turns a declarative config plus Rhai scripts into a Kubernetes operator.
 #[derive(Debug, Parser)]
 #[command(name = "khai", version, about, long_about = None, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Log line format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "KHAI_LOG_FORMAT")]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
     /// Log filter: a level (info, debug) or RUST_LOG-style directives (khai=debug,kube=info).
     #[arg(long, global = true, env = "KHAI_LOG_LEVEL")]
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     Text,
     Json,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run the operator: install its CRDs and reconcile until SIGTERM or SIGINT.
     // Boxed: its flags make it much larger than the other commands.
     Run(Box<run::Args>),

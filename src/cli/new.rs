@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub what: What,
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum What {
+pub(crate) enum What {
     /// Create the folder <NAME> with operator.toml, a script, test cases, a sample and a README
     /// (and admission webhooks with `--webhooks`).
     Operator(OperatorArgs),
@@ -27,7 +27,7 @@ pub enum What {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct OperatorArgs {
+pub(crate) struct OperatorArgs {
     /// Name of the operator and of the folder to create: lower-case letters, digits and '-'.
     pub name: String,
     /// API group of the CRD [default: <NAME>.example.com]
@@ -42,7 +42,7 @@ pub struct OperatorArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ControllerArgs {
+pub(crate) struct ControllerArgs {
     /// Kind of the new CRD, in PascalCase.
     #[arg(long)]
     pub kind: String,

@@ -8,7 +8,7 @@ use std::time::Duration;
 /// Flags for running khai in production; `khai run` flattens them into its own.
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Operations")]
-pub struct Operations {
+pub(crate) struct Operations {
     /// Where /metrics, /healthz and /readyz are served (port 0: any free port, logged).
     #[arg(
         long,
@@ -16,42 +16,42 @@ pub struct Operations {
         default_value = "0.0.0.0:8080",
         env = "KHAI_METRICS_BIND"
     )]
-    pub metrics_bind: SocketAddr,
+    pub(crate) metrics_bind: SocketAddr,
     /// Serve the console (a read-only JSON API, event stream and web page; docs/console.md)
     /// here; off unless given. Loopback addresses only: the console has no authentication.
     #[arg(long, value_name = "ADDR", env = "KHAI_CONSOLE")]
-    pub console: Option<SocketAddr>,
+    pub(crate) console: Option<SocketAddr>,
     /// Run the controllers only while this replica holds a Lease (for more than one replica).
     #[arg(long, env = "KHAI_LEADER_ELECT")]
-    pub leader_elect: bool,
+    pub(crate) leader_elect: bool,
     /// Name of the Lease [default: khai-<operator name>].
     #[arg(long, value_name = "NAME")]
-    pub leader_elect_lease_name: Option<String>,
+    pub(crate) leader_elect_lease_name: Option<String>,
     /// Namespace of the Lease [default: the pod's namespace, or the kubeconfig context's].
     #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
-    pub leader_elect_namespace: Option<String>,
+    pub(crate) leader_elect_namespace: Option<String>,
     /// How long a Lease is valid without renewal; a standby takes over this long after the
     /// leader's last renewal.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = duration)]
-    pub leader_elect_lease_duration: Duration,
+    pub(crate) leader_elect_lease_duration: Duration,
     /// How long the leader keeps trying to renew before it stops reconciling; shorter than the
     /// lease duration.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
-    pub leader_elect_renew_deadline: Duration,
+    pub(crate) leader_elect_renew_deadline: Duration,
     /// How often every replica tries to acquire or renew the Lease.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
-    pub leader_elect_retry_period: Duration,
+    pub(crate) leader_elect_retry_period: Duration,
     /// Requests a second khai may send to the API server on average (0: no limit); overrides
     /// `[operator] qps` [default: 0, no limit].
     #[arg(long, value_name = "QPS", value_parser = qps)]
-    pub kube_api_qps: Option<f64>,
+    pub(crate) kube_api_qps: Option<f64>,
     /// Requests that may leave at once after a quiet spell; overrides `[operator] burst`
     /// [default: 30].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub kube_api_burst: Option<u32>,
+    pub(crate) kube_api_burst: Option<u32>,
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "25s", value_parser = duration)]
-    pub shutdown_grace: Duration,
+    pub(crate) shutdown_grace: Duration,
     /// Memory all script calls running at once may build together, in MiB; past it the calls
     /// holding most stop and are retried. Keep it well below the pod's memory limit.
     #[arg(
@@ -61,7 +61,7 @@ pub struct Operations {
         default_value_t = 512,
         value_parser = clap::value_parser!(u32).range(16..)
     )]
-    pub scripts_memory: u32,
+    pub(crate) scripts_memory: u32,
 }
 
 fn duration(s: &str) -> Result<Duration, crate::config::duration::ParseError> {
@@ -82,7 +82,7 @@ fn qps(s: &str) -> Result<f64, QpsError> {
 
 impl Operations {
     /// The client-side rate limit: the flags where given, else `config`'s.
-    pub fn limits(&self, config: crate::client::Limits) -> crate::client::Limits {
+    pub(crate) fn limits(&self, config: crate::client::Limits) -> crate::client::Limits {
         crate::client::Limits {
             qps: self.kube_api_qps.unwrap_or(config.qps),
             burst: self.kube_api_burst.unwrap_or(config.burst),
@@ -90,7 +90,7 @@ impl Operations {
     }
 
     /// The leader election settings, when `--leader-elect` is on.
-    pub fn leader(
+    pub(crate) fn leader(
         &self,
         client: &kube::Client,
         operator: &str,

@@ -14,7 +14,7 @@ use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The operator config: a file, a directory holding operator.toml or operator.yaml, or
     /// `configmap:NAMESPACE/NAME`, as `khai run` takes it.
     #[arg(
@@ -33,7 +33,7 @@ pub struct Args {
     pub lease: Option<String>,
     /// Namespace of the Lease [default: the pod's namespace, or the kubeconfig context's].
     #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
-    pub lease_namespace: Option<String>,
+    pub(crate) lease_namespace: Option<String>,
 }
 
 /// How long `--lease` keeps the Lease: longer than any uninstall takes.

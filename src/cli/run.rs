@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The operator config: a file, a directory holding operator.toml or operator.yaml, or
     /// `configmap:NAMESPACE/NAME`, a ConfigMap whose keys are those files (`scripts__x.rhai`
     /// for `scripts/x.rhai`), read and watched through the API.
@@ -74,6 +74,10 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), qps = limits.qps, burst = limits.burst, "khai starting");
         for w in &op.config.warnings {
             tracing::warn!("{w}");
+        }
+        if !crate::script::is_counting() {
+            // An embedder installed another allocator: scripts still run, but unbounded in memory.
+            tracing::warn!("script memory budgets are off: the process's global allocator is not khai::script::Counting");
         }
         let leader = args.ops.leader(&client, &op.config.model.operator.name)?;
         let metrics = crate::metrics::server::bind(args.ops.metrics_bind)

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The operator folder: operator.toml (or .yaml) and a tests/ folder of cases.
     #[arg(value_name = "DIR", default_value = ".")]
     pub dir: PathBuf,

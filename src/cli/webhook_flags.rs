@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 /// Flags for the admission and conversion webhook server; `khai run` flattens them.
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Webhooks")]
-pub struct WebhookFlags {
+pub(crate) struct WebhookFlags {
     /// Where the HTTPS webhook server listens when the config declares `[[webhook]]`s.
     #[arg(
         long,
@@ -20,19 +20,19 @@ pub struct WebhookFlags {
         default_value = "0.0.0.0:9443",
         env = "KHAI_WEBHOOK_BIND"
     )]
-    pub webhook_bind: SocketAddr,
+    pub(crate) webhook_bind: SocketAddr,
     /// Base URL the API server calls (`https://127.0.0.1:9443` for local development); with a
     /// self-signed certificate khai installs its configurations pointing here. Overrides
     /// `[webhook_server] service`.
     #[arg(long, value_name = "URL", env = "KHAI_WEBHOOK_URL")]
-    pub webhook_url: Option<String>,
+    pub(crate) webhook_url: Option<String>,
 }
 
 impl WebhookFlags {
     /// Starts the webhook server if the operator has webhooks; `None` otherwise. With
     /// `reloads`, the server follows each new version of the config. The task ends with an
     /// error if the server failed (khai is then shutting down).
-    pub async fn start(
+    pub(crate) async fn start(
         &self,
         op: &Operator,
         client: &kube::Client,

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 /// How fast khai may send requests.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Requests a second on average; 0 turns the limit off.
     pub qps: f64,
     /// Requests that may leave at once after a quiet spell.

@@ -2,10 +2,10 @@
 //! object the API server sends back is not decoded.
 //!
 //! A patch answers with the whole object. kube's `Api::patch` decodes it into a
-//! `DynamicObject`, a tree of JSON maps, which the applier then dropped unread: the watch event
-//! brings the same object to the cache a moment later anyway. Decoding and freeing those two
-//! answers per reconciled parent (the child's apply and the status patch) was about 8 % of
-//! khai's CPU in the cache benchmark (issue 16).
+//! `DynamicObject`, a tree of JSON maps, which the applier would drop unread: the watch event
+//! brings the same object to the cache a moment later anyway. Two such answers come back per
+//! reconciled parent (the child's apply and the status patch), so decoding and freeing them is
+//! a cost on every reconcile that buys nothing.
 
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::Resource;

@@ -55,7 +55,7 @@ impl fmt::Display for Diagnostic {
 /// double quotes, cut to its first [`KEY_SHOWN`] characters, with its length: backticks inside
 /// the key no longer end its quotes early, and the message stays one readable line. Other
 /// messages pass unchanged.
-pub fn tidy_unknown_field(message: &str) -> String {
+pub(crate) fn tidy_unknown_field(message: &str) -> String {
     let tidy = || {
         let rest = message.strip_prefix("unknown field `")?;
         let end = rest
@@ -82,7 +82,7 @@ pub fn tidy_unknown_field(message: &str) -> String {
 const KEY_SHOWN: usize = 60;
 
 /// Turns a byte offset into a 1-based (line, column), counting columns in characters.
-pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_col(src: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(src.len());
     let before = src.get(..offset).unwrap_or(src);
     let line = before.matches('\n').count() + 1;
@@ -92,7 +92,7 @@ pub fn line_col(src: &str, offset: usize) -> (usize, usize) {
 }
 
 /// The candidate closest to `word` by edit distance, if it is close enough to be a likely typo.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {

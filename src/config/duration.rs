@@ -86,7 +86,7 @@ pub enum ParseError {
 }
 
 /// Parses `"250ms"`, `"30s"`, `"5m"`, `"1h"` or a plain number of seconds.
-pub fn parse(s: &str) -> Result<StdDuration, ParseError> {
+pub(crate) fn parse(s: &str) -> Result<StdDuration, ParseError> {
     let split = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .unwrap_or(s.len());

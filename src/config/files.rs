@@ -18,14 +18,14 @@ use std::sync::Arc;
 
 /// The most khai reads of a file the config names (a script, a schema file, a CA, certificate
 /// or key file) or of the config file itself: 1 MiB, what a whole ConfigMap may hold.
-pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 1024 * 1024;
 
 /// Why a file the config names was not read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// Opening, inspecting or reading it failed.
-    #[error("{0}")]
-    Io(#[source] std::io::Error),
+    #[error(transparent)]
+    Io(std::io::Error),
     /// A FIFO, a device, a socket or a directory.
     #[error("not a regular file ({0})")]
     NotRegular(&'static str),
@@ -36,7 +36,7 @@ pub enum ReadError {
     TooLarge,
     /// Not UTF-8 text.
     #[error("not UTF-8 text: {0}")]
-    NotText(#[source] std::string::FromUtf8Error),
+    NotText(std::string::FromUtf8Error),
 }
 
 impl From<ReadError> for std::io::Error {
@@ -81,7 +81,7 @@ fn irregular(meta: &std::fs::Metadata) -> Option<&'static str> {
 
 /// Whether the file at `path` (symlinks followed) can be read as a file the config names,
 /// without opening it: `Ok` for a regular file within [`MAX_FILE_BYTES`].
-pub fn check_regular(path: &Path) -> Result<(), ReadError> {
+pub(crate) fn check_regular(path: &Path) -> Result<(), ReadError> {
     let meta = std::fs::metadata(path).map_err(ReadError::Io)?;
     if let Some(kind) = irregular(&meta) {
         return Err(ReadError::NotRegular(kind));
@@ -95,7 +95,7 @@ pub fn check_regular(path: &Path) -> Result<(), ReadError> {
 /// The text of the regular file at `path` (symlinks followed), at most [`MAX_FILE_BYTES`]. Never
 /// blocks on a FIFO or reads a device: the type is checked before opening, and the file is
 /// opened non-blocking and checked again, in case it was replaced in between.
-pub fn read_regular(path: &Path) -> Result<String, ReadError> {
+pub(crate) fn read_regular(path: &Path) -> Result<String, ReadError> {
     use std::os::unix::fs::OpenOptionsExt;
     check_regular(path)?;
     let file = std::fs::OpenOptions::new()
@@ -124,7 +124,7 @@ pub fn read_file(path: &Path) -> std::io::Result<String> {
 }
 
 /// What a `/` in a file's path becomes in a ConfigMap key.
-pub const KEY_SEPARATOR: &str = "__";
+pub(crate) const KEY_SEPARATOR: &str = "__";
 
 /// The ConfigMap key of the file at `path` (relative, `/`-separated).
 pub fn key_of(path: &str) -> String {
@@ -132,7 +132,7 @@ pub fn key_of(path: &str) -> String {
 }
 
 /// The file path a ConfigMap key stands for.
-pub fn path_of(key: &str) -> String {
+pub(crate) fn path_of(key: &str) -> String {
     key.replace(KEY_SEPARATOR, "/")
 }
 
@@ -148,7 +148,7 @@ pub enum Files {
 
 impl Files {
     /// Files from a ConfigMap's `data`: each key is turned back into its path.
-    pub fn from_keys(data: impl IntoIterator<Item = (String, String)>) -> Self {
+    pub(crate) fn from_keys(data: impl IntoIterator<Item = (String, String)>) -> Self {
         Files::Memory(Arc::new(
             data.into_iter().map(|(k, v)| (path_of(&k), v)).collect(),
         ))
@@ -158,7 +158,7 @@ impl Files {
     /// exist yet (a certificate mounted only where khai runs): `Err` when it exists on disk and
     /// is not a regular file within [`MAX_FILE_BYTES`]. An absolute path is on disk whatever the
     /// source; a file held in memory is text within the ConfigMap's limit.
-    pub fn check_kind(&self, base_dir: &Path, rel: &Path) -> Result<(), ReadError> {
+    pub(crate) fn check_kind(&self, base_dir: &Path, rel: &Path) -> Result<(), ReadError> {
         if matches!(self, Files::Memory(_)) && !rel.is_absolute() {
             return Ok(());
         }
@@ -217,7 +217,7 @@ pub(crate) fn normalise(rel: &Path) -> Option<String> {
 
 /// The name a config held in memory is shown under in messages: `configmap:NS/NAME`, so an
 /// error reads `configmap:ops/khai-cache-config/scripts/cache.rhai:3:5: ...`.
-pub fn display_root(namespace: &str, name: &str) -> PathBuf {
+pub(crate) fn display_root(namespace: &str, name: &str) -> PathBuf {
     PathBuf::from(format!("configmap:{namespace}/{name}"))
 }
 

@@ -97,7 +97,7 @@ macro_rules! filters {
 pub struct Handler {
     /// The kind, written as in `[[controller]] for`.
     #[serde(rename = "for")]
-    pub for_kind: KindRef,
+    pub(crate) for_kind: KindRef,
     pub on: On,
     /// The Rhai script, relative to the config file.
     pub script: PathBuf,
@@ -164,7 +164,7 @@ impl Handler {
 #[serde(deny_unknown_fields)]
 pub struct Timer {
     #[serde(rename = "for")]
-    pub for_kind: KindRef,
+    pub(crate) for_kind: KindRef,
     pub script: PathBuf,
     /// `fn name(obj, ctx)`; it may return `#{ status, events }`.
     pub function: String,
@@ -194,7 +194,7 @@ pub struct Timer {
 #[serde(deny_unknown_fields)]
 pub struct Daemon {
     #[serde(rename = "for")]
-    pub for_kind: KindRef,
+    pub(crate) for_kind: KindRef,
     pub script: PathBuf,
     /// `fn tick(obj, ctx, state)`, called every `interval`; returns `#{ state, status, events }`.
     pub tick: String,
@@ -207,7 +207,7 @@ pub struct Daemon {
     pub budget: Option<crate::config::budget::Budget>,
     /// How long `stop` may take.
     #[serde(default = "default_grace")]
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// Wait before the next tick after a failed one; the `interval` when left out.
     pub backoff: Option<Duration>,
     /// Failed ticks in a row after which khai gives up on the daemon for the object (until it
@@ -233,7 +233,7 @@ fn default_grace() -> Duration {
 pub struct Index {
     pub name: String,
     #[serde(rename = "for")]
-    pub for_kind: KindRef,
+    pub(crate) for_kind: KindRef,
     pub script: PathBuf,
     /// `fn name(obj)`: a key, an array of keys (the value is the object), or a map of keys to
     /// values; `()` leaves the object out.

@@ -83,13 +83,12 @@ pub struct AllowEntry {
 pub struct AllowError {
     /// The entry as written.
     written: String,
-    #[source]
     problem: AllowProblem,
 }
 
 /// What is wrong with an `allow` entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AllowProblem {
+pub(crate) enum AllowProblem {
     #[error("write the host alone, without scheme or path (\"api.example.com\")")]
     SchemeOrPath,
     #[error("write the host alone, without a user")]
@@ -104,13 +103,13 @@ pub enum AllowProblem {
     ShortWildcard,
     #[error("a wildcard may only be the first label (\"*.example.com\")")]
     InnerWildcard,
-    #[error("{0}")]
+    #[error(transparent)]
     Name(#[from] NameError),
 }
 
 /// Why a host name is not one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NameError {
+pub(crate) enum NameError {
     #[error("a host name has 1 to 253 characters")]
     Length,
     #[error("{0:?} is not a DNS label (letters, digits and inner '-', 1 to 63)")]
@@ -185,7 +184,7 @@ fn split_port(s: &str) -> Result<(&str, Option<u16>), AllowProblem> {
 }
 
 /// A host name in lowercase without its trailing dot, if it is one.
-pub fn dns_name(s: &str) -> Result<String, NameError> {
+pub(crate) fn dns_name(s: &str) -> Result<String, NameError> {
     let s = s.strip_suffix('.').unwrap_or(s).to_ascii_lowercase();
     if s.is_empty() || s.len() > 253 {
         return Err(NameError::Length);
@@ -227,11 +226,11 @@ pub struct SecretName {
 
 /// The name of an `[operator] secrets` entry that stands for every Secret (of the watched
 /// namespaces, or of one namespace: `"team-a/*"`), named by the script at read time.
-pub const ANY_SECRET: &str = "*";
+pub(crate) const ANY_SECRET: &str = "*";
 
 impl SecretName {
     /// Whether this entry lets scripts read Secret `name` of `namespace`.
-    pub fn covers(&self, namespace: &str, name: &str) -> bool {
+    pub(crate) fn covers(&self, namespace: &str, name: &str) -> bool {
         (self.name == name || self.name == ANY_SECRET)
             && self.namespace.as_deref().is_none_or(|q| q == namespace)
     }

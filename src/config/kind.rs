@@ -102,7 +102,7 @@ impl KindRef {
     }
 
     /// The kind `kind` of `apiVersion` `api_version` (`v1`, `apps/v1`).
-    pub fn from_api_version(api_version: &str, kind: &str) -> Self {
+    pub(crate) fn from_api_version(api_version: &str, kind: &str) -> Self {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         Self {
             group: Some(group.into()),
@@ -112,7 +112,7 @@ impl KindRef {
     }
 
     /// Whether both could name the same kind: the parts known on both sides agree.
-    pub fn compatible(&self, other: &KindRef) -> bool {
+    pub(crate) fn compatible(&self, other: &KindRef) -> bool {
         let agree = |a: &Option<String>, b: &Option<String>| match (a, b) {
             (Some(a), Some(b)) => a == b,
             _ => true,
@@ -123,12 +123,12 @@ impl KindRef {
     }
 
     /// Whether nothing but the kind was written (`ConfigMap`).
-    pub fn is_bare(&self) -> bool {
+    pub(crate) fn is_bare(&self) -> bool {
         self.group.is_none() && self.version.is_none()
     }
 
     /// The built-in kind this names, if it is one khai knows.
-    pub fn builtin(&self) -> Option<&'static Builtin> {
+    pub(crate) fn builtin(&self) -> Option<&'static Builtin> {
         BUILTIN
             .iter()
             .find(|b| b.kind == self.kind && self.group.as_ref().is_none_or(|g| g == b.group))
@@ -136,7 +136,7 @@ impl KindRef {
 }
 
 /// Lower-case plural of a kind, as Kubernetes tooling derives it.
-pub fn plural_of(kind: &str) -> String {
+pub(crate) fn plural_of(kind: &str) -> String {
     let k = kind.to_lowercase();
     if k.ends_with('s')
         || k.ends_with('x')
@@ -157,7 +157,7 @@ pub fn plural_of(kind: &str) -> String {
 
 /// What khai knows of a kind without asking a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Offline {
+pub(crate) struct Offline {
     /// The kind, group and version filled in where known.
     pub kind: KindRef,
     pub plural: String,
@@ -169,7 +169,7 @@ pub struct Offline {
 
 /// A kind every Kubernetes API server serves.
 #[derive(Debug)]
-pub struct Builtin {
+pub(crate) struct Builtin {
     pub group: &'static str,
     pub version: &'static str,
     pub kind: &'static str,
@@ -192,7 +192,7 @@ const fn b(
 
 /// The built-in kinds khai knows offline. Where a kind is in two groups (`Event`), the first
 /// wins for a bare name.
-pub const BUILTIN: &[Builtin] = &[
+pub(crate) const BUILTIN: &[Builtin] = &[
     b("", "v1", "ConfigMap", true),
     b("", "v1", "Secret", true),
     b("", "v1", "Service", true),
@@ -306,8 +306,8 @@ mod tests {
         }
     }
 
-    /// Issue 12: five parsers disagreed about a bare non-CRD kind; `khai generate rbac` put a
-    /// bare `Deployment` in the core group.
+    /// Every reader of kinds agrees about a bare non-CRD kind: a bare `Deployment` is in
+    /// `apps`, not the core group, for `khai generate rbac` too.
     #[test]
     fn a_bare_built_in_kind_resolves_to_its_group_everywhere() {
         let model = Model::default();

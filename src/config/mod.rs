@@ -7,36 +7,37 @@
 //! the model (scripts, schema files) are relative to the config file's directory; schema files
 //! are read here, once, so nothing downstream touches the file system for them.
 
-pub mod budget;
-pub mod diag;
-pub mod duration;
+pub(crate) mod budget;
+pub(crate) mod diag;
+pub(crate) mod duration;
 mod field_path;
 pub mod files;
-pub mod handlers;
+pub(crate) mod handlers;
 pub mod http;
-pub mod kind;
+pub(crate) mod kind;
 pub mod model;
 mod parse;
-pub mod policy;
+pub(crate) mod policy;
 mod schema_file;
-pub mod selector;
+pub(crate) mod selector;
 mod validate;
-pub mod versions;
-pub mod webhook;
+pub(crate) mod versions;
+pub(crate) mod webhook;
 mod yaml_locate;
 
-pub use diag::Diagnostic;
-pub use files::Files;
-pub use model::Model;
-pub use parse::{parse, yaml_message};
-pub use validate::MAX_OPERATOR_NAME;
+pub(crate) use diag::Diagnostic;
+pub(crate) use files::Files;
+pub(crate) use model::Model;
+pub use parse::parse;
+pub(crate) use parse::yaml_message;
+pub(crate) use validate::MAX_OPERATOR_NAME;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Names tried, in order, when `load` is given a directory.
-pub const CONFIG_FILE_NAMES: [&str; 3] = ["operator.toml", "operator.yaml", "operator.yml"];
+pub(crate) const CONFIG_FILE_NAMES: [&str; 3] = ["operator.toml", "operator.yaml", "operator.yml"];
 
 /// A loaded, validated operator config.
 #[derive(Debug, Clone)]
@@ -45,7 +46,7 @@ pub struct Config {
     /// The file the model came from.
     pub file: PathBuf,
     /// Directory that relative paths in the model are resolved against.
-    pub base_dir: PathBuf,
+    pub(crate) base_dir: PathBuf,
     /// The file's text, kept so later checks (scripts) can point at the line that named them.
     pub source: String,
     /// Where the files the config names (scripts, schema files) are read from.
@@ -60,7 +61,7 @@ pub struct Config {
 impl Config {
     /// A diagnostic about the field at `path` in the config: `controller` index `i`, key `key`
     /// becomes `operator.toml:LINE:COL: controller[i].key: message`.
-    pub fn diagnostic_at(
+    pub(crate) fn diagnostic_at(
         &self,
         section: &str,
         index: usize,
@@ -73,7 +74,7 @@ impl Config {
     }
 
     /// A diagnostic about the field at a path of keys, as `operator.startup.function`.
-    pub fn diagnostic_in(&self, keys: &[&str], message: String) -> Diagnostic {
+    pub(crate) fn diagnostic_in(&self, keys: &[&str], message: String) -> Diagnostic {
         let path: Vec<_> = keys.iter().map(|k| field_path::Seg::Key(k)).collect();
         validate::diagnostic(&self.file, &self.source, &path, message)
     }
@@ -217,7 +218,7 @@ fn check_file_kinds(
 
 /// The config file at `path`: `path` itself, or the first of [`CONFIG_FILE_NAMES`] in the
 /// directory `path`.
-pub fn find_config_file(path: &Path) -> Result<PathBuf, Diagnostic> {
+pub(crate) fn find_config_file(path: &Path) -> Result<PathBuf, Diagnostic> {
     if path.is_dir() {
         return CONFIG_FILE_NAMES
             .iter()

@@ -46,7 +46,7 @@ fn parse_yaml(file: &Path, src: &str) -> Result<Model, Diagnostic> {
 /// serde-saphyr's message alone, for a diagnostic that carries the position itself (its rendering
 /// would add `error: line N column M:` and a snippet): control characters are escaped, and a
 /// budget breach (a document too large or too deep, such as an alias bomb) is said in words.
-pub fn yaml_message(e: &serde_saphyr::Error) -> String {
+pub(crate) fn yaml_message(e: &serde_saphyr::Error) -> String {
     use serde_saphyr::budget::BudgetBreach as B;
     use serde_saphyr::{DefaultMessageFormatter, Error, MessageFormatter};
     let mut e = e;
@@ -201,7 +201,7 @@ controller:
         );
     }
 
-    /// Issue 12: a `watches` entry is a label or a map function, parsed once into `Parents`.
+    /// A `watches` entry is a label or a map function, parsed once into `Parents`.
     #[test]
     fn a_watch_names_its_parents_by_label_or_by_map_never_both() {
         let base = "[[controller]]\nfor = \"ConfigMap\"\nscript = \"w.rhai\"\n";

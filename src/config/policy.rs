@@ -17,7 +17,7 @@ pub struct Policy {
     /// The kinds it checks: CRD kinds of this file, `group/version/Kind`, `v1/Kind`,
     /// `Kind.group` or a built-in `Kind`.
     #[serde(rename = "for")]
-    pub for_kinds: Vec<KindRef>,
+    pub(crate) for_kinds: Vec<KindRef>,
     /// Operations it checks.
     #[serde(default = "default_operations")]
     pub operations: Vec<Operation>,
@@ -33,10 +33,10 @@ pub struct Policy {
     /// A Kubernetes label selector (`matchLabels`, `matchExpressions`) on the namespace.
     pub namespace_selector: Option<serde_json::Value>,
     /// A Kubernetes label selector on the object.
-    pub object_selector: Option<serde_json::Value>,
+    pub(crate) object_selector: Option<serde_json::Value>,
     /// What a failed rule does: `Deny` the request, `Warn` the client, `Audit` in the audit log.
     #[serde(default = "default_actions")]
-    pub validation_actions: Vec<ValidationAction>,
+    pub(crate) validation_actions: Vec<ValidationAction>,
 }
 
 /// One `rules` entry: a CEL expression over `object`, `oldObject`, `request`, `params`-less.
@@ -53,7 +53,7 @@ pub struct PolicyRule {
 
 /// `validation_actions` entries, spelled as Kubernetes spells them.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
-pub enum ValidationAction {
+pub(crate) enum ValidationAction {
     Deny,
     Warn,
     Audit,

@@ -45,17 +45,15 @@ pub(super) fn load_all(
 /// Why a `schema_file` cannot be used; each names the file as the config resolves it.
 #[derive(Debug, thiserror::Error)]
 enum Error {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {cause}", path.display())]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Json {
         path: PathBuf,
-        #[source]
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     /// `at` is `:line:column`, or empty when serde-saphyr knows no position.
     #[error("{}{at}: {message}", path.display())]
@@ -83,12 +81,12 @@ fn read(path: &Path, text: std::io::Result<String>) -> Result<Value, Error> {
     let path = path.to_path_buf();
     let text = match text {
         Ok(t) => t,
-        Err(source) => return Err(Error::Read { path, source }),
+        Err(cause) => return Err(Error::Read { path, cause }),
     };
     let schema: Value = if path.extension().is_some_and(|e| e == "json") {
         match serde_json::from_str(&text) {
             Ok(v) => v,
-            Err(source) => return Err(Error::Json { path, source }),
+            Err(cause) => return Err(Error::Json { path, cause }),
         }
     } else {
         match serde_saphyr::from_str(&text) {

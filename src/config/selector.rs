@@ -7,7 +7,7 @@
 
 /// Why a label selector does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SelectorError {
+pub(crate) enum SelectorError {
     #[error("expected a label key {0}")]
     ExpectedKey(String),
     #[error("label key {key:?}: {why}")]
@@ -30,7 +30,7 @@ pub enum SelectorError {
 
 /// Why a field selector does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FieldSelectorError {
+pub(crate) enum FieldSelectorError {
     #[error("{0:?} has no `=`, `==` or `!=`")]
     NoOperator(String),
     #[error("{0:?} names no field")]
@@ -45,7 +45,7 @@ pub enum FieldSelectorError {
 
 /// Checks a label selector (`app=web,tier!=db`, `env in (a,b)`, `!canary`); an empty one selects
 /// everything.
-pub fn check_label_selector(s: &str) -> Result<(), SelectorError> {
+pub(crate) fn check_label_selector(s: &str) -> Result<(), SelectorError> {
     let mut lexer = Lexer::new(s);
     if lexer.peek() == Token::End {
         return Ok(());
@@ -161,7 +161,7 @@ fn check_value(value: &str) -> Result<(), SelectorError> {
 }
 
 /// A label key: an optional DNS subdomain prefix and `/`, then a name of at most 63 characters.
-pub fn qualified_name(key: &str) -> Result<(), String> {
+pub(crate) fn qualified_name(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -184,7 +184,7 @@ pub fn qualified_name(key: &str) -> Result<(), String> {
 
 /// A label value: empty, or at most 63 letters, digits, `-`, `_` and `.`, starting and ending
 /// with a letter or digit.
-pub fn label_value(v: &str) -> Result<(), String> {
+pub(crate) fn label_value(v: &str) -> Result<(), String> {
     let inner = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     let ends = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
     if !v.chars().all(inner) || !ends(v.chars().next()) || !ends(v.chars().last()) {
@@ -202,7 +202,7 @@ pub fn label_value(v: &str) -> Result<(), String> {
 
 /// A DNS-1123 label: at most 63 lower-case letters, digits and `-`, starting and ending with a
 /// letter or digit (namespace names, among others).
-pub fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.chars()
@@ -212,14 +212,14 @@ pub fn is_dns_label(s: &str) -> bool {
 }
 
 /// A DNS-1123 subdomain: at most 253 characters of dot-separated DNS labels.
-pub fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// Checks a field selector (`metadata.name=x,status.phase!=Running`); an empty one selects
 /// everything. Which fields a kind can be selected by is the API server's to say (custom
 /// resources: `metadata.name` and `metadata.namespace` only).
-pub fn check_field_selector(s: &str) -> Result<Vec<String>, FieldSelectorError> {
+pub(crate) fn check_field_selector(s: &str) -> Result<Vec<String>, FieldSelectorError> {
     let mut fields = Vec::new();
     for term in split_unescaped(s) {
         if term.is_empty() {

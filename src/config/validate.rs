@@ -116,7 +116,7 @@ pub(super) fn validate(
 
 /// The most characters an operator's name may have: `khai-<name>` names its ServiceAccount,
 /// Service and Lease, and a Service's name is a DNS label of at most 63.
-pub const MAX_OPERATOR_NAME: usize = 58;
+pub(crate) const MAX_OPERATOR_NAME: usize = 58;
 
 /// `[operator]`: its name and namespaces.
 fn check_operator(model: &Model, report: &mut Report) {
@@ -462,7 +462,7 @@ mod tests {
         assert_eq!(check(&apart), "");
     }
 
-    /// Issue 14: the children options of a controller that owns nothing are errors at their line.
+    /// The children options of a controller that owns nothing are errors at their line.
     #[test]
     fn children_options_without_owned_kinds_are_errors_at_their_line() {
         let src = "[[controller]]\nfor = \"v1/ConfigMap\"\nscript = \"c.rhai\"\nunowned_children = true\ndelete_children = \"ordered\"\n";

@@ -11,9 +11,9 @@ use std::fmt;
 
 /// A Kubernetes minor release, as `v1.20`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
+pub(crate) struct Version {
+    pub(crate) major: u32,
+    pub(crate) minor: u32,
 }
 
 impl fmt::Display for Version {
@@ -46,7 +46,7 @@ impl Version {
 
     /// The version a server reports (`/version`'s `major` and `minor`; a minor such as `"30+"`
     /// counts as 30).
-    pub fn reported(major: &str, minor: &str) -> Option<Self> {
+    pub(crate) fn reported(major: &str, minor: &str) -> Option<Self> {
         let digits = |s: &str| {
             s.trim_end_matches(|c: char| !c.is_ascii_digit())
                 .parse()
@@ -174,7 +174,7 @@ fn need(
 }
 
 /// One diagnostic, placed on its line, for each feature of `config` that `server` lacks.
-pub fn too_new_for(config: &Config, server: Version) -> Vec<Diagnostic> {
+pub(crate) fn too_new_for(config: &Config, server: Version) -> Vec<Diagnostic> {
     needs(&config.model)
         .into_iter()
         .filter(|n| server < n.since)

@@ -14,7 +14,7 @@ pub struct Webhook {
     pub name: Option<String>,
     /// The resource: a CRD kind of this file, `group/version/Kind` or `v1/Kind`.
     #[serde(rename = "for")]
-    pub for_kind: super::kind::KindRef,
+    pub(crate) for_kind: super::kind::KindRef,
     /// The Rhai script, relative to the config file.
     pub script: PathBuf,
     /// Name of `validate(req)`: allow with nothing or `allow()`, deny by throwing or `deny(msg)`.
@@ -38,11 +38,11 @@ pub struct Webhook {
     pub side_effects: SideEffects,
     /// How long the API server waits for an answer, 1 to 30 seconds.
     #[serde(default = "default_timeout_seconds")]
-    pub timeout_seconds: u8,
+    pub(crate) timeout_seconds: u8,
     /// A Kubernetes label selector (`matchLabels`, `matchExpressions`) on the namespace.
     pub namespace_selector: Option<serde_json::Value>,
     /// A Kubernetes label selector on the object.
-    pub object_selector: Option<serde_json::Value>,
+    pub(crate) object_selector: Option<serde_json::Value>,
     /// CEL conditions the API server evaluates before calling the webhook: it is called only
     /// when all are true (`matchConditions`).
     #[serde(default)]
@@ -69,7 +69,7 @@ fn default_timeout_seconds() -> u8 {
 
 impl Webhook {
     /// The name used in paths and configurations: the explicit one, or the lower-cased kind.
-    pub fn display_name(&self) -> String {
+    pub(crate) fn display_name(&self) -> String {
         self.name
             .clone()
             .unwrap_or_else(|| self.for_kind.kind.to_lowercase())
@@ -130,18 +130,18 @@ pub struct WebhookServer {
     pub request_timeout: String,
     /// Connections open at once; beyond it the oldest idle connection is closed to make room.
     #[serde(default = "default_max_connections")]
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Admission reviews answered at once.
     #[serde(default = "default_max_concurrent_reviews")]
-    pub max_concurrent_reviews: usize,
+    pub(crate) max_concurrent_reviews: usize,
     /// Conversion reviews converted at once; each may hold a large list of objects.
     #[serde(default = "default_max_concurrent_conversions")]
-    pub max_concurrent_conversions: usize,
+    pub(crate) max_concurrent_conversions: usize,
     /// Reviews of each sort (admission, conversion) that may wait for their turn; more are
     /// answered 503 at once. A waiting review holds only its connection, so this may be as
     /// large as `max_connections`: the default is.
     #[serde(default = "default_max_queued_reviews")]
-    pub max_queued_reviews: usize,
+    pub(crate) max_queued_reviews: usize,
 }
 
 impl Default for WebhookServer {

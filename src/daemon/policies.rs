@@ -9,12 +9,11 @@ use kube::core::{ApiResource, GroupVersionKind};
 
 /// Why a policy or binding could not be applied.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to apply {kind} {name}: {source}")]
+#[error("failed to apply {kind} {name}: {cause}")]
 pub(crate) struct Error {
     kind: String,
     name: String,
-    #[source]
-    source: crate::client::ApiError,
+    cause: crate::client::ApiError,
 }
 
 /// Applies each policy, then its binding, unless it is current.
@@ -44,7 +43,7 @@ pub(super) async fn install(
             .map_err(|e| Error {
                 kind: kind.clone(),
                 name: name.clone(),
-                source: e.into(),
+                cause: e.into(),
             })?;
         tracing::info!(%kind, %name, "applied admission policy");
     }

@@ -11,7 +11,7 @@ const URL_FIRST: &[&str] = &["get", "post", "put", "patch", "delete"];
 
 /// One problem, at its place in the script.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
+pub(crate) struct Finding {
     pub line: usize,
     pub column: usize,
     pub message: String,
@@ -19,7 +19,7 @@ pub struct Finding {
 
 /// The literal `http::…` URLs and `ctx.secret` names in `ast` that the config does not allow,
 /// in the order they appear.
-pub fn refused(model: &Model, ast: &AST) -> Vec<Finding> {
+pub(crate) fn refused(model: &Model, ast: &AST) -> Vec<Finding> {
     let policy = super::http::policy::Policy::new(model.operator.http.allow.clone());
     let secrets = &model.operator.secrets;
     let mut out = Vec::new();

@@ -21,11 +21,11 @@
 
 pub mod dry;
 pub mod http;
-pub mod k8s;
-pub mod literals;
+pub(crate) mod k8s;
+pub(crate) mod literals;
 mod reads;
-pub mod secrets;
-pub mod stub;
+pub(crate) mod secrets;
+pub(crate) mod stub;
 
 use crate::config::duration::Duration as ConfigDuration;
 use rhai::{EvalAltResult, Position};
@@ -83,7 +83,7 @@ impl Effects {
     }
 
     /// These effects for one call whose reads `reads` tracks.
-    pub fn tracked(&self, reads: Reads) -> Arc<Effects> {
+    pub(crate) fn tracked(&self, reads: Reads) -> Arc<Effects> {
         Arc::new(Effects {
             reads,
             ..self.clone()
@@ -91,7 +91,7 @@ impl Effects {
     }
 
     /// These effects with another budget (a handler's own).
-    pub fn with_budget(&self, budget: Budget) -> Arc<Effects> {
+    pub(crate) fn with_budget(&self, budget: Budget) -> Arc<Effects> {
         Arc::new(Effects {
             budget,
             ..self.clone()
@@ -175,7 +175,7 @@ pub fn to_dynamic(what: &str, v: &serde_json::Value) -> Result<rhai::Dynamic, Bo
 }
 
 /// `value` thrown, for the script to catch.
-pub fn thrown(value: rhai::Dynamic) -> Box<EvalAltResult> {
+pub(crate) fn thrown(value: rhai::Dynamic) -> Box<EvalAltResult> {
     Box::new(EvalAltResult::ErrorRuntime(value, Position::NONE))
 }
 
@@ -203,7 +203,7 @@ pub struct Call {
 impl Call {
     /// Starts a call that may make side effects until `deadline`. An `inline` call (an attempt
     /// on an async worker) makes none: its first one ends it, see [`Call::left_inline`].
-    pub fn enter(effects: &Arc<Effects>, deadline: Instant, inline: bool) -> Call {
+    pub(crate) fn enter(effects: &Arc<Effects>, deadline: Instant, inline: bool) -> Call {
         let current = Current {
             effects: effects.clone(),
             calls_left: effects.budget.calls,
@@ -218,7 +218,7 @@ impl Call {
 
     /// Whether the call, an inline attempt, was ended because it was about to make a side
     /// effect: the caller runs it again from the start on the blocking pool.
-    pub fn left_inline(&self) -> bool {
+    pub(crate) fn left_inline(&self) -> bool {
         CURRENT.with(|c| c.borrow().as_ref().is_some_and(|c| c.left_inline))
     }
 }
@@ -358,8 +358,8 @@ mod tests {
         );
     }
 
-    /// Issue 16: a reconcile whose script reads its children through `k8s::get` must not have
-    /// the watch events of those children skipped.
+    /// A reconcile whose script reads its children through `k8s::get` must not have the watch
+    /// events of those children skipped.
     #[tokio::test]
     async fn a_side_effect_counts_as_a_read_of_the_tracked_call() {
         let reads = Reads::tracked();

@@ -29,12 +29,12 @@ struct Seen {
 
 impl Reads {
     /// A tracker for one call; nothing read yet.
-    pub fn tracked() -> Self {
+    pub(crate) fn tracked() -> Self {
         Self(Some(Arc::default()))
     }
 
     /// Whether this tracker sees what a call reads (not the default, which sees nothing).
-    pub fn is_tracked(&self) -> bool {
+    pub(crate) fn is_tracked(&self) -> bool {
         self.0.is_some()
     }
 
@@ -54,7 +54,7 @@ impl Reads {
     }
 
     /// The call wrote to the API server through the `k8s` module.
-    pub fn mark_write(&self) {
+    pub(crate) fn mark_write(&self) {
         if let Some(seen) = &self.0 {
             seen.wrote.store(true, Ordering::Relaxed);
         }

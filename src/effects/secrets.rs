@@ -52,7 +52,7 @@ impl std::fmt::Debug for Secrets {
 }
 
 /// Secrets, as the informers address them.
-pub fn secret_kind() -> Kind {
+pub(crate) fn secret_kind() -> Kind {
     Kind {
         resource: kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
         namespaced: true,
@@ -86,7 +86,10 @@ impl Secrets {
     /// The Secrets `names` lists, read from `objects` instead of watches: for `khai test`, whose
     /// cases list the Secrets there are. A listed Secret that `objects` lacks reads as missing;
     /// one `names` does not list is refused as at run time.
-    pub fn from_objects(names: &[SecretName], objects: Vec<kube::api::DynamicObject>) -> Self {
+    pub(crate) fn from_objects(
+        names: &[SecretName],
+        objects: Vec<kube::api::DynamicObject>,
+    ) -> Self {
         let informer = Informer::with_objects(secret_kind(), None, objects);
         Secrets {
             watches: names

@@ -92,7 +92,7 @@ impl Stubs {
 
     /// What went wrong with the calls, once the script returned: the first unexpected call, or
     /// the expected calls it did not make.
-    pub fn mismatch(&self) -> Option<String> {
+    pub(crate) fn mismatch(&self) -> Option<String> {
         let state = self.state.lock().ok()?;
         if let Some(u) = &state.unexpected {
             return Some(u.clone());
@@ -118,7 +118,7 @@ impl Stubs {
 /// What the API server answers a write request (`k8s::create`, `apply`, `replace`, `patch`,
 /// `patch_status`): the object as written, with the metadata the server fills in; for any other
 /// call, nothing (`khai diff`, which sends no write).
-pub fn as_written(request: &Value) -> Value {
+pub(crate) fn as_written(request: &Value) -> Value {
     served(request, &Value::Null)
 }
 

@@ -214,18 +214,16 @@ pub(crate) struct KeyError {
 /// Why [`Fixed::build`] could not build an index.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BuildError {
-    #[error("index {name}: {source}")]
+    #[error("index {name}: {cause}")]
     Call {
         name: String,
-        #[source]
-        source: Box<crate::script::ScriptError>,
+        cause: Box<crate::script::ScriptError>,
     },
-    #[error("index {name}: {function} returned {source}")]
+    #[error("index {name}: {function} returned {cause}")]
     Key {
         name: String,
         function: String,
-        #[source]
-        source: KeyError,
+        cause: KeyError,
     },
 }
 
@@ -275,14 +273,14 @@ impl Fixed {
                 let out = e
                     .script
                     .call_args(&e.spec.function, &[CallArg::Json(obj.clone())])
-                    .map_err(|source| BuildError::Call {
+                    .map_err(|cause| BuildError::Call {
                         name: name.clone(),
-                        source: Box::new(source),
+                        cause: Box::new(cause),
                     })?;
-                let entries = keys(out, obj).map_err(|source| BuildError::Key {
+                let entries = keys(out, obj).map_err(|cause| BuildError::Key {
                     name: name.clone(),
                     function: e.spec.function.clone(),
-                    source,
+                    cause,
                 })?;
                 let uid = obj["metadata"]["uid"]
                     .as_str()

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 /// How one replica takes part in the election.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Name of the Lease object.
     pub lease_name: String,
     /// Namespace of the Lease object.
@@ -44,7 +44,7 @@ pub struct Settings {
 
 /// Errors in the settings; everything at run time is retried.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum Error {
+pub(crate) enum Error {
     #[error(
         "leader election: renew deadline ({renew:?}) must be shorter than the lease duration ({lease:?})"
     )]
@@ -57,7 +57,7 @@ pub enum Error {
 
 impl Settings {
     /// Checks the timing rules client-go enforces: retry < renew deadline < lease duration.
-    pub fn validate(&self) -> Result<(), Error> {
+    pub(crate) fn validate(&self) -> Result<(), Error> {
         if self.renew_deadline >= self.lease_duration {
             return Err(Error::RenewNotShorter {
                 renew: self.renew_deadline,

@@ -3,7 +3,7 @@
 //!
 //! No I/O: `khai generate manifests` and the chart's values print these, and `khai run` applies
 //! them (`install_crds`). Each carries the hash of its own content
-//! ([`crate::schema::MANIFEST_HASH`]), so a restart over a cluster that already holds them sends
+//! ([`crate::schema::current::MANIFEST_HASH`]), so a restart over a cluster that already holds them sends
 //! no write. Rules for a CRD of this file name its storage version with `matchPolicy:
 //! Equivalent`, so the rules see every version of the object as the storage version.
 
@@ -164,7 +164,7 @@ validation_actions = ["Warn", "Audit"]
         assert_eq!(b["spec"]["policyName"], "khai-shop-small");
         assert_eq!(b["spec"]["validationActions"], json!(["Warn", "Audit"]));
         for m in [p, b] {
-            let hash = &m["metadata"]["annotations"][crate::schema::MANIFEST_HASH];
+            let hash = &m["metadata"]["annotations"][crate::schema::current::MANIFEST_HASH];
             assert!(hash.is_string(), "{m}");
         }
     }

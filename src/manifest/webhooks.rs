@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 /// Where the API server reaches khai.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A base URL such as `https://127.0.0.1:9443`, for local development.
     Url(String),
     /// A Service in the cluster.

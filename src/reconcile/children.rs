@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 /// The object a plan is for.
 #[derive(Debug, Clone, Copy)]
-pub struct Parent<'a> {
+pub(crate) struct Parent<'a> {
     /// Group of the parent's kind (`""` for the core group).
     pub group: &'a str,
     pub kind: &'a str,
@@ -29,7 +29,7 @@ pub struct Parent<'a> {
 }
 
 /// What the controller knows about the kinds it may create.
-pub trait Kinds {
+pub(crate) trait Kinds {
     /// Whether objects of `api_version`/`kind` live in namespaces; `None` for a kind the cluster
     /// (or, offline, khai) does not know, which counts as namespaced.
     fn namespaced(&self, api_version: &str, kind: &str) -> Option<bool>;
@@ -38,7 +38,7 @@ pub trait Kinds {
 }
 
 /// The identity of a placed child: apiVersion, kind, namespace (`None`: cluster-scoped), name.
-pub type ChildKey = (String, String, Option<String>, String);
+pub(crate) type ChildKey = (String, String, Option<String>, String);
 
 /// A child khai refuses to apply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,7 +53,7 @@ pub struct Invalid {
 /// Whether a placed child of a parent in `parent_namespace` (`None`: cluster-scoped) cannot
 /// carry an ownerReference to it: a cluster-scoped child or one in another namespace than its
 /// namespaced parent.
-pub fn unowned(parent_namespace: Option<&str>, key: &ChildKey) -> bool {
+pub(crate) fn unowned(parent_namespace: Option<&str>, key: &ChildKey) -> bool {
     parent_namespace.is_some_and(|p| key.2.as_deref() != Some(p))
 }
 
@@ -63,7 +63,7 @@ pub fn unowned(parent_namespace: Option<&str>, key: &ChildKey) -> bool {
 /// `unowned_children`) lets through the children that cannot carry an ownerReference.
 /// Children must already have `apiVersion`, `kind` and `metadata.name` (see
 /// [`super::parse_plan`]).
-pub fn place(
+pub(crate) fn place(
     children: &mut [Value],
     parent: Parent<'_>,
     kinds: &dyn Kinds,
@@ -262,7 +262,7 @@ mod tests {
         );
     }
 
-    /// Issue 14: with `unowned_children`, a namespaced parent's cluster-scoped children and
+    /// With `unowned_children`, a namespaced parent's cluster-scoped children and
     /// children in other (watched) namespaces are placed, and known as unowned.
     #[test]
     fn unowned_children_are_placed_when_the_controller_allows_them() {

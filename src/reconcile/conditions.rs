@@ -195,7 +195,7 @@ mod tests {
         assert_ne!(c[0]["lastTransitionTime"], "2020-01-01T00:00:00Z");
     }
 
-    /// Issue 11: khai's Ready/Failed handling replaced the conditions a script returned.
+    /// khai's Ready/Failed handling keeps the conditions a script returned.
     #[test]
     fn a_scripts_own_conditions_are_kept_beside_khais_and_keep_their_transition_time() {
         let o = obj(json!({ "conditions": [

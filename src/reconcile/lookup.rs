@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Lookups for one reconcile of one object.
-pub struct CacheLookup {
+pub(crate) struct CacheLookup {
     /// The reconciled object's uid (for `owned`) and namespace (the default for `get`/`list`).
     pub uid: String,
     pub namespace: Option<String>,
@@ -63,7 +63,7 @@ fn sorted_views<'a>(
 
 /// The script view of one cached object; an error names the object.
 fn view(kind: &str, obj: &DynamicObject) -> Result<Value, LookupError> {
-    object_view(obj).map_err(|source| {
+    object_view(obj).map_err(|cause| {
         let name = match obj.namespace() {
             Some(ns) => format!("{ns}/{}", obj.name_any()),
             None => obj.name_any(),
@@ -71,7 +71,7 @@ fn view(kind: &str, obj: &DynamicObject) -> Result<Value, LookupError> {
         LookupError::Unreadable {
             kind: kind.into(),
             name,
-            source,
+            cause,
         }
     })
 }
@@ -185,7 +185,7 @@ impl Req {
 
 /// Whether `labels` satisfy the label selector `selector` (as `kubectl -l` writes it); shared
 /// with `khai test`'s in-memory lookups so both read selectors the same way.
-pub fn selector_matches(
+pub(crate) fn selector_matches(
     selector: &str,
     labels: &BTreeMap<String, String>,
 ) -> Result<bool, LookupError> {
@@ -275,8 +275,8 @@ mod tests {
         o
     }
 
-    /// Issue 11: `ctx.list` and `ctx.get` silently left out objects that failed to serialise,
-    /// so a script could compute its children without them and prune live ones.
+    /// `ctx.list` and `ctx.get` must not leave out objects that fail to serialise: a script
+    /// would compute its children without them and prune live ones.
     #[test]
     fn an_object_that_cannot_be_read_fails_the_lookup_and_is_named() {
         // A DynamicObject whose body is not a map cannot be serialised (flattened).
@@ -363,7 +363,7 @@ mod tests {
                 .collect()
         };
         assert_eq!(names(None), ["a/one"]);
-        assert!(lookup.reads.any(), "a lookup is a read (issue 16)");
+        assert!(lookup.reads.any(), "a lookup is a read");
         assert_eq!(names(Some("b")), ["b/three", "b/two"]);
         assert_eq!(names(Some("*")), ["a/one", "b/three", "b/two"]);
         assert_eq!(

@@ -6,10 +6,10 @@
 //! `"1h"` or a number of seconds). Returning nothing means no children and no status change.
 //! The answer is validated here, once, so `apply` only ever sees well-formed plans.
 
-pub mod children;
+pub(crate) mod children;
 pub mod conditions;
 mod list_keys;
-pub mod lookup;
+pub(crate) mod lookup;
 
 use crate::script::type_name;
 use crate::script::{Script, ScriptCtx, ScriptError};
@@ -21,7 +21,7 @@ use std::time::Duration;
 /// The shortest `requeue_after` khai honours: a shorter one (`"1ms"` ran about 430 reconciles
 /// a second of one object) waits this long instead. `retry(msg, delay)` from `reconcile` has the
 /// same floor.
-pub const MIN_REQUEUE_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const MIN_REQUEUE_AFTER: Duration = Duration::from_secs(1);
 
 /// What the script wants to be true for one object.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,7 +40,7 @@ pub struct Plan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedEvent {
     /// `true` for `Warning`, `false` for `Normal`.
-    pub warning: bool,
+    pub(crate) warning: bool,
     /// PascalCase, at most 128 characters.
     pub reason: String,
     pub message: String,
@@ -67,7 +67,7 @@ pub enum Error {
 impl Error {
     /// The reason of the Warning Event and of the `Ready=False` condition a reconcile that
     /// failed this way gets.
-    pub fn failure_reason(&self) -> &'static str {
+    pub(crate) fn failure_reason(&self) -> &'static str {
         match self {
             Error::Script(ScriptError::Retry { .. }) => "RetryRequested",
             Error::Script(ScriptError::Fail { .. }) => "Failed",
@@ -78,7 +78,7 @@ impl Error {
 }
 
 /// The Event and condition reason of a script's API call the API server refused (403).
-pub const FORBIDDEN: &str = "Forbidden";
+pub(crate) const FORBIDDEN: &str = "Forbidden";
 
 /// What is wrong with a script's answer, and where in it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -278,7 +278,7 @@ fn parse_events(v: Value) -> Result<Vec<PlannedEvent>, InvalidAnswer> {
 }
 
 /// Parses a duration written in a script's answer; see [`crate::config::duration::parse`].
-pub fn parse_duration(v: &Value) -> Result<Duration, DurationError> {
+pub(crate) fn parse_duration(v: &Value) -> Result<Duration, DurationError> {
     if let Some(n) = v.as_f64() {
         return if n >= 0.0 {
             Duration::try_from_secs_f64(n).map_err(|_| DurationError::TooManySeconds(v.to_string()))
@@ -389,8 +389,8 @@ mod tests {
         assert!(parse_duration(&json!(-1)).is_err());
     }
 
-    /// Issue 11: a child field the script set to `()` passed `khai test` as "absent", but
-    /// `khai run` sent it as null, the stored child never had it, and it was rewritten on every
+    /// A child field the script sets to `()` is absent, in `khai run` as in `khai test`: sent
+    /// as null, the stored child would never have it, and it would be rewritten on every
     /// reconcile.
     #[test]
     fn null_fields_of_a_child_are_absent_fields() {

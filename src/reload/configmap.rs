@@ -29,7 +29,7 @@ pub(crate) const PREFIX: &str = "configmap:";
 
 /// The ConfigMap a config is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ref {
+pub(crate) struct Ref {
     pub namespace: String,
     pub name: String,
 }
@@ -37,7 +37,7 @@ pub struct Ref {
 /// A `configmap:` source that does not name a ConfigMap; holds what followed the prefix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("expected {PREFIX}NAMESPACE/NAME, got {PREFIX}{0}")]
-pub struct BadRef(String);
+pub(crate) struct BadRef(String);
 
 impl std::str::FromStr for Ref {
     type Err = BadRef;

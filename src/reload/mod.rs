@@ -24,7 +24,7 @@ use tokio::sync::watch as latest;
 
 /// Where `khai run` reads its config from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// A file, or a directory holding `operator.toml` (a mounted ConfigMap included).
     Path(PathBuf),
     /// A ConfigMap read and watched through the API, written `configmap:NAMESPACE/NAME`.

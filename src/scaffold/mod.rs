@@ -305,9 +305,9 @@ mod tests {
         );
     }
 
-    /// Issue 11: `khai new` wrote webhook stubs as `validate(obj, ctx)`, where the contract is
-    /// `validate(req)`. What `--webhooks` writes loads, as `khai check` loads it, and its cases
-    /// pass, as `khai test` runs them.
+    /// `khai new` writes webhook stubs with the webhook contract, `validate(req)`, not
+    /// `validate(obj, ctx)`. What `--webhooks` writes loads, as `khai check` loads it, and its
+    /// cases pass, as `khai test` runs them.
     #[test]
     fn webhook_files_load_with_the_webhook_contract_and_their_cases_pass() {
         let dir = tempfile::tempdir().unwrap();

@@ -12,7 +12,7 @@
 use serde_json::Value;
 
 /// The annotation holding the hash of the manifest's own content.
-pub const MANIFEST_HASH: &str = "khai.dev/manifest-hash";
+pub(crate) const MANIFEST_HASH: &str = "khai.dev/manifest-hash";
 
 /// Sets [`MANIFEST_HASH`] on `manifest`, computed over the manifest without it.
 pub(crate) fn stamp(manifest: &mut Value) {

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 /// Fills `schema`'s defaults into `value`, recursively. `schema` is structural OpenAPI v3 as
 /// [`super::crd_manifest`] emits it (or a raw `schema_file`).
-pub fn apply_defaults(schema: &Value, value: &mut Value) {
+pub(crate) fn apply_defaults(schema: &Value, value: &mut Value) {
     match value {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {

@@ -11,8 +11,7 @@ pub(crate) mod current;
 mod defaults;
 pub(crate) mod rules;
 
-pub use current::MANIFEST_HASH;
-pub use defaults::{apply_defaults, default_object};
+pub use defaults::default_object;
 
 use crate::config::model::{Crd, Field, FieldType, PrinterColumn, Scale, Scope};
 use indexmap::IndexMap;
@@ -23,16 +22,15 @@ use serde_json::{Map, Value, json};
 use std::time::Duration;
 
 /// Label put on everything khai creates.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "khai");
+pub(crate) const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "khai");
 
 /// Errors installing CRDs. Failures to talk to the API server are retryable by restarting.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("failed to apply CustomResourceDefinition {name}: {source}")]
+    #[error("failed to apply CustomResourceDefinition {name}: {cause}")]
     Apply {
         name: String,
-        #[source]
-        source: crate::client::ApiError,
+        cause: crate::client::ApiError,
     },
     #[error(
         "CustomResourceDefinition {name}: schema_file {path} was never read; load the config \
@@ -45,7 +43,7 @@ pub enum Error {
     Wait { name: String, message: String },
 }
 
-pub use crate::config::kind::plural_of;
+pub(crate) use crate::config::kind::plural_of;
 
 /// The CRD manifest for `crd`, as JSON ready for server-side apply or YAML output.
 ///
@@ -225,7 +223,7 @@ fn object_schema(fields: &IndexMap<String, Field>) -> Value {
 }
 
 /// One field as structural OpenAPI v3.
-pub fn field_schema(f: &Field) -> Value {
+pub(crate) fn field_schema(f: &Field) -> Value {
     let mut s = match f.ty {
         FieldType::String => json!({ "type": "string" }),
         FieldType::Integer => json!({ "type": "integer" }),
@@ -308,9 +306,9 @@ pub async fn install(
         }
         api.patch(&name, &params, &Patch::Apply(manifest))
             .await
-            .map_err(|source| Error::Apply {
+            .map_err(|cause| Error::Apply {
                 name: name.clone(),
-                source: source.into(),
+                cause: cause.into(),
             })?;
         tracing::info!(crd = %name, "applied CustomResourceDefinition");
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// An argument of a script call: a JSON value (an object, a change record, a state) or `ctx`.
 #[derive(Clone)]
-pub enum CallArg {
+pub(crate) enum CallArg {
     Json(serde_json::Value),
     Ctx(ScriptCtx),
 }
@@ -41,19 +41,6 @@ impl std::fmt::Debug for Script {
 }
 
 impl Script {
-    /// Reads and compiles `file`. `display` is how the file is named in errors.
-    pub fn compile_file(
-        engine: Arc<Engine>,
-        limits: &Limits,
-        file: &Path,
-    ) -> Result<Self, ScriptError> {
-        let src = crate::config::files::read_regular(file).map_err(|e| ScriptError::Read {
-            file: file.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        Self::compile(engine, limits, file, &src)
-    }
-
     /// Compiles script text; `file` is used in error messages.
     pub fn compile(
         engine: Arc<Engine>,
@@ -82,41 +69,28 @@ impl Script {
     }
 
     /// The compiled script, for checks that read it (`khai check`).
-    pub fn ast(&self) -> &AST {
+    pub(crate) fn ast(&self) -> &AST {
         &self.ast
     }
 
     /// A hash of the text the script was compiled from.
-    pub fn source_hash(&self) -> u64 {
+    pub(crate) fn source_hash(&self) -> u64 {
         self.source_hash
     }
 
     /// Whether the script defines `name` with exactly `arity` parameters.
-    pub fn has_function(&self, name: &str, arity: usize) -> bool {
+    pub(crate) fn has_function(&self, name: &str, arity: usize) -> bool {
         self.ast
             .iter_functions()
             .any(|f| f.name == name && f.params.len() == arity)
     }
 
     /// Names of the functions the script defines.
-    pub fn function_names(&self) -> Vec<String> {
+    pub(crate) fn function_names(&self) -> Vec<String> {
         self.ast
             .iter_functions()
             .map(|f| f.name.to_string())
             .collect()
-    }
-
-    /// Fails unless the script defines `name` with exactly `arity` parameters.
-    pub fn require_function(&self, name: &str, arity: usize) -> Result<(), ScriptError> {
-        if self.has_function(name, arity) {
-            Ok(())
-        } else {
-            Err(ScriptError::MissingFunction {
-                file: self.file.clone(),
-                name: name.into(),
-                arity,
-            })
-        }
     }
 
     /// Calls `function` with JSON arguments and returns its result as JSON (`null` for `()`).
@@ -224,7 +198,7 @@ impl Script {
     /// [`Self::call_with_ctx`] without blocking the runtime: inline when the call is short,
     /// else on tokio's blocking pool (see [`inline`]). The caller's tracing span follows the
     /// call, so script logs carry the object.
-    pub async fn call_async(
+    pub(crate) async fn call_async(
         &self,
         function: &str,
         obj: serde_json::Value,
@@ -239,7 +213,7 @@ impl Script {
     /// [`Self::call_async`] given the cached object itself, which goes into Rhai without a JSON
     /// copy ([`super::object_dynamic`]). The caller checks first that it has a view
     /// ([`super::has_view`]).
-    pub async fn call_object_async(
+    pub(crate) async fn call_object_async(
         &self,
         function: &str,
         obj: Arc<kube::api::DynamicObject>,
@@ -257,7 +231,7 @@ impl Script {
     }
 
     /// Calls `function` with `args` (JSON values and `ctx`) and returns its result as JSON.
-    pub fn call_args(
+    pub(crate) fn call_args(
         &self,
         function: &str,
         args: &[CallArg],
@@ -277,7 +251,7 @@ impl Script {
     }
 
     /// [`Self::call_args`] without blocking the runtime.
-    pub async fn call_args_async(
+    pub(crate) async fn call_args_async(
         &self,
         function: &str,
         args: Vec<CallArg>,
@@ -290,7 +264,7 @@ impl Script {
     /// `when(obj)` and webhook functions. An argument the caller reads again afterwards (a
     /// mutating webhook compares the answer with the request's object) is passed as an `Arc`,
     /// shared with the call instead of copied.
-    pub async fn call_one_async(
+    pub(crate) async fn call_one_async(
         &self,
         function: &str,
         arg: impl Into<Arc<serde_json::Value>>,

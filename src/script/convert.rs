@@ -50,7 +50,7 @@ pub struct NotJson {
     /// Where in the result: `.status.when`, `[2].name`, or `the result` itself.
     pub path: String,
     /// Rhai's name of the value's type.
-    pub type_name: String,
+    pub(crate) type_name: String,
 }
 
 /// Why a script's value cannot become JSON.

@@ -26,11 +26,11 @@ pub enum LookupError {
     #[error("invalid label selector {0:?}")]
     InvalidSelector(String),
     /// A cached object has no script view (see [`super::object_view`]).
-    #[error("cannot read {kind} {name} from khai's cache: {source}")]
+    #[error("cannot read {kind} {name} from khai's cache: {cause}")]
     Unreadable {
         kind: String,
         name: String,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -59,11 +59,11 @@ pub trait Lookup: Send + Sync {
 }
 
 /// `ctx.list(kind, #{ namespace: "*" })`: every namespace khai watches.
-pub const ALL_NAMESPACES: &str = "*";
+pub(crate) const ALL_NAMESPACES: &str = "*";
 
 /// A lookup that knows no objects: every `get` is empty, every list too.
 #[derive(Debug, Default, Clone)]
-pub struct NoLookup;
+pub(crate) struct NoLookup;
 
 impl Lookup for NoLookup {
     fn get(&self, _: &str, _: &str, _: Option<&str>) -> Result<Option<Value>, LookupError> {
@@ -180,7 +180,7 @@ fn secret(c: &ScriptCtx, namespace: Option<&str>, name: &str, key: &str) -> Rhai
 }
 
 /// Marker key of the map thrown by `retry()` and `fail()`.
-pub const CONTROL_KEY: &str = "__khai_control";
+pub(crate) const CONTROL_KEY: &str = "__khai_control";
 
 fn control(
     kind: &str,
@@ -259,7 +259,7 @@ fn list_options(options: &Map) -> Result<(Option<String>, Option<String>), Strin
 }
 
 /// Registers the `ctx` type, logging functions and `retry`/`fail` on an engine.
-pub fn register(engine: &mut Engine) {
+pub(crate) fn register(engine: &mut Engine) {
     engine
         .register_type_with_name::<ScriptCtx>("Ctx")
         .register_get("operator", |c: &mut ScriptCtx| c.operator.clone())

@@ -30,7 +30,7 @@ pub struct Limits {
 /// The largest request body the API server accepts (3 MiB), so the largest object a script can
 /// be given. Its JSON holds at most that many bytes of strings, half as many array elements
 /// (`0,`) and a fifth as many map entries (`"":0,`).
-pub const LARGEST_OBJECT: usize = 3 << 20;
+pub(crate) const LARGEST_OBJECT: usize = 3 << 20;
 
 impl Default for Limits {
     fn default() -> Self {

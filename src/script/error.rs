@@ -81,7 +81,7 @@ pub(super) fn at(file: &Path, pos: Option<(usize, usize)>) -> String {
 }
 
 /// `obj, ctx` for arity 2: how khai names the parameters it passes.
-pub fn param_list(arity: usize) -> String {
+pub(crate) fn param_list(arity: usize) -> String {
     ["obj", "ctx", "arg3", "arg4"]
         .iter()
         .take(arity)
@@ -96,7 +96,7 @@ pub(super) fn position(pos: Position) -> Option<(usize, usize)> {
 
 impl ScriptError {
     /// The status a failing answer (`retry`, `fail`) asked to write, if any.
-    pub fn failing_status(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
+    pub(crate) fn failing_status(&self) -> Option<&serde_json::Map<String, serde_json::Value>> {
         match self {
             ScriptError::Retry { status, .. } | ScriptError::Fail { status, .. } => {
                 status.as_deref()

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Keys one memo may hold.
-pub const MAX_KEYS: usize = 1024;
+pub(crate) const MAX_KEYS: usize = 1024;
 
 /// One memo, shared by every call about its object.
 #[derive(Clone, Default)]
@@ -21,12 +21,12 @@ pub struct Memo(Arc<Mutex<Map>>);
 
 impl Memo {
     /// A memo starting with `initial`'s keys.
-    pub fn from_map(initial: Map) -> Self {
+    pub(crate) fn from_map(initial: Map) -> Self {
         Self(Arc::new(Mutex::new(initial)))
     }
 
     /// A copy of what it holds.
-    pub fn snapshot(&self) -> Map {
+    pub(crate) fn snapshot(&self) -> Map {
         crate::sync::lock(&self.0).clone()
     }
 
@@ -60,7 +60,7 @@ impl Memo {
 }
 
 /// Registers the `Memo` type: indexing, property access, `in`, `remove`, `keys`, `len`.
-pub fn register(engine: &mut Engine) {
+pub(crate) fn register(engine: &mut Engine) {
     engine
         .register_type_with_name::<Memo>("Memo")
         .register_indexer_get(|m: &mut Memo, key: &str| m.get(key))
@@ -85,19 +85,19 @@ pub fn register(engine: &mut Engine) {
 
 /// The memos of every object, by uid, and the operator's memo each new one starts from.
 #[derive(Default)]
-pub struct Memos {
+pub(crate) struct Memos {
     objects: Mutex<HashMap<String, Memo>>,
     operator: Memo,
 }
 
 impl Memos {
     /// The operator's memo (what the `startup` hook sees).
-    pub fn operator(&self) -> Memo {
+    pub(crate) fn operator(&self) -> Memo {
         self.operator.clone()
     }
 
     /// The memo of the object with `uid`, made from the operator's memo on first use.
-    pub fn of(&self, uid: &str) -> Memo {
+    pub(crate) fn of(&self, uid: &str) -> Memo {
         crate::sync::lock(&self.objects)
             .entry(uid.to_string())
             .or_insert_with(|| Memo::from_map(self.operator.snapshot()))
@@ -105,18 +105,8 @@ impl Memos {
     }
 
     /// Forgets the memo of `uid`, whose object is gone.
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         crate::sync::lock(&self.objects).remove(uid);
-    }
-
-    /// How many objects have a memo.
-    pub fn len(&self) -> usize {
-        crate::sync::lock(&self.objects).len()
-    }
-
-    /// Whether no object has a memo.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Rhai's size limits bound each string, array and map by its nested contents, but not map keys
 //! (600 keys of 1 MiB pass a 1 MiB string limit), nor how many such values a call holds at
-//! once. So a call's memory is bounded by counting it: khai's global allocator ([`Counting`])
+//! once. So a call's memory is bounded by counting it: the global allocator [`Counting`]
 //! keeps, per thread, the bytes allocated minus the bytes freed, and the engine's progress hook
 //! stops a call whose count has grown by more than its budget ([`Limits::max_memory`]) since
 //! it began. A script call runs on one thread, so that count is the call's, whatever the
@@ -14,6 +14,10 @@
 //! than [`ALL_CALLS_MAX`], a call holding at least a step of it stops with its own error instead
 //! of growing further, so many objects building large values at once cannot push the process
 //! past what its pod may use. Calls holding little go on.
+//!
+//! The process picks its allocator, so the library only provides [`Counting`]: the `khai`
+//! binary installs it (`src/main.rs`), and so do the library's unit tests. A process that
+//! installs another allocator runs scripts without memory budgets; [`is_counting`] tells.
 //!
 //! [`Limits::max_memory`]: super::Limits::max_memory
 
@@ -43,7 +47,7 @@ static ALL_CALLS: Shared = Shared::new(ALL_CALLS_MAX);
 
 /// Sets what all script calls running at once may hold together (`khai run
 /// --scripts-memory`), instead of [`ALL_CALLS_MAX`]; for the start of the process.
-pub fn set_shared_limit(bytes: usize) {
+pub(crate) fn set_shared_limit(bytes: usize) {
     ALL_CALLS.set_max(bytes);
 }
 
@@ -105,11 +109,9 @@ pub(super) enum Over {
     AllCalls,
 }
 
-/// The system allocator, counting what each thread allocates and frees.
-pub(super) struct Counting;
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+/// The system allocator, counting what each thread allocates and frees: install it with
+/// `#[global_allocator]` for script calls to have memory budgets.
+pub struct Counting;
 
 thread_local! {
     /// Bytes allocated minus bytes freed on this thread. Memory freed on another thread than
@@ -215,6 +217,13 @@ pub(super) fn allocated() -> usize {
     ALLOCATED.with(Cell::get)
 }
 
+/// Whether [`Counting`] is the process's allocator, so that memory budgets hold.
+pub(crate) fn is_counting() -> bool {
+    let before = allocated();
+    drop(std::hint::black_box(Box::new(0u64)));
+    allocated() != before
+}
+
 /// "64 MiB": a budget as messages name it.
 pub(super) fn describe(bytes: usize) -> String {
     const MIB: usize = 1 << 20;
@@ -285,6 +294,11 @@ mod tests {
     fn peaks_are_measured_even_when_freed() {
         let ((), peak) = peak_during(|| drop(std::hint::black_box(vec![1u8; 4 << 20])));
         assert!(peak >= 4 << 20, "{peak}");
+    }
+
+    #[test]
+    fn unit_tests_run_with_the_counting_allocator() {
+        assert!(is_counting());
     }
 
     #[test]

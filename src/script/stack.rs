@@ -15,17 +15,17 @@
 
 /// Stack an inline attempt may use: its operation budget nests a value at most
 /// [`super::inline::INLINE_OPS`] levels deep, a few hundred bytes of frames each.
-pub const INLINE_STACK: usize = 8 << 20;
+pub(crate) const INLINE_STACK: usize = 8 << 20;
 
 /// Stack any other call may use. Each level of nesting allocates at least about 100 bytes, so
 /// the default memory budget (64 MiB) bounds a call's values at under 700,000 levels; Rhai's
 /// walks take a few small frames, under 300 bytes, a level. (Time bounds them sooner: Rhai
 /// measures a value after each change, so nesting one `n` deep costs about `n²/2` steps.)
-pub const SCRIPT_STACK: usize = 256 << 20;
+pub(crate) const SCRIPT_STACK: usize = 256 << 20;
 
 /// The stack size of the runtime's threads: [`INLINE_STACK`] plus what the runtime itself
 /// uses below a call.
-pub const THREAD_STACK: usize = INLINE_STACK + (2 << 20);
+pub(crate) const THREAD_STACK: usize = INLINE_STACK + (2 << 20);
 
 /// Runs `f` with the stack a script call needs left: on this thread's own stack when it has
 /// that much, else on a fresh one.

@@ -46,11 +46,10 @@ use std::path::PathBuf;
 /// Why a case could not be run at all (as opposed to running and not matching).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    #[error("{}: cannot read: {source}", file.display())]
+    #[error("{}: cannot read: {cause}", file.display())]
     Read {
         file: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{}: no test cases (*.yaml)", dir.display())]
     NoCases { dir: PathBuf },
@@ -67,11 +66,7 @@ pub(crate) enum Error {
         message: String,
     },
     #[error("{}: {invalid}", file.display())]
-    Invalid {
-        file: PathBuf,
-        #[source]
-        invalid: Invalid,
-    },
+    Invalid { file: PathBuf, invalid: Invalid },
 }
 
 impl Invalid {

@@ -8,15 +8,14 @@
 pub(crate) struct Invalid {
     /// The field path in the case: `object`, `cache[1]`, `expect.object`.
     pub field: String,
-    #[source]
     pub problem: Box<Problem>,
 }
 
 /// What is wrong, in the case author's words.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Problem {
-    #[error("{0}")]
-    Default(#[source] crate::schema::Error),
+    #[error(transparent)]
+    Default(crate::schema::Error),
     #[error("metadata: expected a map")]
     NoMetadata,
     #[error("no controller named {name:?} (controllers: {names})")]
@@ -37,8 +36,8 @@ pub(crate) enum Problem {
          nor ctx.index could ever see it"
     )]
     NotWatchedNorIndexed { written: String, kind: String },
-    #[error("{0}")]
-    Index(#[source] crate::handler::index::BuildError),
+    #[error(transparent)]
+    Index(crate::handler::index::BuildError),
     #[error("no webhook named {name:?} (webhooks: {names})")]
     NoSuchWebhook { name: String, names: String },
     #[error("webhook {name:?} has no `{function}` function")]
@@ -65,18 +64,18 @@ pub(crate) enum Problem {
         group: String,
         storage: String,
     },
-    #[error("{0}")]
-    Patch(#[source] serde_json::Error),
+    #[error(transparent)]
+    Patch(serde_json::Error),
     #[error("the patch khai sends does not apply to the object: {0}")]
-    PatchDoesNotApply(#[source] json_patch::PatchError),
-    #[error("{0}")]
-    RequeueAfter(#[source] crate::reconcile::DurationError),
+    PatchDoesNotApply(json_patch::PatchError),
+    #[error(transparent)]
+    RequeueAfter(crate::reconcile::DurationError),
     #[error(
         "Secret {namespace}/{name} is not in [operator] secrets, so ctx.secret could never read it"
     )]
     SecretNotListed { namespace: String, name: String },
-    #[error("{0}")]
-    Secret(#[source] serde_json::Error),
+    #[error(transparent)]
+    Secret(serde_json::Error),
 }
 
 impl Problem {

@@ -47,11 +47,10 @@ impl Kind {
 pub enum Error {
     #[error("unknown kind {0:?}: not a CRD of this config and not served by the API server")]
     Unknown(String),
-    #[error("failed to discover kind {kind:?}: {source}")]
+    #[error("failed to discover kind {kind:?}: {cause}")]
     Discovery {
         kind: String,
-        #[source]
-        source: crate::client::ApiError,
+        cause: crate::client::ApiError,
     },
 }
 
@@ -84,9 +83,9 @@ pub(crate) async fn resolve(
             namespaced: crd.scope == Scope::Namespaced,
         });
     }
-    let err = |source: kube::Error| Error::Discovery {
+    let err = |cause: kube::Error| Error::Discovery {
         kind: written.to_string(),
-        source: source.into(),
+        cause: cause.into(),
     };
     let group = written
         .group

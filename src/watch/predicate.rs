@@ -82,7 +82,7 @@ mod tests {
         );
     }
 
-    /// Issue 17: the set kept every object ever seen, growing under create/delete churn.
+    /// The set must not keep every object ever seen, or it grows under create/delete churn.
     #[test]
     fn a_deleted_object_is_forgotten() {
         let mut c = Changes::default();

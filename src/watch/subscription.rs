@@ -5,8 +5,8 @@
 //! memory bounded by the number of objects, never by the number of events, and it always acts
 //! on the newest state. Entries come out in the order their objects first changed, each in
 //! constant time: a new subscriber is handed the whole cache at once, and taking entries from
-//! the front of an ordered map (as khai did until issue 16) shifted every other entry each
-//! time, quadratic in the number of objects on every start.
+//! the front of an ordered map would shift every other entry each time, quadratic in the
+//! number of objects on every start.
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -123,7 +123,7 @@ impl Subscription {
     }
 
     /// The changes as a stream that never ends.
-    pub fn into_stream(self) -> impl futures::Stream<Item = Changed> + Send {
+    pub(crate) fn into_stream(self) -> impl futures::Stream<Item = Changed> + Send {
         futures::stream::unfold(self, |s| async move {
             let c = s.next().await;
             Some((c, s))
@@ -153,8 +153,8 @@ mod tests {
         }
     }
 
-    /// Issue 17: one unbounded channel per subscriber carried every event, so a slow
-    /// subscriber's memory grew with the number of events.
+    /// A slow subscriber's memory is bounded by the objects, not by the events: a channel per
+    /// subscriber carrying every event would grow without bound.
     #[tokio::test]
     async fn a_slow_subscriber_holds_one_entry_per_object_the_latest() {
         let (publisher, sub) = channel();

@@ -103,7 +103,7 @@ pub async fn review(handler: &Handler, kind: Kind, review: Review) -> Value {
 }
 
 /// [`review`]'s decision with the script called on this thread: what `khai test` runs.
-pub fn decide_blocking(handler: &Handler, kind: Kind, request: Value) -> Verdict {
+pub(crate) fn decide_blocking(handler: &Handler, kind: Kind, request: Value) -> Verdict {
     match prepare(handler, kind, request) {
         Prepared::Done(verdict) => verdict,
         Prepared::Call { function, request } => {
@@ -120,8 +120,8 @@ enum Prepared<'h> {
     /// Decided without a script.
     Done(Verdict),
     /// Call `function(request)`; a mutate's answer is compared with the request's object. The
-    /// request is shared with the call rather than the object copied for the comparison (a deep
-    /// copy of the whole object per review, issue 16).
+    /// request is shared with the call rather than the object copied for the comparison, which
+    /// would be a deep copy of the whole object per review.
     Call {
         function: &'h str,
         request: Arc<Value>,

@@ -60,19 +60,19 @@ pub struct Review<'a> {
 
 /// Why a review's objects could not all be converted: the message of its `Failure` result.
 #[derive(Debug, thiserror::Error)]
-pub enum ConvertError {
+pub(crate) enum ConvertError {
     #[error("webhook {0} has no convert function")]
     NoFunction(String),
     #[error("conversion did not finish in time ({done} of {total} objects converted)")]
     TooSlow { done: usize, total: usize },
-    #[error("objects[{index}]: not an object: {source}")]
+    #[error("objects[{index}]: not an object: {cause}")]
     NotAnObject {
         index: usize,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     #[error("cannot write the answer: {0}")]
-    Write(#[source] serde_json::Error),
-    #[error("{0}")]
+    Write(serde_json::Error),
+    #[error(transparent)]
     Script(#[from] ScriptError),
     #[error("{function} must return the converted object, got {got}")]
     NotConverted { function: String, got: &'static str },
@@ -172,7 +172,7 @@ fn write_success(
         if i > 0 {
             out.push(b',');
         }
-        let not_an_object = |source| ConvertError::NotAnObject { index: i, source };
+        let not_an_object = |cause| ConvertError::NotAnObject { index: i, cause };
         let head: Head<'_> = serde_json::from_str(raw.get()).map_err(not_an_object)?;
         if head.api_version.as_deref() == Some(&*review.desired) {
             out.extend_from_slice(raw.get().as_bytes());
@@ -189,7 +189,7 @@ fn write_success(
 /// One object at `desired` (`group/version`): unchanged when it is already there, else through
 /// `function(obj, to_version)` with `apiVersion` stamped on the answer. `khai run` and
 /// `khai test` both convert through this.
-pub fn convert_object(
+pub(crate) fn convert_object(
     script: &Script,
     function: &str,
     obj: Value,

@@ -11,21 +11,21 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Reviews of one sort: at most `running` at once, at most `waiting` in line.
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     turns: Arc<Semaphore>,
     waiting: AtomicUsize,
     max_waiting: usize,
 }
 
 /// A review's turn; the next review in line starts when it is dropped.
-pub type Turn = OwnedSemaphorePermit;
+pub(crate) type Turn = OwnedSemaphorePermit;
 
 /// The line is full: the review is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Full;
+pub(crate) struct Full;
 
 impl Gate {
-    pub fn new(running: usize, waiting: usize) -> Self {
+    pub(crate) fn new(running: usize, waiting: usize) -> Self {
         Self {
             turns: Arc::new(Semaphore::new(running.max(1))),
             waiting: AtomicUsize::new(0),
@@ -34,7 +34,7 @@ impl Gate {
     }
 
     /// Waits for a turn, or fails at once when `max_waiting` reviews already wait.
-    pub async fn enter(&self) -> Result<Turn, Full> {
+    pub(crate) async fn enter(&self) -> Result<Turn, Full> {
         if let Ok(turn) = self.turns.clone().try_acquire_owned() {
             return Ok(turn);
         }

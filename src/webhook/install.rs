@@ -19,7 +19,7 @@ const FIELD_MANAGER: &str = "khai-webhook";
 const RETRY: Duration = Duration::from_secs(2);
 
 /// Applies until success or `shutdown`.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     model: Model,
     target: Target,

@@ -16,11 +16,11 @@
 
 pub mod admission;
 pub mod conversion;
-pub mod gate;
-pub mod install;
-pub mod routes;
+pub(crate) mod gate;
+pub(crate) mod install;
+pub(crate) mod routes;
 pub mod script_api;
-pub mod server;
+pub(crate) mod server;
 pub mod tls;
 
 pub use script_api::Handler;
@@ -41,7 +41,7 @@ pub trait Served: Send + Sync + 'static {
 }
 
 /// Each new version to serve; the newest wins (`None` before the first).
-pub type Versions<T> = tokio::sync::watch::Receiver<Option<Arc<T>>>;
+pub(crate) type Versions<T> = tokio::sync::watch::Receiver<Option<Arc<T>>>;
 
 /// How `khai run` serves webhooks.
 #[derive(Debug, Clone)]
@@ -57,10 +57,10 @@ pub struct Settings {
 pub enum Error {
     #[error(transparent)]
     Tls(#[from] tls::Error),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {cause}")]
     Bind {
         addr: SocketAddr,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{key}: {message}")]
     Setting { key: &'static str, message: String },
@@ -121,9 +121,9 @@ pub async fn start<T: Served>(
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(resolver)?));
     let listener = tokio::net::TcpListener::bind(settings.bind)
         .await
-        .map_err(|source| Error::Bind {
+        .map_err(|cause| Error::Bind {
             addr: settings.bind,
-            source,
+            cause,
         })?;
     let addr = listener
         .local_addr()
@@ -334,7 +334,7 @@ fn cert_files<T: Served>(op: &T) -> Result<(std::path::PathBuf, std::path::PathB
 mod tests {
     use super::*;
 
-    /// Issue 11: a panic in the webhook server task was ignored.
+    /// A panic in the webhook server task is an error, not a silent end of webhooks.
     #[tokio::test]
     async fn a_panicking_server_task_is_reported_and_shuts_khai_down() {
         let shutdown = CancellationToken::new();

@@ -25,9 +25,9 @@ type Handlers = Arc<HashMap<String, Handler>>;
 
 /// How many reviews run and wait at once, and how large and long one may be.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Limits {
-    pub max_body: usize,
-    pub admissions: usize,
+pub(crate) struct Limits {
+    pub(crate) max_body: usize,
+    pub(crate) admissions: usize,
     pub conversions: usize,
     pub queued: usize,
     /// How long one request may take; a conversion stops converting past it.
@@ -35,7 +35,7 @@ pub struct Limits {
 }
 
 impl Limits {
-    pub fn of(server: &WebhookServer, timeout: Duration) -> Self {
+    pub(crate) fn of(server: &WebhookServer, timeout: Duration) -> Self {
         Self {
             max_body: server.max_body_bytes,
             admissions: server.max_concurrent_reviews,
@@ -49,7 +49,7 @@ impl Limits {
 /// Every webhook by name, and the limits. The handlers can be replaced while the server runs
 /// (hot reload); a request keeps the set it started with.
 #[derive(Debug)]
-pub struct Routes {
+pub(crate) struct Routes {
     handlers: RwLock<Handlers>,
     limits: Limits,
     admissions: Gate,
@@ -65,7 +65,7 @@ enum Call {
 }
 
 impl Routes {
-    pub fn new(handlers: Vec<Handler>, limits: Limits) -> Self {
+    pub(crate) fn new(handlers: Vec<Handler>, limits: Limits) -> Self {
         Self {
             handlers: RwLock::new(by_name(handlers)),
             admissions: Gate::new(limits.admissions, limits.queued),
@@ -76,7 +76,7 @@ impl Routes {
     }
 
     /// Serves `handlers` from the next request on.
-    pub fn replace(&self, handlers: Vec<Handler>) {
+    pub(crate) fn replace(&self, handlers: Vec<Handler>) {
         let next = by_name(handlers);
         match self.handlers.write() {
             Ok(mut h) => *h = next,
@@ -109,7 +109,7 @@ impl Routes {
 
     /// Answers one request, and counts it with its time when the path names a webhook that is
     /// loaded (other paths are not counted, so a client cannot grow the label set).
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    pub(crate) async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let started = std::time::Instant::now();
         let path = req.uri().path().to_string();
         let res = self.answer(req).await;
@@ -250,7 +250,7 @@ fn by_name(handlers: Vec<Handler>) -> Handlers {
 }
 
 /// A JSON error body `{"error": message}` with `status`.
-pub fn error(status: StatusCode, message: String) -> Response<Full<Bytes>> {
+pub(crate) fn error(status: StatusCode, message: String) -> Response<Full<Bytes>> {
     tracing::debug!(status = status.as_u16(), %message, "webhook: bad request");
     reply(status, &json!({ "error": message }))
 }

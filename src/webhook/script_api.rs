@@ -13,7 +13,7 @@ use rhai::{Array, Dynamic, Engine, Map};
 use std::sync::Arc;
 
 /// Marker key of the maps `allow()` and `deny()` return.
-pub const VERDICT_KEY: &str = "__khai_admission";
+pub(crate) const VERDICT_KEY: &str = "__khai_admission";
 
 /// Builds the engine webhook scripts run in.
 pub fn engine(limits: &Limits) -> Engine {

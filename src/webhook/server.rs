@@ -26,15 +26,15 @@ use tokio_util::sync::CancellationToken;
 
 /// How the server treats connections.
 #[derive(Debug, Clone, Copy)]
-pub struct Options {
+pub(crate) struct Options {
     /// Handshake, header read, idle keep-alive and one request, each.
     pub timeout: Duration,
     /// Connections open at once.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 }
 
 /// Serves `listener` until `shutdown`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     routes: Arc<Routes>,

@@ -23,14 +23,36 @@ use tokio_util::sync::CancellationToken;
 /// Problems making or reading a certificate; each names the file or the step.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {}: {message}", file.display())]
-    Read { file: PathBuf, message: String },
+    #[error("cannot read {}: {cause}", file.display())]
+    Read {
+        file: PathBuf,
+        cause: crate::config::files::ReadError,
+    },
+    #[error("cannot read {}: reading task failed: {cause}", file.display())]
+    ReadTask {
+        file: PathBuf,
+        cause: tokio::task::JoinError,
+    },
     #[error("{}: {message}", file.display())]
     Parse { file: PathBuf, message: String },
     #[error("cannot create a self-signed certificate: {0}")]
-    Generate(#[from] rcgen::Error),
+    Generate(rcgen::Error),
     #[error("TLS setup failed: {0}")]
-    Rustls(#[from] rustls::Error),
+    Rustls(rustls::Error),
+}
+
+// The messages above quote these errors, so they are converted by hand rather than with
+// `#[from]`, which would also make them the source and a chain printer would repeat them.
+impl From<rcgen::Error> for Error {
+    fn from(e: rcgen::Error) -> Self {
+        Self::Generate(e)
+    }
+}
+
+impl From<rustls::Error> for Error {
+    fn from(e: rustls::Error) -> Self {
+        Self::Rustls(e)
+    }
 }
 
 /// A certificate chain and its key, as PEM text.
@@ -72,7 +94,7 @@ pub fn self_signed(names: &[String]) -> Result<(PemPair, String), Error> {
 }
 
 /// Parses a PEM chain and key into what rustls serves; `files` name them in errors.
-pub fn certified_key(pair: &PemPair, files: (&Path, &Path)) -> Result<CertifiedKey, Error> {
+pub(crate) fn certified_key(pair: &PemPair, files: (&Path, &Path)) -> Result<CertifiedKey, Error> {
     let parse = |file: &Path, message: String| Error::Parse {
         file: file.to_path_buf(),
         message,
@@ -92,25 +114,20 @@ pub fn certified_key(pair: &PemPair, files: (&Path, &Path)) -> Result<CertifiedK
 
 /// Reads a certificate and key file pair on the blocking pool, so a slow disk, a network mount
 /// or a file that blocks (a FIFO) never stalls the async workers.
-pub async fn load_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
+pub(crate) async fn load_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
     let (cert, key) = (cert.to_path_buf(), key.to_path_buf());
     let file = cert.clone();
     tokio::task::spawn_blocking(move || read_pair(&cert, &key))
         .await
-        .unwrap_or_else(|e| {
-            Err(Error::Read {
-                file,
-                message: format!("reading task failed: {e}"),
-            })
-        })
+        .unwrap_or_else(|e| Err(Error::ReadTask { file, cause: e }))
 }
 
 /// Reads a certificate and key file pair (regular files of at most 1 MiB); blocks the thread.
 fn read_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
     let read = |file: &Path| {
-        crate::config::files::read_regular(file).map_err(|e| Error::Read {
+        crate::config::files::read_regular(file).map_err(|cause| Error::Read {
             file: file.to_path_buf(),
-            message: e.to_string(),
+            cause,
         })
     };
     Ok(PemPair {
@@ -121,10 +138,10 @@ fn read_pair(cert: &Path, key: &Path) -> Result<PemPair, Error> {
 
 /// The certificate every handshake gets; swapped in place on reload.
 #[derive(Debug)]
-pub struct Resolver(RwLock<Arc<CertifiedKey>>);
+pub(crate) struct Resolver(RwLock<Arc<CertifiedKey>>);
 
 impl Resolver {
-    pub fn new(key: CertifiedKey) -> Arc<Self> {
+    pub(crate) fn new(key: CertifiedKey) -> Arc<Self> {
         Arc::new(Self(RwLock::new(Arc::new(key))))
     }
 
@@ -141,7 +158,7 @@ impl ResolvesServerCert for Resolver {
 }
 
 /// A rustls server config serving whatever `resolver` holds, HTTP/1.1 only.
-pub fn server_config(resolver: Arc<Resolver>) -> Result<rustls::ServerConfig, Error> {
+pub(crate) fn server_config(resolver: Arc<Resolver>) -> Result<rustls::ServerConfig, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
@@ -153,7 +170,7 @@ pub fn server_config(resolver: Arc<Resolver>) -> Result<rustls::ServerConfig, Er
 
 /// Re-reads `cert` and `key` every `interval` and swaps them into `resolver` when their
 /// contents change and parse; runs until `shutdown`.
-pub async fn watch_files(
+pub(crate) async fn watch_files(
     resolver: Arc<Resolver>,
     files: (PathBuf, PathBuf),
     mut current: PemPair,
@@ -192,6 +209,16 @@ pub async fn watch_files(
 mod tests {
     use super::*;
 
+    /// The message quotes the cause, so the cause is not also the error's source: an error
+    /// chain printer (`khai`'s `{:#}`) would print it twice.
+    #[test]
+    fn a_cause_is_printed_once_in_the_error_chain() {
+        let e = Error::from(rustls::Error::General("no key".into()));
+        let chain = format!("{:#}", anyhow::Error::new(e));
+        assert_eq!(chain.matches("no key").count(), 1, "{chain}");
+        assert!(chain.starts_with("TLS setup failed: "), "{chain}");
+    }
+
     #[test]
     fn self_signed_pair_loads_into_rustls() {
         let (pair, ca) = self_signed(&["svc.ns.svc".into(), "127.0.0.1".into()]).unwrap();
@@ -199,7 +226,7 @@ mod tests {
         certified_key(&pair, (Path::new("c.pem"), Path::new("k.pem"))).unwrap();
     }
 
-    /// Issue 17: reading the files must not block the async workers. A FIFO with no writer
+    /// Reading the files must not block the async workers. A FIFO with no writer
     /// blocks whoever opens it; on a one-thread runtime, a read on the worker would stall every
     /// other task for good.
     #[test]

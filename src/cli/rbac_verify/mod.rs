@@ -25,13 +25,13 @@ use rules_file::{FileError, granted, grants};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     #[command(subcommand)]
     pub what: What,
 }
 
 #[derive(Debug, clap::Subcommand)]
-pub enum What {
+pub(crate) enum What {
     /// Check that the current credentials (KUBECONFIG, or the in-cluster ServiceAccount) hold
     /// every permission `khai generate rbac` derives for the config; exit 1 naming what is
     /// missing.
@@ -39,7 +39,7 @@ pub enum What {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     #[command(flatten)]
     pub scope: super::generate::RbacScope,
     /// Check offline against the ClusterRoles and Roles in this YAML file (multi-document, a
@@ -67,9 +67,9 @@ fn verify_file(args: &VerifyArgs, file: &std::path::Path) -> anyhow::Result<Exit
     let (op, own_namespace, plan) = args.scope.plan(args.config_map.clone())?;
     let needed = needed(&plan, &own_namespace);
     let shown = file.display().to_string();
-    let text = std::fs::read_to_string(file).map_err(|source| FileError::Read {
+    let text = std::fs::read_to_string(file).map_err(|cause| FileError::Read {
         file: shown.clone(),
-        source,
+        cause,
     })?;
     let grants = grants(&shown, &text)?;
     let missing: Vec<(Access, Option<String>)> = needed

@@ -17,12 +17,8 @@ pub(super) struct Grant {
 /// Why a rules file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum FileError {
-    #[error("failed to read {file}: {source}")]
-    Read {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("failed to read {file}: {cause}")]
+    Read { file: String, cause: std::io::Error },
     #[error("{file}: not YAML: {message}")]
     Yaml { file: String, message: String },
     #[error("{file}: document {doc}: {kind} {name}: {message}")]

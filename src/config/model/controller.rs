@@ -14,7 +14,7 @@ pub struct Controller {
     pub name: Option<String>,
     /// The reconciled kind: a CRD kind of this file, `group/version/Kind`, `v1/Kind` or `Kind.group`.
     #[serde(rename = "for")]
-    pub for_kind: KindRef,
+    pub(crate) for_kind: KindRef,
     /// Kinds of children this controller creates; their changes re-trigger the owner.
     #[serde(default)]
     pub owns: Vec<KindRef>,
@@ -51,7 +51,7 @@ pub struct Controller {
     /// Also reconcile on changes to the object's status alone (off: spec, labels, annotations,
     /// finalizers and deletion trigger reconciles, the controller's own status writes do not).
     #[serde(default)]
-    pub reconcile_on_status: bool,
+    pub(crate) reconcile_on_status: bool,
     /// Allow children that cannot carry an ownerReference to their parent (a cluster-scoped
     /// child of a namespaced parent, a child in another namespace): khai tracks them by its
     /// owner label, prunes them and deletes them when the parent goes, holding the parent with
@@ -176,7 +176,7 @@ fn default_backoff_cap() -> Duration {
 
 impl Controller {
     /// The name used in logs: the explicit one, or the lower-cased kind.
-    pub fn display_name(&self) -> String {
+    pub(crate) fn display_name(&self) -> String {
         self.name
             .clone()
             .unwrap_or_else(|| self.for_kind.kind.to_lowercase())
@@ -184,7 +184,7 @@ impl Controller {
 
     /// Whether khai itself deletes children of this controller when their parent goes, and so
     /// holds the parent with its finalizer until it has.
-    pub fn deletes_children(&self) -> bool {
+    pub(crate) fn deletes_children(&self) -> bool {
         self.unowned_children || self.delete_children == DeleteChildren::Ordered
     }
 }

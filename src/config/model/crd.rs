@@ -14,7 +14,7 @@ pub struct Crd {
     /// Lower-case plural; derived from `kind` when omitted.
     pub plural: Option<String>,
     /// Lower-case singular; derived from `kind` when omitted.
-    pub singular: Option<String>,
+    pub(crate) singular: Option<String>,
     #[serde(default)]
     pub short_names: Vec<String>,
     #[serde(default)]
@@ -35,7 +35,7 @@ pub struct Crd {
     /// The content of `schema_file`, read by [`crate::config::load`] so that generating and
     /// installing CRDs needs no file access. Never written by authors.
     #[serde(skip)]
-    pub raw_schema: Option<serde_json::Value>,
+    pub(crate) raw_schema: Option<serde_json::Value>,
     /// Schema of `.spec`, field by field.
     #[serde(default)]
     pub spec: IndexMap<String, Field>,
@@ -65,11 +65,15 @@ pub struct Rule {
     /// The field the refusal names, relative to the node (`.spec.max`).
     pub field_path: Option<String>,
     /// Evaluate a transition rule on creates too, with `oldSelf` an optional.
-    pub optional_old_self: Option<bool>,
+    pub(crate) optional_old_self: Option<bool>,
 }
 
 /// The reasons a validation rule's refusal may carry.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[allow(
+    clippy::enum_variant_names,
+    reason = "Kubernetes' own reason names, which the CRD carries as written"
+)]
 pub enum RuleReason {
     FieldValueInvalid,
     FieldValueForbidden,
@@ -84,7 +88,7 @@ pub struct PrinterColumn {
     /// Column header.
     pub name: String,
     #[serde(rename = "type")]
-    pub ty: ColumnType,
+    pub(crate) ty: ColumnType,
     /// Simple JSON path into the object, such as `.spec.replicas`.
     pub json_path: String,
     pub description: Option<String>,
@@ -96,7 +100,7 @@ pub struct PrinterColumn {
 /// How `kubectl get` renders a printer column's value.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub enum ColumnType {
+pub(crate) enum ColumnType {
     Integer,
     Number,
     String,
@@ -171,7 +175,7 @@ impl CrdVersion {
             CrdVersion::Full(v) => v.served,
         }
     }
-    pub fn storage_flag(&self) -> bool {
+    pub(crate) fn storage_flag(&self) -> bool {
         matches!(self, CrdVersion::Full(v) if v.storage)
     }
 }
@@ -181,13 +185,13 @@ impl CrdVersion {
 #[serde(deny_unknown_fields)]
 pub struct Field {
     #[serde(rename = "type")]
-    pub ty: FieldType,
+    pub(crate) ty: FieldType,
     pub description: Option<String>,
     #[serde(default)]
     pub required: bool,
     pub default: Option<serde_json::Value>,
     #[serde(rename = "enum")]
-    pub enum_values: Option<Vec<serde_json::Value>>,
+    pub(crate) enum_values: Option<Vec<serde_json::Value>>,
     pub minimum: Option<f64>,
     pub maximum: Option<f64>,
     pub min_length: Option<u64>,
@@ -212,7 +216,7 @@ pub struct Field {
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub enum FieldType {
+pub(crate) enum FieldType {
     #[default]
     String,
     Integer,
@@ -228,7 +232,7 @@ pub enum FieldType {
 
 impl FieldType {
     /// The name authors write in `type = "..."`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             FieldType::String => "string",
             FieldType::Integer => "integer",
@@ -248,7 +252,7 @@ impl Crd {
             .clone()
             .unwrap_or_else(|| crate::config::kind::plural_of(&self.kind))
     }
-    pub fn singular(&self) -> String {
+    pub(crate) fn singular(&self) -> String {
         self.singular
             .clone()
             .unwrap_or_else(|| self.kind.to_lowercase())

@@ -10,12 +10,11 @@ mod crd;
 mod operator;
 
 pub use crate::config::budget::Budget;
-pub use controller::{BackoffSettings, Controller, DeleteChildren, Parents, Watch};
-pub use crd::{
-    ColumnFormat, ColumnType, Crd, CrdVersion, CrdVersionSpec, Field, FieldType, PrinterColumn,
-    Rule, RuleReason, Scale, Scope,
-};
-pub use operator::{DEFAULT_BURST, DEFAULT_QPS, OperatorSettings, RbacRule, USES_VERBS, Uses};
+pub use controller::{Controller, Watch};
+pub(crate) use controller::{DeleteChildren, Parents};
+pub use crd::{Crd, CrdVersionSpec, Scope};
+pub(crate) use crd::{CrdVersion, Field, FieldType, PrinterColumn, Rule, Scale};
+pub(crate) use operator::{DEFAULT_BURST, DEFAULT_QPS, OperatorSettings, RbacRule, USES_VERBS};
 
 use super::kind::KindRef;
 use serde::{Deserialize, Serialize};
@@ -86,7 +85,7 @@ impl Model {
     /// absolute `[operator.http] ca_file`, as written (relative to the config file), sorted.
     /// The webhook server's certificate and key are not among them: it reads them itself and
     /// follows their changes without a reload.
-    pub fn named_files(&self) -> Vec<std::path::PathBuf> {
+    pub(crate) fn named_files(&self) -> Vec<std::path::PathBuf> {
         let absolute_ca = self
             .operator
             .http
@@ -143,7 +142,7 @@ impl Model {
     }
 
     /// The CRD of this config that `kind` names, if any.
-    pub fn crd_for(&self, kind: &KindRef) -> Option<&Crd> {
+    pub(crate) fn crd_for(&self, kind: &KindRef) -> Option<&Crd> {
         self.crds.iter().find(|c| {
             c.kind == kind.kind
                 && kind.group.as_ref().is_none_or(|g| *g == c.group)
@@ -157,7 +156,7 @@ impl Model {
     /// The kind as objects of it may be matched: group and version from a CRD of `model`, the
     /// group alone from khai's table of built-in kinds (objects may be at any version of it),
     /// else as written.
-    pub fn complete_kind(&self, kind: &KindRef) -> KindRef {
+    pub(crate) fn complete_kind(&self, kind: &KindRef) -> KindRef {
         if let Some(c) = self.crd_for(kind) {
             return crd_kind(c, kind);
         }
@@ -172,7 +171,7 @@ impl Model {
 
     /// The kind with what the config's CRDs, then khai's table of built-in kinds, say about
     /// the parts left unwritten. A kind neither knows stays as written.
-    pub fn resolve_kind(&self, kind: &KindRef) -> super::kind::Offline {
+    pub(crate) fn resolve_kind(&self, kind: &KindRef) -> super::kind::Offline {
         if let Some(c) = self.crd_for(kind) {
             return super::kind::Offline {
                 kind: crd_kind(c, kind),
@@ -210,8 +209,8 @@ impl Model {
 mod tests {
     use std::path::Path;
 
-    /// Issue 30: the generators shipped only controller and webhook scripts and schema files,
-    /// so a daemon installed from a handler-only config could not read its script.
+    /// Every file the config names ships, handler scripts included: a daemon installed from a
+    /// handler-only config must be able to read its script.
     #[test]
     fn files_are_every_script_schema_and_relative_ca_file_once_in_config_order() {
         let src = r#"

@@ -15,11 +15,11 @@ pub struct OperatorSettings {
     #[serde(default = "super::yes")]
     pub install_crds: bool,
     /// Field manager of every server-side apply; defaults to `name`.
-    pub field_manager: Option<String>,
+    pub(crate) field_manager: Option<String>,
     /// Take over fields another manager owns when applying children (server-side apply
     /// `force`). Off, a conflict fails the reconcile and names the other manager.
     #[serde(default = "super::yes")]
-    pub force_apply: bool,
+    pub(crate) force_apply: bool,
     /// Namespaces to watch; empty means the whole cluster.
     #[serde(default)]
     pub namespaces: Vec<String>,
@@ -69,7 +69,7 @@ pub struct Uses {
 }
 
 /// The verbs `[operator] uses` accepts.
-pub const USES_VERBS: &[&str] = &[
+pub(crate) const USES_VERBS: &[&str] = &[
     "get",
     "list",
     "create",
@@ -85,12 +85,12 @@ pub const USES_VERBS: &[&str] = &[
 #[serde(deny_unknown_fields)]
 pub struct RbacRule {
     /// API groups; `""` is the core group.
-    pub api_groups: Vec<String>,
+    pub(crate) api_groups: Vec<String>,
     pub resources: Vec<String>,
     pub verbs: Vec<String>,
     /// Restrict the rule to these object names.
     #[serde(default)]
-    pub resource_names: Vec<String>,
+    pub(crate) resource_names: Vec<String>,
     /// Grant in the ClusterRole even when the operator watches only some namespaces (for
     /// cluster-scoped resources).
     #[serde(default)]
@@ -118,9 +118,9 @@ impl Default for OperatorSettings {
 }
 
 /// No client-side limit unless the operator sets one.
-pub const DEFAULT_QPS: f64 = 0.0;
+pub(crate) const DEFAULT_QPS: f64 = 0.0;
 /// The burst once a `qps` is set (client-go's usual 30).
-pub const DEFAULT_BURST: u32 = 30;
+pub(crate) const DEFAULT_BURST: u32 = 30;
 
 fn default_qps() -> f64 {
     DEFAULT_QPS
@@ -156,7 +156,7 @@ fn default_operator_name() -> String {
 impl OperatorSettings {
     /// The field manager of every server-side apply: `field_manager`, else the operator's name,
     /// so `kubectl get -o yaml --show-managed-fields` says which operator owns a field.
-    pub fn field_manager(&self) -> &str {
+    pub(crate) fn field_manager(&self) -> &str {
         self.field_manager.as_deref().unwrap_or(&self.name)
     }
 }

@@ -102,7 +102,7 @@ fn one(model: &Model, kind: &KindRef) -> Option<Finding> {
 mod tests {
     use super::*;
 
-    /// Issue 12: `owns = ["Deploymnet"]` passed `khai check` and failed only at run time.
+    /// `owns = ["Deploymnet"]` fails `khai check`, not only the run.
     #[test]
     fn a_misspelled_kind_is_an_error_or_a_warning_with_a_suggestion() {
         let model: Model = toml::from_str(

@@ -10,9 +10,9 @@
 //! Requests and responses are plain values and [`perform`] is the one function between a
 //! script and the network, so `khai test` can answer requests from a case instead.
 
-pub mod client;
-pub mod policy;
-pub mod script;
+pub(crate) mod client;
+pub(crate) mod policy;
+pub(crate) mod script;
 
 pub use client::Client;
 
@@ -69,7 +69,7 @@ pub enum Reason {
 
 impl Reason {
     /// As scripts and metrics see it.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::NotAllowed => "not_allowed",
             Reason::AddressRefused => "address_refused",
@@ -107,7 +107,7 @@ impl HttpRequest {
     /// The request as JSON, what `khai test` stubs match on: `call` (`http::request`, for the
     /// shorthands too), `method`, `url`, `headers` (lowercase names), `body` as text, and
     /// `json`, the body parsed, when it is JSON.
-    pub fn describe(&self) -> serde_json::Value {
+    pub(crate) fn describe(&self) -> serde_json::Value {
         let mut headers = serde_json::Map::new();
         for (k, v) in &self.headers {
             headers.insert(k.to_ascii_lowercase(), v.clone().into());
@@ -134,7 +134,7 @@ impl HttpRequest {
 /// up, a call the case does not expect); the inner result is the answer as JSON
 /// (`{status, headers, body, json}`, see [`script::response_json`]) or the failure thrown
 /// (`{reason, message, method, host}`, see [`script::failure_json`]).
-pub fn perform(
+pub(crate) fn perform(
     req: &HttpRequest,
 ) -> Result<Result<serde_json::Value, serde_json::Value>, Box<rhai::EvalAltResult>> {
     crate::effects::answer("http::request", req.describe(), |fx, left| {

@@ -28,7 +28,7 @@ const METADATA_ADDRS: [IpAddr; 2] = [
 
 /// Where a checked URL points: what to resolve and which entry allowed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub(crate) struct Target {
     pub https: bool,
     /// Lowercase, without brackets or trailing dot.
     pub host: String,
@@ -39,18 +39,18 @@ pub struct Target {
 
 /// The allow-list of one operator.
 #[derive(Debug, Clone, Default)]
-pub struct Policy {
+pub(crate) struct Policy {
     entries: Vec<AllowEntry>,
 }
 
 impl Policy {
-    pub fn new(entries: Vec<AllowEntry>) -> Self {
+    pub(crate) fn new(entries: Vec<AllowEntry>) -> Self {
         Policy { entries }
     }
 
     /// Reads a URL as a script or a redirect wrote it; a scheme other than http and https is
     /// refused before the rest is read (`file:///etc/passwd` is no URL to hyper).
-    pub fn url(text: &str) -> Result<http::Uri, HttpError> {
+    pub(crate) fn url(text: &str) -> Result<http::Uri, HttpError> {
         if let Some((scheme, _)) = text.split_once(':') {
             let is_scheme = !scheme.is_empty()
                 && scheme
@@ -69,7 +69,7 @@ impl Policy {
     }
 
     /// Checks a URL before anything is resolved.
-    pub fn target(&self, url: &http::Uri) -> Result<Target, HttpError> {
+    pub(crate) fn target(&self, url: &http::Uri) -> Result<Target, HttpError> {
         let https = match url.scheme_str() {
             Some("https") => true,
             Some("http") => false,
@@ -122,7 +122,7 @@ impl Policy {
     }
 
     /// Checks every address `target`'s host resolved to; all must pass.
-    pub fn addresses(&self, target: &Target, addrs: &[IpAddr]) -> Result<(), HttpError> {
+    pub(crate) fn addresses(&self, target: &Target, addrs: &[IpAddr]) -> Result<(), HttpError> {
         for addr in addrs {
             let addr = canonical(*addr);
             if !is_special(addr) {

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 type RhaiResult<T> = Result<T, Box<EvalAltResult>>;
 
 /// The `http` module, registered once on every engine.
-pub fn module() -> Module {
+pub(crate) fn module() -> Module {
     let mut m = Module::new();
     m.set_native_fn("request", |c: NativeCallContext, opts: Map| {
         at(&c, request(opts))
@@ -132,7 +132,7 @@ fn wrong(message: String) -> Box<EvalAltResult> {
 }
 
 /// Reads the options map of `http::request`.
-pub fn read_request(opts: Map) -> RhaiResult<HttpRequest> {
+pub(crate) fn read_request(opts: Map) -> RhaiResult<HttpRequest> {
     let mut req = HttpRequest {
         method: "GET".into(),
         url: String::new(),
@@ -214,7 +214,7 @@ fn text(key: &str, value: Dynamic) -> RhaiResult<String> {
 
 /// The answer as scripts read it: `json` is the parsed body when the server says it is JSON
 /// and it parses, else `()`; repeated headers are joined with `, `.
-pub fn response_json(res: &HttpResponse) -> Value {
+pub(crate) fn response_json(res: &HttpResponse) -> Value {
     let mut headers = serde_json::Map::new();
     for (k, v) in &res.headers {
         match headers.get_mut(k.as_str()) {
@@ -251,7 +251,7 @@ fn host_of(req: &HttpRequest) -> String {
 
 /// The map thrown for a request that got no answer: its `message` names the method, the URL's
 /// host and the reason, and is what an uncaught failure reports.
-pub fn failure_json(req: &HttpRequest, e: &HttpError) -> Value {
+pub(crate) fn failure_json(req: &HttpRequest, e: &HttpError) -> Value {
     let host = host_of(req);
     json!({
         "reason": e.reason.as_str(),

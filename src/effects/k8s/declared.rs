@@ -21,7 +21,7 @@ const OBJECT_FIRST: &[&str] = &[
 
 /// One `k8s::<verb>("<kind>", …)` call in a script.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
+pub(crate) struct Call {
     pub verb: String,
     pub kind: String,
     pub line: usize,
@@ -29,7 +29,7 @@ pub struct Call {
 }
 
 /// The `k8s::<verb>("<kind>", …)` calls in `ast`, in the order they appear.
-pub fn calls(ast: &AST) -> Vec<Call> {
+pub(crate) fn calls(ast: &AST) -> Vec<Call> {
     let mut out = Vec::new();
     ast.walk(&mut |path: &[ASTNode]| {
         let call: Option<(&FnCallExpr, &Position)> = match path.last() {
@@ -81,7 +81,7 @@ fn literal_kind(f: &FnCallExpr) -> Option<String> {
 }
 
 /// Why `call` is not covered by `[operator] uses`, if it is not.
-pub fn undeclared(model: &Model, call: &Call) -> Option<String> {
+pub(crate) fn undeclared(model: &Model, call: &Call) -> Option<String> {
     let Ok(written) = call.kind.parse::<KindRef>() else {
         return Some(format!("{:?} is not a kind", call.kind));
     };

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 /// A failed call, in the API server's words.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// `not_found`, `conflict`, `forbidden`, `invalid`, `already_exists`, `timeout`, …: the
     /// server's reason in snake case; `unavailable` when no answer came, `unknown_kind` when
     /// the kind is served by no API.
@@ -17,7 +17,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(reason: &str, code: u16, message: impl Into<String>) -> Self {
+    pub(crate) fn new(reason: &str, code: u16, message: impl Into<String>) -> Self {
         Failure {
             reason: reason.into(),
             code,
@@ -26,7 +26,7 @@ impl Failure {
     }
 
     /// The value thrown to the script for `verb` on `what` (`v1/Pod default/web`).
-    pub fn value(&self, verb: &str, what: &str) -> Value {
+    pub(crate) fn value(&self, verb: &str, what: &str) -> Value {
         json!({
             "reason": self.reason,
             "code": self.code,
@@ -40,7 +40,7 @@ impl Failure {
 /// Whether a report (an Event's message, a log line) is of a `k8s::…` call the API server
 /// refused with 403, as [`Failure::value`] words it: `… (forbidden, 403)`, possibly followed by
 /// what the caller added (`(gave up: out of retries)`).
-pub fn is_forbidden(report: &str) -> bool {
+pub(crate) fn is_forbidden(report: &str) -> bool {
     report.contains(" (forbidden, 403)")
 }
 

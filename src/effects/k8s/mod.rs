@@ -8,12 +8,12 @@
 //! counts against the call's budget, is stubbed in `khai test`, and a failure is a value the
 //! script can catch ([`error::Failure`]).
 
-pub mod declared;
-pub mod error;
+pub(crate) mod declared;
+pub(crate) mod error;
 mod script_api;
 
-pub use error::Failure;
-pub use script_api::register;
+pub(crate) use error::Failure;
+pub(crate) use script_api::register;
 
 use crate::config::Model;
 use crate::config::kind::KindRef;
@@ -23,7 +23,7 @@ use kube::api::{
 };
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 /// Kinds resolved so far, at most this many (kinds the server serves; unknown ones are not
@@ -50,7 +50,7 @@ impl std::fmt::Debug for Api {
 
 /// An object a call is about.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Target {
+pub(crate) struct Target {
     pub kind: KindRef,
     /// `None` for a cluster-scoped object (or all namespaces, for `list`).
     pub namespace: Option<String>,
@@ -68,7 +68,7 @@ impl std::fmt::Display for Target {
 
 /// One request of the `k8s` module.
 #[derive(Debug, Clone)]
-pub enum Op {
+pub(crate) enum Op {
     Get(Target),
     List {
         kind: KindRef,
@@ -98,7 +98,7 @@ pub enum Op {
 impl Op {
     /// The verb, as in `k8s::<verb>`, the metric's `verb` label and RBAC (`apply` and
     /// `patch_status` are `patch` to RBAC).
-    pub fn verb(&self) -> &'static str {
+    pub(crate) fn verb(&self) -> &'static str {
         match self {
             Op::Get(_) => "get",
             Op::List { .. } => "list",
@@ -112,7 +112,7 @@ impl Op {
     }
 
     /// Whether the request changes anything in the API server.
-    pub fn writes(&self) -> bool {
+    pub(crate) fn writes(&self) -> bool {
         !matches!(self, Op::Get(_) | Op::List { .. })
     }
 
@@ -125,7 +125,7 @@ impl Op {
     }
 
     /// What the call is about, as messages name it: `v1/Pod default/web`.
-    pub fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         match self {
             Op::Get(t) | Op::Create(t, _) | Op::Apply(t, _) | Op::Replace(t, _) => t.to_string(),
             Op::Patch { target, .. } | Op::Delete { target, .. } => target.to_string(),
@@ -139,7 +139,7 @@ impl Op {
     }
 
     /// The request as JSON, what `khai test` stubs match on.
-    pub fn describe(&self) -> Value {
+    pub(crate) fn describe(&self) -> Value {
         let mut d = serde_json::Map::new();
         d.insert("call".into(), format!("k8s::{}", self.verb()).into());
         d.insert("kind".into(), self.kind().to_string().into());
@@ -204,15 +204,21 @@ impl Api {
         }
     }
 
+    /// The kinds resolved so far. A panic while the lock was held cannot leave the map half
+    /// written (each change is one insert), so a poisoned lock still holds good kinds.
+    fn kinds(&self) -> MutexGuard<'_, HashMap<KindRef, Kind>> {
+        self.kinds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     async fn resolve(&self, written: &KindRef) -> Result<Kind, Failure> {
-        if let Some(k) = self.kinds.lock().ok().and_then(|k| k.get(written).cloned()) {
+        if let Some(k) = self.kinds().get(written).cloned() {
             return Ok(k);
         }
         let kind = crate::watch::resolve(&self.client, &self.model, written)
             .await
             .map_err(|e| match e {
                 crate::watch::Error::Unknown(_) => Failure::new("unknown_kind", 0, e.to_string()),
-                crate::watch::Error::Discovery { source, .. } => match source {
+                crate::watch::Error::Discovery { cause, .. } => match cause {
                     crate::client::ApiError::Status {
                         code,
                         reason,
@@ -221,16 +227,15 @@ impl Api {
                     other => Failure::new("unavailable", 0, other.to_string()),
                 },
             })?;
-        if let Ok(mut kinds) = self.kinds.lock()
-            && kinds.len() < MAX_KINDS
-        {
+        let mut kinds = self.kinds();
+        if kinds.len() < MAX_KINDS {
             kinds.insert(written.clone(), kind.clone());
         }
         Ok(kind)
     }
 
     /// Carries out `op`; `Ok(Value::Null)` is a `get` of an object that does not exist.
-    pub async fn perform(&self, op: &Op) -> Result<Value, Failure> {
+    pub(crate) async fn perform(&self, op: &Op) -> Result<Value, Failure> {
         let started = Instant::now();
         let kind = match self.resolve(op.kind()).await {
             Ok(k) => k,
@@ -362,4 +367,34 @@ fn view(o: &DynamicObject) -> Result<Value, Failure> {
         m.remove("managedFields");
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_kind_resolved_before_a_panic_is_still_known_after_it() {
+        // The fake API serves no discovery, so only the cache can resolve the kind.
+        let api = Api::new(
+            crate::fake_api::FakeApi::default().client(),
+            &Model::default(),
+        );
+        let written = KindRef {
+            group: Some(String::new()),
+            version: Some("v1".into()),
+            kind: "ConfigMap".into(),
+        };
+        api.kinds().insert(written.clone(), Kind::configmaps());
+        let poison = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _held = api.kinds.lock();
+            panic!("a panic while the kinds are locked");
+        }));
+        assert!(poison.is_err() && api.kinds.is_poisoned());
+        let kind = api
+            .resolve(&written)
+            .await
+            .expect("the kind resolved before the panic");
+        assert_eq!(kind.resource.plural, "configmaps");
+    }
 }

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 type Result<T> = std::result::Result<T, Box<EvalAltResult>>;
 
 /// Registers the `k8s` module.
-pub fn register(engine: &mut rhai::Engine) {
+pub(crate) fn register(engine: &mut rhai::Engine) {
     type Str = ImmutableString;
     type Cx<'a> = NativeCallContext<'a>;
     let mut m = Module::new();

@@ -83,7 +83,7 @@ pub(crate) fn resolve(model: &Model, written: &KindRef) -> Resource {
 /// Verbs per (api group, resource, resource names), kept sorted so output is stable.
 /// what in khai's own namespace.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Rules of the ClusterRole.
     pub cluster: Rules,
     /// Rules of the Role in each watched namespace (empty for a cluster-wide operator).
@@ -237,8 +237,8 @@ script = "h.rhai"
         );
     }
 
-    /// Issue 14: khai deleting children itself holds the object with its finalizer, without
-    /// `finalize` in the script.
+    /// khai deleting children itself holds the object with its finalizer, without `finalize` in
+    /// the script, so it needs to patch the primary.
     #[test]
     fn deleting_children_itself_grants_patch_on_the_primary() {
         for option in ["unowned_children = true", "delete_children = \"ordered\""] {
@@ -299,8 +299,8 @@ script = "h.rhai"
         assert_eq!(events(&p), ["create", "patch"]);
     }
 
-    /// Issue 30: an index over Pods got no rule on `pods`, and configs without a controller
-    /// no rule on Events, though handlers, timers and daemons record them.
+    /// An index over Pods needs a rule on `pods`, and a config without a controller one on
+    /// Events, since handlers, timers and daemons record them.
     #[test]
     fn indexes_watch_their_kind_and_handlers_timers_daemons_record_events() {
         let crd = "[[crd]]\ngroup = \"a.khai.dev\"\nkind = \"Thing\"\nversions = [\"v1\"]\n";
@@ -488,7 +488,7 @@ script = "h.rhai"
         );
         let ns = resolve(&model, &"v1/Namespace".parse().unwrap());
         assert_eq!((ns.group.as_str(), ns.namespaced), ("", false));
-        // A bare built-in kind is in its own group (issue 12: it was put in the core group).
+        // A bare built-in kind is in its own group, not the core group.
         let bare = resolve(&model, &"Deployment".parse().unwrap());
         assert_eq!(bare.group, "apps");
         let d = resolve(&model, &"Deployment.apps".parse().unwrap());

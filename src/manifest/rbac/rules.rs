@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Verbs per (api group, resource, resource names), kept sorted so output is stable.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Rules {
+pub(crate) struct Rules {
     rules: BTreeMap<(String, String, Vec<String>), BTreeSet<String>>,
     urls: BTreeSet<String>,
 }
@@ -72,15 +72,8 @@ impl Rules {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rules.is_empty() && self.urls.is_empty()
-    }
-
-    /// Removes every verb granted on `resource` in `group`; for tests that prove a rule is
-    /// needed.
-    pub fn remove(&mut self, group: &str, resource: &str) {
-        self.rules
-            .retain(|(g, r, _), _| !(g == group && r == resource));
     }
 
     /// The verbs granted on `resource` in `group`, over every set of resource names.
@@ -100,7 +93,7 @@ impl Rules {
     }
 
     /// The PolicyRules, one per resource, sorted by group then resource.
-    pub fn policy_rules(&self) -> Vec<Value> {
+    pub(crate) fn policy_rules(&self) -> Vec<Value> {
         let mut out: Vec<Value> = self
             .rules
             .iter()

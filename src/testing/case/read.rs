@@ -39,9 +39,9 @@ struct CaseFile {
 /// The case files of an operator: `<dir>/tests/*.yaml` (and `.yml`), sorted by name.
 pub(crate) fn find(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     let tests = dir.join("tests");
-    let entries = std::fs::read_dir(&tests).map_err(|source| Error::Read {
+    let entries = std::fs::read_dir(&tests).map_err(|cause| Error::Read {
         file: tests.clone(),
-        source,
+        cause,
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(Result::ok)
@@ -59,9 +59,9 @@ pub(crate) fn find(dir: &Path) -> Result<Vec<PathBuf>, Error> {
 
 /// Reads and parses one case file.
 pub(crate) fn load(file: &Path) -> Result<Case, Error> {
-    let src = std::fs::read_to_string(file).map_err(|source| Error::Read {
+    let src = std::fs::read_to_string(file).map_err(|cause| Error::Read {
         file: file.to_path_buf(),
-        source,
+        cause,
     })?;
     parse(file, &src)
 }

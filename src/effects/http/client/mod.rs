@@ -22,22 +22,17 @@ use std::time::{Duration, Instant};
 /// Why the client of `[operator.http]` could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("[operator.http] ca_file {}: failed to read: {source}", path.display())]
+    #[error("[operator.http] ca_file {}: failed to read: {cause}", path.display())]
     ReadCa {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("[operator.http] ca_file {}: no PEM certificate in it", path.display())]
     NoCa { path: PathBuf },
-    #[error("[operator.http] ca_file {}: failed to add certificate: {source}", path.display())]
-    BadCa {
-        path: PathBuf,
-        #[source]
-        source: rustls::Error,
-    },
+    #[error("[operator.http] ca_file {}: failed to add certificate: {cause}", path.display())]
+    BadCa { path: PathBuf, cause: rustls::Error },
     #[error("failed to set up TLS for scripts' HTTP requests: {0}")]
-    Tls(#[source] rustls::Error),
+    Tls(rustls::Error),
 }
 
 /// The client scripts' requests go through: one per operator, built from `[operator.http]`.
@@ -92,9 +87,9 @@ impl Client {
                     } else {
                         read(path)
                     };
-                    let pem = pem.map_err(|source| Error::ReadCa {
+                    let pem = pem.map_err(|cause| Error::ReadCa {
                         path: path.clone(),
-                        source,
+                        cause,
                     })?;
                     Some((path.clone(), pem))
                 }

@@ -24,9 +24,9 @@ pub(super) fn config(ca_file: Option<(PathBuf, String)>) -> Result<rustls::Clien
             return Err(Error::NoCa { path });
         }
         for c in certs {
-            roots.add(c).map_err(|source| Error::BadCa {
+            roots.add(c).map_err(|cause| Error::BadCa {
                 path: path.clone(),
-                source,
+                cause,
             })?;
         }
     }
