@@ -92,10 +92,10 @@ impl Applier {
         };
         write::patch(&self.client, target, &params, &Patch::Apply(&*child))
             .await
-            .map_err(|source| Error::ApplyChild {
+            .map_err(|cause| Error::ApplyChild {
                 kind: kind_name.clone(),
                 name: name.clone(),
-                source: source.into(),
+                cause: cause.into(),
             })?;
         if cache.is_some() {
             ledger

@@ -168,10 +168,10 @@ impl Applier {
                 tracing::debug!(child.kind = %inf.kind.resource.kind, child.name = %name, reason = %e, "child to delete was already gone or replaced");
                 Ok(false)
             }
-            Err(source) => Err(Error::Prune {
+            Err(cause) => Err(Error::Prune {
                 kind: inf.kind.resource.kind.clone(),
                 name,
-                source,
+                cause,
             }),
         }
     }

@@ -45,37 +45,33 @@ use kube::api::DynamicObject;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-/// Errors applying a plan; all are retried with backoff.
+/// Errors applying a plan; all are retried with backoff. Each message says its cause, which is
+/// kept typed (`cause`) and not linked again as the error's source, so a printer that walks the
+/// chain says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("failed to resolve child kind {kind}: {source}")]
-    Resolve {
-        kind: String,
-        #[source]
-        source: watch::Error,
-    },
+    #[error("failed to resolve child kind {kind}: {cause}")]
+    Resolve { kind: String, cause: watch::Error },
     /// The plan asks for a child khai must not apply.
     #[error(transparent)]
     Invalid(#[from] children::Invalid),
-    #[error("failed to apply child {kind} {name}: {source}")]
+    #[error("failed to apply child {kind} {name}: {cause}")]
     ApplyChild {
         kind: String,
         name: String,
-        #[source]
-        source: ApiError,
+        cause: ApiError,
     },
     #[error("failed to write status: {0}")]
-    Status(#[source] ApiError),
+    Status(ApiError),
     #[error("failed to write the status handlers returned: {0}")]
-    HandlerStatus(#[source] ApiError),
+    HandlerStatus(ApiError),
     #[error("failed to record handler progress: {0}")]
-    Annotate(#[source] ApiError),
-    #[error("failed to prune child {kind} {name}: {source}")]
+    Annotate(ApiError),
+    #[error("failed to prune child {kind} {name}: {cause}")]
     Prune {
         kind: String,
         name: String,
-        #[source]
-        source: ApiError,
+        cause: ApiError,
     },
 }
 
@@ -329,9 +325,9 @@ impl Applier {
         let written = crate::config::kind::KindRef::from_api_version(api_version, kind);
         let resolved = watch::resolve(&self.client, &self.model, &written)
             .await
-            .map_err(|source| Error::Resolve {
+            .map_err(|cause| Error::Resolve {
                 kind: key.clone(),
-                source,
+                cause,
             })?;
         lock(&self.kinds).insert(key, resolved.clone());
         Ok(resolved)

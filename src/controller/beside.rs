@@ -70,9 +70,9 @@ async fn resolve(
 ) -> Result<Kind, Error> {
     watch::resolve(client, &op.config.model, written)
         .await
-        .map_err(|source| Error::Resolve {
+        .map_err(|cause| Error::Resolve {
             controller: format!("{} for {written}", ["handler", "timer", "daemon"][what]),
-            source,
+            cause,
         })
 }
 
@@ -136,9 +136,9 @@ pub(super) async fn indexes(
     for e in entries {
         let kind = watch::resolve(client, &op.config.model, &e.spec.for_kind)
             .await
-            .map_err(|source| Error::Resolve {
+            .map_err(|cause| Error::Resolve {
                 controller: format!("index {}", e.spec.name),
-                source,
+                cause,
             })?;
         caches.push(if kind.namespaced {
             spread

@@ -24,11 +24,10 @@ use crate::watch;
 /// Why a controller could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    #[error("controller {controller}: {source}")]
+    #[error("controller {controller}: {cause}")]
     Resolve {
         controller: String,
-        #[source]
-        source: watch::Error,
+        cause: watch::Error,
     },
     #[error(transparent)]
     Http(#[from] crate::effects::http::client::Error),

@@ -240,9 +240,9 @@ impl Kinds {
             async move {
                 watch::resolve(client, model, &k)
                     .await
-                    .map_err(|source| Error::Resolve {
+                    .map_err(|cause| Error::Resolve {
                         controller: ctl.display_name(),
-                        source,
+                        cause,
                     })
             }
         };

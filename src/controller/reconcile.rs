@@ -172,7 +172,7 @@ async fn selected(obj: &DynamicObject, ctx: &Ctx, ours: bool) -> Result<bool, Re
     };
     let view = object_view(obj).map_err(|e| ReconcileError::Unreadable {
         function: when.clone(),
-        source: e,
+        cause: e,
     })?;
     let mut args = vec![crate::script::CallArg::Json(view)];
     if ctx.spec.script.has_function(when, 2) {

@@ -20,22 +20,22 @@ pub(super) enum ReconcileError {
     #[error(transparent)]
     Apply(#[from] crate::apply::Error),
     #[error("failed to serialize object: {0}")]
-    Serialize(#[from] serde_json::Error),
+    Serialize(serde_json::Error),
     /// The object could not be turned into the view `function` is called with.
-    #[error("cannot read the object to call {function}(): {source}")]
+    #[error("cannot read the object to call {function}(): {cause}")]
     Unreadable {
         function: String,
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     #[error("{function} has not finished yet (it must return true to let the object go)")]
     NotFinalized { function: String },
     #[error("failed to add khai's finalizer: {0}")]
-    AddFinalizer(#[source] crate::client::ApiError),
+    AddFinalizer(crate::client::ApiError),
     #[error("failed to remove khai's finalizer: {0}")]
-    RemoveFinalizer(#[source] crate::client::ApiError),
+    RemoveFinalizer(crate::client::ApiError),
     /// The object could not be read back from the API server.
     #[error("failed to read the object: {0}")]
-    Read(#[source] crate::client::ApiError),
+    Read(crate::client::ApiError),
     #[error(transparent)]
     Handlers(#[from] crate::handler::Error),
     #[error("delete handlers have not all finished yet; the object is held until they do")]
@@ -43,9 +43,18 @@ pub(super) enum ReconcileError {
     /// khai deletes the children itself and has not finished.
     #[error("{0}; the object is held until then")]
     DeletingChildren(crate::apply::Progress),
-    /// The finalizer helper refused the object (no name; an invalid finalizer name).
-    #[error("{0}")]
-    Finalizer(String),
+    /// The finalizer helper refused an object without a name.
+    #[error("object has no name")]
+    Unnamed,
+    /// The finalizer helper could not build the patch for khai's finalizer name.
+    #[error("invalid finalizer")]
+    InvalidFinalizer,
+}
+
+impl From<serde_json::Error> for ReconcileError {
+    fn from(e: serde_json::Error) -> Self {
+        ReconcileError::Serialize(e)
+    }
 }
 
 impl ReconcileError {
@@ -64,7 +73,8 @@ impl ReconcileError {
             F::ApplyFailed(inner) | F::CleanupFailed(inner) => inner,
             F::AddFinalizer(e) => ReconcileError::AddFinalizer(e.into()),
             F::RemoveFinalizer(e) => ReconcileError::RemoveFinalizer(e.into()),
-            other => ReconcileError::Finalizer(other.to_string()),
+            F::UnnamedObject => ReconcileError::Unnamed,
+            F::InvalidFinalizer => ReconcileError::InvalidFinalizer,
         }
     }
 }

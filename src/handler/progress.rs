@@ -78,7 +78,8 @@ pub(crate) struct Recorded {
     pub progress: Option<Progress>,
 }
 
-/// Reads khai's annotations from `obj`; unreadable ones count as absent.
+/// Reads khai's annotations from `obj`. One that is not khai's JSON (edited by hand) counts as
+/// absent, so the handlers it recorded run again, and says so with a warning naming it.
 pub(crate) fn read(obj: &Value, keys: &Keys) -> Recorded {
     let annotation = |k: &str| obj["metadata"]["annotations"][k].as_str();
     let mut out = Recorded::default();
@@ -92,11 +93,19 @@ pub(crate) fn read(obj: &Value, keys: &Keys) -> Recorded {
                 out.last_digest = Some(digest(&v));
                 out.last = Some(v);
             }
-            Err(_) => {}
+            Err(e) => unreadable(&keys.last_handled, &e),
         }
     }
-    out.progress = annotation(&keys.progress).and_then(|t| serde_json::from_str(t).ok());
+    out.progress = annotation(&keys.progress).and_then(|t| {
+        serde_json::from_str(t)
+            .inspect_err(|e| unreadable(&keys.progress, e))
+            .ok()
+    });
     out
+}
+
+fn unreadable(annotation: &str, e: &serde_json::Error) {
+    tracing::warn!(%annotation, error = %e, "khai's handler annotation is not what khai wrote; reading it as absent, so the handlers it recorded run again");
 }
 
 /// Key of a `last-handled` that records a digest only.
@@ -130,6 +139,21 @@ pub(crate) fn patch(keys: &Keys, last: Option<&Value>, progress: Option<&Progres
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hand-edited annotation is read as absent, and khai says which one, rather than
+    /// quietly starting the handlers over.
+    #[tokio::test]
+    async fn an_annotation_that_is_not_khais_json_reads_as_absent_and_says_so() {
+        let keys = Keys::new("op");
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(keys.last_handled.clone(), json!("{"));
+        annotations.insert(keys.progress.clone(), json!("not json"));
+        let obj = json!({ "metadata": { "annotations": annotations } });
+        let (rec, text) = crate::test_logs::capture(async { read(&obj, &keys) }).await;
+        assert!(rec.handled && rec.last.is_none() && rec.progress.is_none());
+        assert!(text.contains(&keys.last_handled), "{text}");
+        assert!(text.contains(&keys.progress), "{text}");
+    }
 
     #[test]
     fn what_is_written_is_read_back() {

@@ -119,14 +119,21 @@ pub(crate) fn by_script(
         .then(move |c| {
             let o = c.object;
             let (script, function, parent) = (script.clone(), function.clone(), parent.clone());
+            let view = crate::script::object_view(&o);
             let mut args = Vec::with_capacity(2);
-            args.push(crate::script::CallArg::Json(
-                crate::script::object_view(&o).unwrap_or(Value::Null),
-            ));
             if with_ctx {
                 args.push(crate::script::CallArg::Ctx(ctx(&o)));
             }
             async move {
+                // An object the script cannot be given maps to no parent, said once per event.
+                let view = match view {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(error = %e, object = %o.name_any(), function = %function, "cannot read the watched object to call the watch's map function; it maps to no parent");
+                        return Vec::new();
+                    }
+                };
+                args.insert(0, crate::script::CallArg::Json(view));
                 match script.call_args_async(&function, args).await {
                     Ok(v) => parent_refs(&v, o.namespace(), &parent),
                     Err(e) => {
