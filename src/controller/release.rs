@@ -132,7 +132,8 @@ pub(super) async fn left(seen: Arc<DynamicObject>, ctx: Arc<Ctx>) {
             };
             if attempt == LEFT_ATTEMPTS {
                 tracing::warn!(error = %e, "cannot let go of an object that no longer matches the controller's filters; `khai release` removes khai's finalizers");
-                return;
+                // Out of the cache, and no deletion event will come for it: nothing is kept.
+                return ctx.objects.forget(&key);
             }
             let delay = ctx.failed(&key);
             tracing::warn!(error = %e, retry_in = ?delay, "cannot let go of an object that no longer matches the controller's filters yet");

@@ -155,3 +155,25 @@ async fn an_object_let_go_that_matches_again_is_held_and_finalized_again() {
     assert_eq!(finalized(), 2, "finalize runs for the deletion too");
     assert!(h.widget("w").is_none());
 }
+
+/// An object that left the controller's server-side filters and cannot be let go (here every
+/// attempt fails: the fake API serves no lists) is given up on after its attempts, and the
+/// controller keeps no record of it: it is out of the cache, and no deletion event will come.
+#[tokio::test(start_paused = true)]
+async fn an_object_given_up_on_after_leaving_the_filters_leaves_no_record_behind() {
+    let h = harness();
+    h.create(
+        "w",
+        json!({ "size": 1 }),
+        json!({ "metadata": { "finalizers": [FINALIZER] } }),
+    );
+    let ctx = h.ctx().await;
+    let seen: kube::api::DynamicObject = serde_json::from_value(h.widget("w").unwrap()).unwrap();
+    crate::controller::release::left(std::sync::Arc::new(seen), ctx.clone()).await;
+    assert_eq!(
+        h.widget("w").unwrap()["metadata"]["finalizers"],
+        json!([FINALIZER]),
+        "never let go: every attempt failed"
+    );
+    assert!(ctx.objects.is_empty(), "{} records kept", ctx.objects.len());
+}
