@@ -76,7 +76,7 @@ fn example_handler() -> Handler {
 /// The example's webhook with its script swapped for one whose functions do nothing.
 fn noop_handler(example: &Handler) -> Handler {
     let limits = khai::script::Limits::default();
-    let engine = Arc::new(khai::webhook::script_api::engine(&limits));
+    let engine = Arc::new(khai::script::webhook::engine(&limits));
     let script = Script::compile(engine, &limits, Path::new("noop.rhai"), NOOP_SCRIPT)
         .expect("no-op script compiles");
     Handler {

@@ -20,7 +20,7 @@ pub struct Operator {
     pub scripts: Vec<Script>,
     pub limits: Limits,
     /// Each `[[webhook]]` with its compiled script, in config order.
-    pub webhooks: Vec<crate::webhook::Handler>,
+    pub webhooks: Vec<crate::script::webhook::Handler>,
     /// Handlers, timers, daemons, indexes and the startup/cleanup hooks, compiled.
     pub handlers: crate::handler::load::Compiled,
 }
@@ -85,7 +85,7 @@ impl Operator {
                 Err(e) => problems.push(e.into()),
             }
         }
-        let (webhooks, webhook_problems) = crate::webhook::script_api::load(&config, &limits);
+        let (webhooks, webhook_problems) = crate::script::webhook::load(&config, &limits);
         problems.extend(webhook_problems);
         let (handlers, handler_problems) = crate::handler::load::load(&config, &engine, &limits);
         problems.extend(handler_problems);
@@ -142,13 +142,4 @@ fn check_functions(
             config.diagnostic_at("controller", i, key, msg)
         })
         .collect()
-}
-
-impl crate::webhook::Served for Operator {
-    fn config(&self) -> &Config {
-        &self.config
-    }
-    fn handlers(&self) -> &[crate::webhook::Handler] {
-        &self.webhooks
-    }
 }

@@ -11,6 +11,7 @@ mod record;
 pub(crate) mod server;
 mod tally;
 
+pub(crate) use record::{LiveWatch, WatchRestart, console_history_bytes, leases, queue_now};
 pub(crate) use record::{
     applied, config_loaded, config_reloaded, controller_failed, controller_started, echo_skipped,
     events_dropped, hot_loop, http_request, leader, queue_add, queue_retry, queue_state,
@@ -18,7 +19,6 @@ pub(crate) use record::{
     schedule_run, script_api_call, script_call, script_limit_abort, status_written,
     watch_restarted, watch_started, webhook_request,
 };
-pub(crate) use record::{console_history_bytes, leases, queue_now};
 pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;
@@ -53,6 +53,7 @@ struct Metrics {
     children_pruned: IntCounterVec,
     status_writes: IntCounterVec,
     watch_restarts: IntCounterVec,
+    watches: IntGaugeVec,
     controller_failures: IntCounterVec,
     reconcile_overlaps: IntCounterVec,
     hot_loops: IntCounterVec,
@@ -265,7 +266,14 @@ impl Metrics {
             watch_restarts: counter(
                 &r,
                 "khai_watch_restarts_total",
-                "Watches that failed and were restarted, by kind",
+                "Watches that failed and were restarted, by kind and reason: gone (410: the version \
+                 it watched from was compacted, so it lists again), error, panic",
+                &["kind", "reason"],
+            ),
+            watches: gauge(
+                &r,
+                "khai_watches",
+                "Watches running, by kind (one per namespace when khai watches some namespaces)",
                 &["kind"],
             ),
             controller_failures: counter(
@@ -459,7 +467,7 @@ mod tests {
             "workqueue_work_duration_seconds_count{controller=\"unit\",name=\"unit\"} 1",
             "leader_election_master_status{name=\"unit-lease\"} 1",
             "khai_config_reloads_total{result=\"success\"} 0",
-            "khai_watch_restarts_total{kind=\"Unit\"} 0",
+            "khai_watch_restarts_total{kind=\"Unit\",reason=\"gone\"} 0",
             "khai_build_info{version=",
             "rest_client_requests_total{code=\"599\",method=\"PATCH\"} 1",
             "rest_client_rate_limiter_duration_seconds_bucket{verb=\"UNIT\",le=\"0.004\"} 1",

@@ -165,9 +165,53 @@ pub(crate) fn script_limit_abort(script: &str, function: &str, limit: &str) {
         .inc();
 }
 
-/// A watch of `kind` is running; its restart counter starts at 0.
+/// A watch of `kind` is running; its restart counters start at 0.
 pub(crate) fn watch_started(kind: &str) {
-    METRICS.watch_restarts.with_label_values(&[kind]);
+    for reason in WatchRestart::ALL {
+        METRICS
+            .watch_restarts
+            .with_label_values(&[kind, reason.label()]);
+    }
+}
+
+/// Why a watch started over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WatchRestart {
+    /// The API server no longer has the version it watched from (410 Gone): it lists again.
+    Gone,
+    /// Any other failure: listing, starting the watch, or the stream.
+    Error,
+    /// Handling an event panicked (a bug); it starts over with a new list.
+    Panic,
+}
+
+impl WatchRestart {
+    const ALL: [WatchRestart; 3] = [WatchRestart::Gone, WatchRestart::Error, WatchRestart::Panic];
+
+    fn label(self) -> &'static str {
+        match self {
+            WatchRestart::Gone => "gone",
+            WatchRestart::Error => "error",
+            WatchRestart::Panic => "panic",
+        }
+    }
+}
+
+/// One running watch of a kind, counted in `khai_watches` for as long as it lives: the watch's
+/// task holds it, so a watch that stops (reload, shutdown, abort) is counted out however it ends.
+pub(crate) struct LiveWatch(String);
+
+impl LiveWatch {
+    pub(crate) fn new(kind: &str) -> Self {
+        METRICS.watches.with_label_values(&[kind]).inc();
+        Self(kind.to_string())
+    }
+}
+
+impl Drop for LiveWatch {
+    fn drop(&mut self) {
+        METRICS.watches.with_label_values(&[&self.0]).dec();
+    }
 }
 
 /// A controller ended on its own, not because it was asked to stop.
@@ -214,8 +258,11 @@ pub(crate) fn schedule_run(schedule: &str, result: &str) {
 }
 
 /// A watch of `kind` failed and is being restarted.
-pub(crate) fn watch_restarted(kind: &str) {
-    METRICS.watch_restarts.with_label_values(&[kind]).inc();
+pub(crate) fn watch_restarted(kind: &str, why: WatchRestart) {
+    METRICS
+        .watch_restarts
+        .with_label_values(&[kind, why.label()])
+        .inc();
 }
 
 /// Whether this replica holds the lease `name`.

@@ -17,6 +17,7 @@ mod memory;
 pub(crate) mod stack;
 pub(crate) mod stdlib;
 mod stop;
+pub mod webhook;
 
 pub use crate::effects::Reads;
 pub(crate) use compiled::CallArg;

@@ -6,9 +6,9 @@
 //! the API server then rejects the write is not khai's choice: a *denial* always rejects, and
 //! `failure_policy` only decides what happens when khai cannot be reached or times out.
 
-use super::script_api::{Handler, VERDICT_KEY};
 use crate::script::ScriptError;
 use crate::script::type_name;
+use crate::script::webhook::{Handler, VERDICT_KEY};
 use base64::Engine as _;
 use serde_json::{Value, json};
 use std::sync::Arc;

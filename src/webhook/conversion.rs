@@ -14,7 +14,7 @@
 //! caller ([`super::gate`]).
 
 use super::admission::BadReview;
-use super::script_api::Handler;
+use crate::script::webhook::Handler;
 use crate::script::{Script, ScriptError};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -225,7 +225,7 @@ mod tests {
 
     fn handler(src: &str) -> Handler {
         let limits = crate::script::Limits::default();
-        let engine = Arc::new(super::super::script_api::engine(&limits));
+        let engine = Arc::new(crate::script::webhook::engine(&limits));
         let script = Script::compile(engine, &limits, Path::new("c.rhai"), src).unwrap();
         let hook: Webhook =
             toml::from_str("for = \"Cache\"\nscript = \"c.rhai\"\nconvert = \"convert\"\n")

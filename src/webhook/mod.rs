@@ -19,11 +19,10 @@ pub mod conversion;
 pub(crate) mod gate;
 pub(crate) mod install;
 pub(crate) mod routes;
-pub mod script_api;
 pub(crate) mod server;
 pub mod tls;
 
-pub use script_api::Handler;
+pub use crate::script::webhook::Handler;
 
 use crate::config::model::Model;
 use crate::config::webhook::TlsMode;
@@ -38,6 +37,15 @@ use tokio_util::sync::CancellationToken;
 pub trait Served: Send + Sync + 'static {
     fn config(&self) -> &crate::config::Config;
     fn handlers(&self) -> &[Handler];
+}
+
+impl Served for crate::operator::Operator {
+    fn config(&self) -> &crate::config::Config {
+        &self.config
+    }
+    fn handlers(&self) -> &[Handler] {
+        &self.webhooks
+    }
 }
 
 /// Each new version to serve; the newest wins (`None` before the first).

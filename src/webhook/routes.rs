@@ -11,8 +11,8 @@
 use super::admission::{self, Kind};
 use super::conversion;
 use super::gate::{Full as GateFull, Gate};
-use super::script_api::Handler;
 use crate::config::webhook::WebhookServer;
+use crate::script::webhook::Handler;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};

@@ -26,7 +26,7 @@ use crate::support::chaos::{
     Driver, GROUP, LEASE, Scene, assert_no_overlap, recover_and_report, steady,
 };
 use crate::support::dedicated::dedicated;
-use crate::support::metrics::wait_for_leadership;
+use crate::support::metrics::{wait_for_leadership, wait_for_metric};
 use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -93,7 +93,6 @@ async fn expired_watches_relist_and_lose_nothing() {
     let expected = steady(&scene, &khai).await;
     let driver = Driver::start(&scene, &expected);
     tokio::time::sleep(scene.rng.millis(500, 2000)).await;
-    let log_from = khai.log_len();
     scene.cluster.compact().await;
     let away = scene
         .cluster
@@ -109,9 +108,13 @@ async fn expired_watches_relist_and_lose_nothing() {
     recover_and_report(&scene, &khai, &expected, stopped, &faults).await;
     // The scenario did what it says: some watch was told its version is gone. (The API server
     // stays without watch cache for the scenarios after this one; they hold either way.)
-    khai.wait_for_log(log_from, "a watch ending with 410 Gone", |l| {
-        l.contains("410") && l.contains("watch")
-    })
+    wait_for_metric(
+        &khai.metrics_addr().await,
+        "a watch ending with 410 Gone",
+        "khai_watch_restarts_total",
+        &[("reason", "gone")],
+        |n| n >= 1.0,
+    )
     .await;
 }
 

@@ -2,7 +2,7 @@
 //! test runs the real `khai run --watch` on an operator of its own, in its own namespace and CRD
 //! group, edits the directory and waits, through watches with a deadline, for the new behaviour.
 
-use crate::support::metrics::wait_for_reloads;
+use crate::support::metrics::{wait_for_metric, wait_for_reloads};
 use crate::support::{Khai, TestNamespace, configmaps, wait_for};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -332,8 +332,17 @@ fn reconcile(obj, ctx) {
     )
     .await;
     // v3 no longer owns ServiceAccounts: no controller reads that watch, so it stops instead of
-    // running until exit (issue 17).
-    let seen = khai.log_len();
+    // running until exit.
+    let addr = khai.metrics_addr().await;
+    let sa_watches = [("kind", "ServiceAccount")];
+    wait_for_metric(
+        &addr,
+        "the ServiceAccount watch",
+        "khai_watches",
+        &sa_watches,
+        |n| n == 1.0,
+    )
+    .await;
     std::fs::write(dir.path().join("widget.rhai.new"), script("v3")).unwrap();
     replace(&dir.path().join("operator.toml"), &config(group));
     std::fs::rename(
@@ -342,9 +351,13 @@ fn reconcile(obj, ctx) {
     )
     .unwrap();
     child_version(&cms, "a", "v3").await;
-    khai.wait_for_log(seen, "the unused ServiceAccount watch to stop", |l| {
-        l.contains("stopped watching") && l.contains("ServiceAccount")
-    })
+    wait_for_metric(
+        &addr,
+        "the unused ServiceAccount watch to stop",
+        "khai_watches",
+        &sa_watches,
+        |n| n == 0.0,
+    )
     .await;
     let (code, log) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai did not exit cleanly");

@@ -11,6 +11,11 @@ pub enum Contender {
     #[value(name = "khai")]
     #[serde(rename = "khai")]
     Khai,
+    /// `khai run` of another revision of khai (`--khai-base-bin`; `scripts/bench --base REV`
+    /// builds it), on the same config: khai's own regression check, side by side in one run.
+    #[value(name = "khai-base")]
+    #[serde(rename = "khai-base")]
+    KhaiBase,
     /// The hand-written kube-rs controller in benches/kube-rs-baseline.
     #[value(name = "kube-rs")]
     #[serde(rename = "kube-rs")]
@@ -33,6 +38,7 @@ impl Contender {
     pub fn name(self) -> &'static str {
         match self {
             Contender::Khai => "khai",
+            Contender::KhaiBase => "khai-base",
             Contender::KubeRs => "kube-rs",
             Contender::ControllerRuntime => "controller-runtime",
             Contender::Kopf => "Kopf",
@@ -98,6 +104,9 @@ pub struct Args {
     pub crd: PathBuf,
     #[arg(long, default_value = "target/release/khai")]
     pub khai_bin: PathBuf,
+    /// The `khai-base` contender's binary: khai built from another revision.
+    #[arg(long, default_value = "target/bench-base/khai")]
+    pub khai_base_bin: PathBuf,
     #[arg(long, default_value = "examples/bench-cache")]
     pub khai_config: PathBuf,
     #[arg(long, default_value = "target/release/kube-rs-baseline")]

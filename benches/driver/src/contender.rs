@@ -24,18 +24,8 @@ pub enum Launch {
 pub fn launch(contender: Contender, args: &Args) -> Launch {
     let cmd = match contender {
         Contender::Floor => return Launch::Nothing,
-        Contender::Khai => {
-            let mut c = tokio::process::Command::new(&args.khai_bin);
-            c.arg("run")
-                .arg("--config")
-                .arg(&args.khai_config)
-                // Any free port: contenders run one after another and must not clash.
-                .args(["--metrics-bind", "127.0.0.1:0"])
-                // One `reconciled` line per finished reconcile: the restart phase counts them.
-                .args(["--log-level", "info"])
-                .env_remove("RUST_LOG");
-            (c, args.khai_bin.clone())
-        }
+        Contender::Khai => khai(&args.khai_bin, args),
+        Contender::KhaiBase => khai(&args.khai_base_bin, args),
         Contender::KubeRs => {
             let mut c = tokio::process::Command::new(&args.kube_rs_bin);
             // Its `reconciled` line at info, as khai's; everything else at its default, warn.
@@ -66,6 +56,20 @@ pub fn launch(contender: Contender, args: &Args) -> Launch {
         return Launch::Skip(format!("{} is not built", bin.display()));
     }
     Launch::Run(command)
+}
+
+/// `khai run` of the binary `bin` on the bench config.
+fn khai(bin: &Path, args: &Args) -> (tokio::process::Command, PathBuf) {
+    let mut c = tokio::process::Command::new(bin);
+    c.arg("run")
+        .arg("--config")
+        .arg(&args.khai_config)
+        // Any free port: contenders run one after another and must not clash.
+        .args(["--metrics-bind", "127.0.0.1:0"])
+        // One `reconciled` line per finished reconcile: the restart phase counts them.
+        .args(["--log-level", "info"])
+        .env_remove("RUST_LOG");
+    (c, bin.to_path_buf())
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -113,8 +113,9 @@ const GAP: f64 = 70.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 50.0;
 const LEGEND: f64 = 160.0;
-const COLORS: [(Contender, &str); 4] = [
+const COLORS: [(Contender, &str); 5] = [
     (Contender::Khai, "#d62728"),
+    (Contender::KhaiBase, "#ff9896"),
     (Contender::KubeRs, "#1f77b4"),
     (Contender::ControllerRuntime, "#2ca02c"),
     (Contender::Kopf, "#9467bd"),

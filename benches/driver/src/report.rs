@@ -590,6 +590,17 @@ mod tests {
     }
 
     #[test]
+    fn khai_at_another_revision_gets_its_own_ratio_row() {
+        let mut r = report();
+        r.contenders.insert(1, Contender::KhaiBase);
+        r.runs
+            .push(run(Contender::KhaiBase, Some(20.0), Some(16.0)));
+        let ratios = &r.summary().ratios[&10]["khai/khai-base"];
+        assert_eq!(ratios.get("peak_heap_mib"), Some(&0.9));
+        assert!(r.markdown().contains("| khai / khai-base |"));
+    }
+
+    #[test]
     fn tables_keep_one_cell_per_column() {
         let md = report().markdown();
         let heap = METRICS.iter().position(|m| m.key == "peak_heap_mib");

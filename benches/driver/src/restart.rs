@@ -160,7 +160,7 @@ fn strip_colours(line: &str) -> std::borrow::Cow<'_, str> {
 /// The Cache a log line says the operator finished reconciling, if it says so.
 fn confirmed_name(line: &str, contender: Contender) -> Option<&str> {
     match contender {
-        Contender::Khai | Contender::KubeRs => {
+        Contender::Khai | Contender::KhaiBase | Contender::KubeRs => {
             // tracing's text format: `… target: reconciled field=…`, the object's name among
             // the span's or the event's fields.
             let (_, fields) = line.split_once(": reconciled")?;

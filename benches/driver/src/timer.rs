@@ -190,7 +190,7 @@ impl One<'_> {
     fn launch(&self) -> Result<tokio::process::Command, String> {
         if !matches!(
             self.contender,
-            Contender::Khai | Contender::Kopf | Contender::ControllerRuntime
+            Contender::Khai | Contender::KhaiBase | Contender::Kopf | Contender::ControllerRuntime
         ) {
             return Err(
                 "the timer workload is implemented for khai, controller-runtime and Kopf only"

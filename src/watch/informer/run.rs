@@ -4,6 +4,7 @@
 use super::backoff::{Failing, WatchBackoff, paced};
 use super::controlled::{Controlled, Name};
 use super::{Key, Subscribers};
+use crate::metrics::WatchRestart;
 use crate::sync::{lock, write};
 use crate::watch::decode::Watched;
 use crate::watch::subscription::Changed;
@@ -34,6 +35,7 @@ pub(super) async fn run(
     key: Key,
 ) {
     use futures::FutureExt;
+    let _live = crate::metrics::LiveWatch::new(&key.kind);
     loop {
         let once = watch(api.clone(), config.clone(), &mut writer, &shared, &key);
         if std::panic::AssertUnwindSafe(once)
@@ -42,7 +44,7 @@ pub(super) async fn run(
             .is_err()
         {
             tracing::error!(kind = %key.kind, namespace = ?key.namespace, "watch panicked; starting it over with a new list");
-            crate::metrics::watch_restarted(&key.kind);
+            crate::metrics::watch_restarted(&key.kind, WatchRestart::Panic);
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
@@ -102,7 +104,7 @@ async fn watch(
                 } else {
                     tracing::debug!(kind = %key.kind, namespace = ?key.namespace, %error, failures = failing.count(), "watch failed again; retrying");
                 }
-                crate::metrics::watch_restarted(&key.kind);
+                crate::metrics::watch_restarted(&key.kind, restart_reason(&e));
                 continue;
             }
         };
@@ -162,5 +164,23 @@ fn unwrap(event: watcher::Event<Watched>) -> watcher::Event<DynamicObject> {
         E::Init => E::Init,
         E::InitApply(Watched(o)) => E::InitApply(o),
         E::InitDone => E::InitDone,
+    }
+}
+
+/// Why the watcher's error `e` restarts the watch: the API server answering 410 Gone (the
+/// version it watched from was compacted away) is the one a relist is for.
+fn restart_reason(e: &kube::runtime::watcher::Error) -> WatchRestart {
+    use kube::runtime::watcher::Error as W;
+    let gone = match e {
+        W::WatchError(status) => status.code == 410,
+        W::WatchFailed(kube::Error::Api(status))
+        | W::InitialListFailed(kube::Error::Api(status))
+        | W::WatchStartFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    };
+    if gone {
+        WatchRestart::Gone
+    } else {
+        WatchRestart::Error
     }
 }
