@@ -1,0 +1,127 @@
+//! What the candidate revision does differently, kept while the daemon runs: which objects of
+//! each controller diverge now (counted in `khai_candidate_divergent_objects`) and the latest
+//! [`LATEST`] of them with their diffs, served on the metrics port.
+//!
+//! The divergent set holds keys of objects in the controllers' caches only (an object is
+//! dropped when it converges or goes), so it is bounded by what the informers hold.
+
+use crate::diff::{ObjectDiff, Verdict};
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Mutex;
+
+/// Divergent objects listed with their diffs, newest first; older ones are only counted.
+pub(crate) const LATEST: usize = 100;
+
+/// The divergences of every shadowed controller.
+#[derive(Default)]
+pub(crate) struct Book {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Per controller, the objects (`namespace/name`) whose last shadow run diverged.
+    divergent: HashMap<String, HashSet<String>>,
+    /// The latest divergent objects, oldest first.
+    latest: VecDeque<Entry>,
+}
+
+/// One listed object.
+struct Entry {
+    controller: String,
+    object: String,
+    json: Value,
+    text: String,
+}
+
+/// Whether a shadow run differs from the active revision: another plan, a failure, or no plan
+/// where the active revision made one. Held calls alone are not a divergence.
+fn diverges(d: &ObjectDiff) -> bool {
+    match &d.verdict {
+        Verdict::Planned(p) => {
+            !(p.children.is_empty() && p.pruned.is_empty() && p.status.is_empty())
+        }
+        Verdict::Failed(_) | Verdict::Skipped(_) => true,
+    }
+}
+
+fn object(d: &ObjectDiff) -> String {
+    format!("{}/{}", d.namespace.as_deref().unwrap_or_default(), d.name)
+}
+
+impl Book {
+    /// Records the outcome of one shadow run.
+    pub(crate) fn record(&self, d: ObjectDiff) {
+        let object = object(&d);
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        s.latest
+            .retain(|e| !(e.controller == d.controller && e.object == object));
+        let set = s.divergent.entry(d.controller.clone()).or_default();
+        if diverges(&d) {
+            set.insert(object.clone());
+            let n = set.len();
+            let mut text = String::new();
+            d.text(&mut text);
+            if text.is_empty() {
+                let _ = writeln!(text, "{} (controller {}): diverges", object, d.controller);
+            }
+            s.latest.push_back(Entry {
+                controller: d.controller.clone(),
+                object,
+                json: d.json(),
+                text,
+            });
+            if s.latest.len() > LATEST {
+                s.latest.pop_front();
+            }
+            crate::metrics::candidate_divergent(&d.controller, n);
+        } else if set.remove(&object) {
+            crate::metrics::candidate_divergent(&d.controller, set.len());
+        }
+    }
+
+    /// The object of `d` is gone.
+    pub(crate) fn forget(&self, d: &ObjectDiff) {
+        let object = object(d);
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        s.latest
+            .retain(|e| !(e.controller == d.controller && e.object == object));
+        if let Some(set) = s.divergent.get_mut(&d.controller)
+            && set.remove(&object)
+        {
+            crate::metrics::candidate_divergent(&d.controller, set.len());
+        }
+    }
+
+    /// The page `/candidate/divergent` serves: the latest divergent objects, newest first (as
+    /// `khai diff` lists objects), and how many diverge per controller; as text or JSON.
+    pub(crate) fn page(&self, text: bool) -> String {
+        let Ok(s) = self.state.lock() else {
+            return String::new();
+        };
+        let counts: serde_json::Map<String, Value> = s
+            .divergent
+            .iter()
+            .map(|(c, set)| (c.clone(), json!(set.len())))
+            .collect();
+        let total: usize = s.divergent.values().map(HashSet::len).sum();
+        if text {
+            let mut out: String = s.latest.iter().rev().map(|e| e.text.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "{total} objects diverge under the candidate ({} listed)",
+                s.latest.len()
+            );
+            return out;
+        }
+        let objects: Vec<&Value> = s.latest.iter().rev().map(|e| &e.json).collect();
+        let doc = json!({ "objects": objects, "divergent": counts, "listed": LATEST });
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string()) + "\n"
+    }
+}
