@@ -191,7 +191,7 @@ async fn plan(p: &Prepared, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdi
 
 /// The plan `ctx`'s controller makes for `obj`, as `khai run` would carry it out (with
 /// `observedGeneration` and `Ready` where khai owns the status), its script's side effects held
-/// in `held`; `None` for a controller that runs no reconcile.
+/// in `held` and its `ctx.memo` a copy; `None` for a controller that runs no reconcile.
 pub(crate) async fn held_plan(
     ctx: &Ctx,
     obj: &Arc<DynamicObject>,
@@ -201,6 +201,11 @@ pub(crate) async fn held_plan(
         return Ok(None);
     };
     let mut script_ctx = ctx.script_ctx(obj);
+    // The object's memo as it is, but what the script sets in it stays with this run: held,
+    // as its writes are.
+    script_ctx.memo = script_ctx
+        .memo
+        .map(|m| crate::script::memo::Memo::from_map(m.snapshot()));
     script_ctx.effects = script_ctx.effects.map(|e| {
         Arc::new(Effects {
             dry: Some(held.clone()),

@@ -125,3 +125,71 @@ impl Book {
         serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string()) + "\n"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apply::{Preview, StatusChange};
+    use kube::api::DynamicObject;
+
+    fn outcome(name: &str, diverging: bool) -> ObjectDiff {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Cache",
+            "metadata": { "name": name, "namespace": "ns" },
+        }))
+        .unwrap();
+        let mut d = ObjectDiff::of("cache", &obj);
+        let mut p = Preview::default();
+        if diverging {
+            p.status.push(StatusChange {
+                field: "phase".into(),
+                before: Some(json!("Ready")),
+                after: json!("Big"),
+            });
+        }
+        d.verdict = Verdict::Planned(p);
+        d
+    }
+
+    fn listed(book: &Book) -> Vec<String> {
+        let page: Value = serde_json::from_str(&book.page(false)).unwrap();
+        page["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn an_object_diverges_until_a_later_run_agrees_or_it_goes() {
+        let book = Book::default();
+        book.record(outcome("a", true));
+        book.record(outcome("b", true));
+        book.record(outcome("a", true));
+        assert_eq!(listed(&book), ["a", "b"], "newest first, each object once");
+        book.record(outcome("a", false));
+        assert_eq!(listed(&book), ["b"]);
+        book.forget(&outcome("b", false));
+        assert!(listed(&book).is_empty());
+        let page: Value = serde_json::from_str(&book.page(false)).unwrap();
+        assert_eq!(page["divergent"]["cache"], 0);
+    }
+
+    #[test]
+    fn the_list_keeps_only_the_latest_but_the_count_keeps_all() {
+        let book = Book::default();
+        for i in 0..LATEST + 5 {
+            book.record(outcome(&format!("o{i}"), true));
+        }
+        let names = listed(&book);
+        assert_eq!(names.len(), LATEST);
+        assert_eq!(names[0], format!("o{}", LATEST + 4));
+        let page: Value = serde_json::from_str(&book.page(false)).unwrap();
+        assert_eq!(page["divergent"]["cache"], LATEST + 5);
+        assert!(book.page(true).ends_with(&format!(
+            "{} objects diverge under the candidate ({LATEST} listed)\n",
+            LATEST + 5
+        )));
+    }
+}
