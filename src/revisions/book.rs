@@ -28,12 +28,10 @@ struct State {
     latest: VecDeque<Entry>,
 }
 
-/// One listed object.
+/// One listed object; rendered when the page is asked for, not on the reconcile's path.
 struct Entry {
-    controller: String,
     object: String,
-    json: Value,
-    text: String,
+    diff: ObjectDiff,
 }
 
 /// Whether a shadow run differs from the active revision: another plan, a failure, or no plan
@@ -59,26 +57,15 @@ impl Book {
             return;
         };
         s.latest
-            .retain(|e| !(e.controller == d.controller && e.object == object));
+            .retain(|e| !(e.diff.controller == d.controller && e.object == object));
         let set = s.divergent.entry(d.controller.clone()).or_default();
         if diverges(&d) {
             set.insert(object.clone());
-            let n = set.len();
-            let mut text = String::new();
-            d.text(&mut text);
-            if text.is_empty() {
-                let _ = writeln!(text, "{} (controller {}): diverges", object, d.controller);
-            }
-            s.latest.push_back(Entry {
-                controller: d.controller.clone(),
-                object,
-                json: d.json(),
-                text,
-            });
+            crate::metrics::candidate_divergent(&d.controller, set.len());
+            s.latest.push_back(Entry { object, diff: d });
             if s.latest.len() > LATEST {
                 s.latest.pop_front();
             }
-            crate::metrics::candidate_divergent(&d.controller, n);
         } else if set.remove(&object) {
             crate::metrics::candidate_divergent(&d.controller, set.len());
         }
@@ -91,7 +78,7 @@ impl Book {
             return;
         };
         s.latest
-            .retain(|e| !(e.controller == d.controller && e.object == object));
+            .retain(|e| !(e.diff.controller == d.controller && e.object == object));
         if let Some(set) = s.divergent.get_mut(&d.controller)
             && set.remove(&object)
         {
@@ -112,7 +99,18 @@ impl Book {
             .collect();
         let total: usize = s.divergent.values().map(HashSet::len).sum();
         if text {
-            let mut out: String = s.latest.iter().rev().map(|e| e.text.as_str()).collect();
+            let mut out = String::new();
+            for e in s.latest.iter().rev() {
+                let before = out.len();
+                e.diff.text(&mut out);
+                if out.len() == before {
+                    let _ = writeln!(
+                        out,
+                        "{} (controller {}): diverges",
+                        e.object, e.diff.controller
+                    );
+                }
+            }
             let _ = writeln!(
                 out,
                 "{total} objects diverge under the candidate ({} listed)",
@@ -120,7 +118,7 @@ impl Book {
             );
             return out;
         }
-        let objects: Vec<&Value> = s.latest.iter().rev().map(|e| &e.json).collect();
+        let objects: Vec<Value> = s.latest.iter().rev().map(|e| e.diff.json()).collect();
         let doc = json!({ "objects": objects, "divergent": counts, "listed": LATEST });
         serde_json::to_string_pretty(&doc).unwrap_or_else(|_| doc.to_string()) + "\n"
     }
