@@ -2,7 +2,8 @@
 //! examples/bench-cache reconciled by the active revision while a candidate that adds a `tier`
 //! to the ConfigMap of every Cache with `spec.size > 5` runs in its shadow. The candidate writes
 //! nothing (the audit log holds exactly the active revision's writes, no dry run, and no
-//! ConfigMap has a `tier`), and exactly the larger Caches are reported divergent: in
+//! ConfigMap has a `tier`), and exactly the larger Caches are reported divergent (one of them
+//! because the candidate fails on it, counted in `khai_candidate_errors_total`): in
 //! `khai_candidate_divergent_objects`, on `/candidate/divergent` and by `khai diff --running`.
 
 use crate::diff::{CACHES, DATA, all_reconciled, bench_cache, create_caches, size};
@@ -12,9 +13,14 @@ use kube::api::ListParams;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
-/// The candidate's line for [`DATA`]: a `tier` for the Caches larger than 5.
+/// The candidate's line for [`DATA`]: a `tier` for the Caches larger than 5, and a failure for
+/// [`BROKEN`].
 const TIER: &str = "data: #{ size: `${obj.spec.size}`, image: obj.spec.image,
-                      tier: (if obj.spec.size > 5 { \"large\" } else { () }) },";
+                      tier: (if obj.metadata.name == \"cache-9\" { throw \"candidate bug\" }
+                             else if obj.spec.size > 5 { \"large\" } else { () }) },";
+
+/// The one (larger) Cache the candidate fails on.
+const BROKEN: &str = "cache-9";
 
 fn names(doc: &Value) -> BTreeSet<String> {
     doc["objects"]
@@ -79,6 +85,11 @@ async fn a_shadow_candidate_writes_nothing_and_reports_exactly_the_divergent_obj
     let page: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(names(&page), large, "{page:#}");
     for o in page["objects"].as_array().unwrap() {
+        if o["name"] == BROKEN {
+            let error = o["error"].as_str().unwrap_or_default();
+            assert!(error.contains("candidate bug"), "{o:#}");
+            continue;
+        }
         let child = &o["children"][0];
         assert_eq!(o["children"].as_array().unwrap().len(), 1, "{o:#}");
         assert_eq!(child["action"], "change", "{o:#}");
@@ -96,8 +107,18 @@ async fn a_shadow_candidate_writes_nothing_and_reports_exactly_the_divergent_obj
     let (code, text) = diff_running(&addr, "text");
     assert_eq!(
         text.matches("+  tier: large\n").count(),
-        large.len(),
+        large.len() - 1,
         "{text}"
+    );
+    assert!(
+        text.contains(&format!("{BROKEN} (controller cache): fails: ")),
+        "{text}"
+    );
+    let (_, metrics) = http_get(&addr, "/metrics").await;
+    let errors = crate::support::metrics::sum(&metrics, "khai_candidate_errors_total");
+    assert!(
+        errors >= 1.0,
+        "the candidate's failure is counted: {errors}"
     );
     assert_eq!(code, 1);
 
