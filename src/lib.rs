@@ -13,6 +13,8 @@
 //! [`webhook`] serves admission and conversion webhooks through scripts, over TLS; [`serve`] holds
 //! what it shares with the metrics server to survive hostile load.
 //! [`manifest`] derives the RBAC and deployment manifests `khai generate` prints.
+//! [`revisions`] runs a candidate revision of the config beside the active one and reports
+//! where they differ.
 //! [`reload`] watches the config directory and hands the daemon each new version that loads.
 //! [`diff`] runs a config's controllers over the live objects as the daemon would, for `khai
 //! diff`, and reports the writes they would make without making them.
@@ -53,6 +55,7 @@ pub mod operator;
 pub(crate) mod queue;
 pub mod reconcile;
 pub(crate) mod reload;
+pub(crate) mod revisions;
 pub(crate) mod scaffold;
 pub mod schema;
 pub mod script;

@@ -30,6 +30,12 @@ pub(crate) struct Args {
     /// for a ConfigMap; `--watch=false` turns it off.
     #[arg(long, env = "KHAI_WATCH", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub watch: Option<bool>,
+    /// A candidate revision of the config (a file or a directory, as `--config`), run in the
+    /// shadow of the active one: for every object the active revision reconciles, the
+    /// candidate's plan is made too and compared, and never written. Divergences are served
+    /// on the metrics port at /candidate/divergent (`khai diff --running`).
+    #[arg(long, value_name = "FILE|DIR", env = "KHAI_CANDIDATE")]
+    pub candidate: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub ops: super::operations::Operations,
     #[command(flatten)]
@@ -41,6 +47,12 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     let disk = match &args.config {
         Source::Path(path) => Some(load_disk(path)?),
         Source::ConfigMap(_) => None,
+    };
+    let candidate = match &args.candidate {
+        Some(path) => Some(std::sync::Arc::new(
+            Operator::load(path).with_context(|| format!("the candidate {}", path.display()))?,
+        )),
+        None => None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -104,6 +116,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
             namespaces: args.namespaces,
             leader,
             shutdown_grace: args.ops.shutdown_grace,
+            candidate,
         };
         let from_api = matches!(args.config, Source::ConfigMap(_));
         let updates = args.watch.unwrap_or_else(|| from_api || in_cluster()).then(|| {

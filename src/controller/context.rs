@@ -31,6 +31,8 @@ pub(crate) struct Ctx {
     pub pending: queue::Pending,
     /// What runs beside (or instead of) `reconcile` for this kind.
     pub beside: Beside,
+    /// The candidate revision run beside this controller, when one is loaded.
+    pub revisions: super::shadow::Hooks,
 }
 
 /// The handlers, timers and daemons of the controller's kind, and the config's indexes.
@@ -115,6 +117,9 @@ impl Ctx {
         let key = ObjectKey::of(obj);
         self.objects.forget(&key);
         crate::handler::memos().forget(key.as_str());
+        if let Some(s) = self.revisions.shadow() {
+            s.forget(obj);
+        }
         self.beside
             .clock
             .as_ref()

@@ -13,11 +13,14 @@ mod prepare;
 mod reconcile;
 mod release;
 mod report;
+mod shadow;
 mod turn;
 
+pub(crate) use context::Ctx;
 pub(crate) use drive::start;
 pub(crate) use finalizers::{release_abandoned, release_patch};
 pub(crate) use prepare::{Fingerprint, Prepared, prepare};
+pub(crate) use shadow::Shadow;
 
 use crate::watch;
 

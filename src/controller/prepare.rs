@@ -402,6 +402,7 @@ impl Env<'_> {
                 clock: self.beside.as_ref().and_then(|(_, c)| c.clone()),
                 indexes: self.indexes.clone(),
             },
+            revisions: Default::default(),
         });
         Prepared {
             ctx,

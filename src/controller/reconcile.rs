@@ -268,6 +268,7 @@ mod tests {
             objects: Default::default(),
             pending: crate::queue::Pending::new("widgets"),
             beside: Beside::default(),
+            revisions: Default::default(),
         }
     }
 

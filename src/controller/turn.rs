@@ -175,18 +175,20 @@ async fn apply(
         conditions::set(&mut status, obj, Health::Ready);
         plan.status = Some(status);
     }
-    let outcome = ctx
-        .services
-        .applier
-        .apply(
-            obj,
-            &ctx.spec.kind,
-            &plan,
-            ctx.caches.for_apply(),
-            ctx.spec.children,
-            ctx.ledger(key, echoes),
-        )
-        .await?;
+    let applying = ctx.services.applier.apply(
+        obj,
+        &ctx.spec.kind,
+        &plan,
+        ctx.caches.for_apply(),
+        ctx.spec.children,
+        ctx.ledger(key, echoes),
+    );
+    // A candidate runs while the plan is carried out, so the reconcile takes at most as much
+    // longer as the candidate's own run.
+    let outcome = match ctx.revisions.shadow() {
+        None => applying.await?,
+        Some(shadow) => tokio::join!(applying, shadow.compare(obj, &plan)).0?,
+    };
     crate::metrics::applied(
         &ctx.spec.controller,
         outcome.children_applied,

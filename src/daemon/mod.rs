@@ -32,6 +32,9 @@ pub(crate) struct RunOptions {
     pub leader: Option<crate::leader::Settings>,
     /// How long in-flight reconciles may take to finish after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// A candidate revision of the config, run in the shadow of the active one
+    /// ([`crate::revisions`]).
+    pub candidate: Option<Arc<Operator>>,
 }
 
 impl Default for RunOptions {
@@ -40,6 +43,7 @@ impl Default for RunOptions {
             namespaces: Vec::new(),
             leader: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            candidate: None,
         }
     }
 }
@@ -91,6 +95,13 @@ pub(crate) async fn run(
     }
     let informers = Informers::new(client.clone());
     let prepared = controller::prepare(&op, &client, &opts.namespaces, &informers).await?;
+    let candidate = match &opts.candidate {
+        Some(c) => Some(Candidate::prepare(c, &client, &opts.namespaces, &informers).await?),
+        None => None,
+    };
+    if let Some(c) = &candidate {
+        c.attach(&prepared);
+    }
     let operator = op.config.model.operator.name.clone();
     if let Some(hook) = &op.handlers.startup {
         // Not ready (`report_synced` is not started) until the hook has succeeded.
@@ -109,6 +120,7 @@ pub(crate) async fn run(
         client: &client,
         opts: &opts,
         informers: &informers,
+        candidate: candidate.as_ref(),
     };
     // Schedules run beside the controllers, so on the leader only, and stop with them.
     let schedules = crate::handler::schedule::run_all(
@@ -203,6 +215,41 @@ struct Env<'a> {
     client: &'a kube::Client,
     opts: &'a RunOptions,
     informers: &'a Informers,
+    candidate: Option<&'a Candidate>,
+}
+
+/// The candidate revision's controllers, prepared over the run's informers and never started,
+/// and the book of where they diverge.
+struct Candidate {
+    prepared: Vec<Prepared>,
+    book: Arc<crate::revisions::Book>,
+}
+
+impl Candidate {
+    /// Prepares `op`'s controllers and serves their divergences on the metrics port.
+    async fn prepare(
+        op: &Operator,
+        client: &kube::Client,
+        namespaces: &[String],
+        informers: &Informers,
+    ) -> Result<Self, Error> {
+        let prepared = controller::prepare(op, client, namespaces, informers).await?;
+        let book = Arc::new(crate::revisions::Book::default());
+        let page = book.clone();
+        crate::metrics::server::serve_candidate(Box::new(move |text| page.page(text)));
+        tracing::info!(
+            candidate = %op.config.file.display(),
+            controllers = prepared.len(),
+            "candidate revision loaded; it runs in the shadow of the active one and writes nothing"
+        );
+        Ok(Self { prepared, book })
+    }
+
+    /// Shadows the controllers of `active` that the candidate has too.
+    fn attach(&self, active: &[Prepared]) {
+        let shadowed = crate::revisions::attach(active, &self.prepared, &self.book);
+        tracing::info!(shadowed, "controllers shadowed by the candidate revision");
+    }
 }
 
 /// Runs `prepared` until `shutdown`, replacing it with each new version from `updates`: the
@@ -269,7 +316,12 @@ async fn next_version(
             )
         };
         match ready.await {
-            Ok(prepared) => return (op, prepared),
+            Ok(prepared) => {
+                if let Some(c) = env.candidate {
+                    c.attach(&prepared);
+                }
+                return (op, prepared);
+            }
             Err(e) => u.failures.report(&e.to_string()).await,
         }
     }

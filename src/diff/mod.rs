@@ -15,14 +15,17 @@
 //! which a diff of the present state cannot know. Objects being deleted are skipped (`khai run`
 //! would call `finalize`, not `reconcile`).
 
+mod plans;
 mod report;
 
+pub(crate) use plans::between;
 pub(crate) use report::{Format, ObjectDiff, Report, Verdict};
 
-use crate::controller::Prepared;
+use crate::controller::{Ctx, Prepared};
 use crate::effects::Effects;
 use crate::effects::dry::Held;
 use crate::operator::Operator;
+use crate::reconcile::Plan;
 use crate::reconcile::conditions::{self, Health};
 use crate::script::CallArg;
 use crate::watch::{Informer, Informers};
@@ -127,7 +130,7 @@ async fn one(p: &Prepared, obj: Arc<DynamicObject>) -> ObjectDiff {
         return diff;
     }
     let held = Arc::new(Held::default());
-    diff.verdict = match selected(p, &obj).await {
+    diff.verdict = match selected(&p.ctx, &obj).await {
         Ok(true) => plan(p, &obj, &held).await,
         Ok(false) => Verdict::Skipped("not selected by the controller's filters".into()),
         Err(e) => Verdict::Failed(e),
@@ -137,8 +140,8 @@ async fn one(p: &Prepared, obj: Arc<DynamicObject>) -> ObjectDiff {
 }
 
 /// Whether the controller's annotation filter and `when` select `obj`, as `khai run` decides.
-async fn selected(p: &Prepared, obj: &DynamicObject) -> Result<bool, String> {
-    let spec = &p.ctx.spec;
+pub(crate) async fn selected(ctx: &Ctx, obj: &DynamicObject) -> Result<bool, String> {
+    let spec = &ctx.spec;
     if !spec
         .annotations
         .iter()
@@ -153,7 +156,7 @@ async fn selected(p: &Prepared, obj: &DynamicObject) -> Result<bool, String> {
         crate::script::object_view(obj).map_err(|e| format!("cannot read the object: {e}"))?;
     let mut args = vec![CallArg::Json(view)];
     if spec.script.has_function(when, 2) {
-        args.push(CallArg::Ctx(p.ctx.related_ctx(obj)));
+        args.push(CallArg::Ctx(ctx.related_ctx(obj)));
     }
     match spec.script.call_args_async(when, args).await {
         Ok(v) => Ok(v == Value::Bool(true)),
@@ -164,29 +167,11 @@ async fn selected(p: &Prepared, obj: &DynamicObject) -> Result<bool, String> {
 /// The script's plan for `obj`, its side effects held in `held`, compared with the cluster.
 async fn plan(p: &Prepared, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdict {
     let ctx = &p.ctx;
-    let Some(function) = &ctx.spec.function else {
-        return Verdict::Skipped("the controller runs no reconcile".into());
+    let plan = match held_plan(ctx, obj, held).await {
+        Ok(Some(plan)) => plan,
+        Ok(None) => return Verdict::Skipped("the controller runs no reconcile".into()),
+        Err(e) => return Verdict::Failed(e),
     };
-    let mut script_ctx = ctx.script_ctx(obj);
-    script_ctx.effects = script_ctx.effects.map(|e| {
-        Arc::new(Effects {
-            dry: Some(held.clone()),
-            ..(*e).clone()
-        })
-    });
-    if let Err(e) = crate::script::has_view(obj) {
-        return Verdict::Failed(format!("cannot read the object: {e}"));
-    }
-    let mut plan =
-        match crate::reconcile::plan(&ctx.spec.script, function, obj.clone(), script_ctx).await {
-            Ok(plan) => plan,
-            Err(e) => return Verdict::Failed(e.to_string()),
-        };
-    if ctx.spec.manage_status {
-        let mut status = plan.status.take().unwrap_or_default();
-        conditions::set(&mut status, obj, Health::Ready);
-        plan.status = Some(status);
-    }
     let preview = ctx
         .services
         .applier
@@ -202,4 +187,41 @@ async fn plan(p: &Prepared, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdi
         Ok(preview) => Verdict::Planned(preview),
         Err(e) => Verdict::Failed(e.to_string()),
     }
+}
+
+/// The plan `ctx`'s controller makes for `obj`, as `khai run` would carry it out (with
+/// `observedGeneration` and `Ready` where khai owns the status), its script's side effects held
+/// in `held` and its `ctx.memo` a copy; `None` for a controller that runs no reconcile.
+pub(crate) async fn held_plan(
+    ctx: &Ctx,
+    obj: &Arc<DynamicObject>,
+    held: &Arc<Held>,
+) -> Result<Option<Plan>, String> {
+    let Some(function) = &ctx.spec.function else {
+        return Ok(None);
+    };
+    let mut script_ctx = ctx.script_ctx(obj);
+    // The object's memo as it is, but what the script sets in it stays with this run: held,
+    // as its writes are.
+    script_ctx.memo = script_ctx
+        .memo
+        .map(|m| crate::script::memo::Memo::from_map(m.snapshot()));
+    script_ctx.effects = script_ctx.effects.map(|e| {
+        Arc::new(Effects {
+            dry: Some(held.clone()),
+            ..(*e).clone()
+        })
+    });
+    if let Err(e) = crate::script::has_view(obj) {
+        return Err(format!("cannot read the object: {e}"));
+    }
+    let mut plan = crate::reconcile::plan(&ctx.spec.script, function, obj.clone(), script_ctx)
+        .await
+        .map_err(|e| e.to_string())?;
+    if ctx.spec.manage_status {
+        let mut status = plan.status.take().unwrap_or_default();
+        conditions::set(&mut status, obj, Health::Ready);
+        plan.status = Some(status);
+    }
+    Ok(Some(plan))
 }

@@ -81,6 +81,60 @@ impl ObjectDiff {
         planned || !self.calls.is_empty()
     }
 
+    /// Whether the object would change or fails: what a report lists.
+    pub(crate) fn listed(&self) -> bool {
+        self.changes() || !matches!(self.verdict, Verdict::Planned(_))
+    }
+
+    /// The object as one entry of a report's `objects`.
+    pub(crate) fn json(&self) -> Value {
+        let mut v = json!({
+            "controller": self.controller, "kind": self.kind,
+            "namespace": self.namespace, "name": self.name,
+        });
+        match &self.verdict {
+            Verdict::Failed(why) => v["error"] = json!(why),
+            Verdict::Planned(p) => {
+                v["children"] = p.children.iter().map(child_json).collect();
+                v["pruned"] = json!(p.pruned);
+                v["status"] = json!(p.status);
+            }
+            Verdict::Skipped(why) => v["skipped"] = json!(why),
+        }
+        if !self.calls.is_empty() {
+            v["calls"] = json!(self.calls);
+        }
+        v
+    }
+
+    /// The object's block of a text report, when it would change or fails.
+    pub(crate) fn text(&self, out: &mut String) {
+        match &self.verdict {
+            Verdict::Failed(why) => {
+                let _ = writeln!(
+                    out,
+                    "{} (controller {}): fails: {why}",
+                    self.object(),
+                    self.controller
+                );
+            }
+            Verdict::Planned(p) if self.changes() => {
+                let _ = writeln!(out, "{} (controller {}):", self.object(), self.controller);
+                planned_text(out, p);
+            }
+            _ if !self.calls.is_empty() => {
+                let _ = writeln!(out, "{} (controller {}):", self.object(), self.controller);
+            }
+            _ => return,
+        }
+        for call in &self.calls {
+            let _ = writeln!(out, "  would call {call} (not sent)");
+        }
+        if self.more_calls > 0 {
+            let _ = writeln!(out, "  and {} more calls (not sent)", self.more_calls);
+        }
+    }
+
     fn refused(&self) -> usize {
         match &self.verdict {
             Verdict::Planned(p) => p.children.iter().filter(|c| c.refused.is_some()).count(),
@@ -169,30 +223,7 @@ impl Report {
     fn text(&self) -> String {
         let mut out = String::new();
         for o in &self.objects {
-            match &o.verdict {
-                Verdict::Failed(why) => {
-                    let _ = writeln!(
-                        out,
-                        "{} (controller {}): fails: {why}",
-                        o.object(),
-                        o.controller
-                    );
-                }
-                Verdict::Planned(p) if o.changes() => {
-                    let _ = writeln!(out, "{} (controller {}):", o.object(), o.controller);
-                    planned_text(&mut out, p);
-                }
-                _ if !o.calls.is_empty() => {
-                    let _ = writeln!(out, "{} (controller {}):", o.object(), o.controller);
-                }
-                _ => continue,
-            }
-            for call in &o.calls {
-                let _ = writeln!(out, "  would call {call} (not sent)");
-            }
-            if o.more_calls > 0 {
-                let _ = writeln!(out, "  and {} more calls (not sent)", o.more_calls);
-            }
+            o.text(&mut out);
         }
         let s = self.summary();
         let _ = writeln!(
@@ -218,26 +249,8 @@ impl Report {
         let objects: Vec<Value> = self
             .objects
             .iter()
-            .filter(|o| o.changes() || !matches!(o.verdict, Verdict::Planned(_)))
-            .map(|o| {
-                let mut v = json!({
-                    "controller": o.controller, "kind": o.kind,
-                    "namespace": o.namespace, "name": o.name,
-                });
-                match &o.verdict {
-                    Verdict::Failed(why) => v["error"] = json!(why),
-                    Verdict::Planned(p) => {
-                        v["children"] = p.children.iter().map(child_json).collect();
-                        v["pruned"] = json!(p.pruned);
-                        v["status"] = json!(p.status);
-                    }
-                    Verdict::Skipped(why) => v["skipped"] = json!(why),
-                }
-                if !o.calls.is_empty() {
-                    v["calls"] = json!(o.calls);
-                }
-                v
-            })
+            .filter(|o| o.listed())
+            .map(ObjectDiff::json)
             .collect();
         json!({ "objects": objects, "summary": self.summary() })
     }

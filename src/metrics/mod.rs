@@ -13,11 +13,11 @@ mod tally;
 
 pub(crate) use record::{LiveWatch, WatchRestart, console_history_bytes, leases, queue_now};
 pub(crate) use record::{
-    applied, config_loaded, config_reloaded, controller_failed, controller_started, echo_skipped,
-    events_dropped, hot_loop, http_request, leader, queue_add, queue_retry, queue_state,
-    rate_limited, reconcile_finished, reconcile_overlap, reconcile_started, request_sent,
-    schedule_run, script_api_call, script_call, script_limit_abort, status_written,
-    watch_restarted, watch_started, webhook_request,
+    applied, candidate_divergent, candidate_error, config_loaded, config_reloaded,
+    controller_failed, controller_started, echo_skipped, events_dropped, hot_loop, http_request,
+    leader, queue_add, queue_retry, queue_state, rate_limited, reconcile_finished,
+    reconcile_overlap, reconcile_started, request_sent, schedule_run, script_api_call, script_call,
+    script_limit_abort, status_written, watch_restarted, watch_started, webhook_request,
 };
 pub(crate) use tally::{Tally, tallied};
 
@@ -57,6 +57,8 @@ struct Metrics {
     controller_failures: IntCounterVec,
     reconcile_overlaps: IntCounterVec,
     hot_loops: IntCounterVec,
+    candidate_divergent: IntGaugeVec,
+    candidate_errors: IntCounterVec,
     events_dropped: IntCounterVec,
     echo_skips: IntCounterVec,
     schedule_runs: IntCounterVec,
@@ -292,6 +294,18 @@ impl Metrics {
                 &r,
                 "khai_hot_loops_total",
                 "Objects paused because their reconciles kept writing (each pause counts once)",
+                ctl,
+            ),
+            candidate_divergent: gauge(
+                &r,
+                "khai_candidate_divergent_objects",
+                "Objects whose last reconcile the candidate revision planned differently from the active one (or failed, or would not reconcile)",
+                ctl,
+            ),
+            candidate_errors: counter(
+                &r,
+                "khai_candidate_errors_total",
+                "Shadow runs of the candidate revision that failed where the active revision made a plan",
                 ctl,
             ),
             events_dropped: counter(

@@ -236,6 +236,23 @@ pub(crate) fn hot_loop(controller: &str) {
     super::tally::add(|t| t.hot_loop = true);
 }
 
+/// `n` objects of `controller` are divergent under the candidate revision.
+pub(crate) fn candidate_divergent(controller: &str, n: usize) {
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    METRICS
+        .candidate_divergent
+        .with_label_values(&[controller])
+        .set(n);
+}
+
+/// A shadow run of the candidate revision of `controller` failed.
+pub(crate) fn candidate_error(controller: &str) {
+    METRICS
+        .candidate_errors
+        .with_label_values(&[controller])
+        .inc();
+}
+
 /// An answer of `controller` asked for `n` Events more than khai records per answer.
 pub(crate) fn events_dropped(controller: &str, n: usize) {
     METRICS

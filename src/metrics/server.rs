@@ -1,4 +1,5 @@
-//! The operations port: `/metrics` (Prometheus text format), `/healthz` and `/readyz`.
+//! The operations port: `/metrics` (Prometheus text format), `/healthz` and `/readyz`, and with a
+//! candidate revision `/candidate/divergent` (see [`serve_candidate`]).
 //!
 //! Plain HTTP/1.1 on its own listener, apart from any webhook server, so scraping and probing
 //! never compete with admission traffic. `/healthz` is answered by a task on the same runtime as
@@ -52,6 +53,17 @@ async fn handle(req: Request<Incoming>) -> Response<Full<Bytes>> {
     reply(status, ctype, body)
 }
 
+/// What renders the candidate revision's divergent objects: `true` for text, `false` for JSON.
+pub(crate) type CandidatePage = Box<dyn Fn(bool) -> String + Send + Sync>;
+
+static CANDIDATE: std::sync::OnceLock<CandidatePage> = std::sync::OnceLock::new();
+
+/// Serves `page` at `/candidate/divergent` (JSON) and `/candidate/divergent.txt` (text) from
+/// now on; set once, by the daemon that runs a candidate.
+pub(crate) fn serve_candidate(page: CandidatePage) {
+    let _ = CANDIDATE.set(page);
+}
+
 /// What each path answers: status, content type, body.
 fn route(path: &str) -> (StatusCode, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
@@ -61,6 +73,15 @@ fn route(path: &str) -> (StatusCode, &'static str, String) {
         "/readyz" => match super::not_ready() {
             None => (StatusCode::OK, TEXT, "ok\n".into()),
             Some(why) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, format!("{why}\n")),
+        },
+        "/candidate/divergent" | "/candidate/divergent.txt" => match CANDIDATE.get() {
+            Some(page) if path.ends_with(".txt") => (StatusCode::OK, TEXT, page(true)),
+            Some(page) => (StatusCode::OK, "application/json", page(false)),
+            None => (
+                StatusCode::NOT_FOUND,
+                TEXT,
+                "no candidate revision is loaded (khai run --candidate)\n".into(),
+            ),
         },
         _ => (StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
     }

@@ -544,6 +544,48 @@ fn mount_mode_mounts_the_whole_configmap_and_roll_on_change_is_opt_in() {
     );
 }
 
+/// `candidate.files` runs khai with `--candidate /candidate`: the files in a ConfigMap of their
+/// own, mounted there, and a checksum that rolls the pods when they change; without it nothing
+/// of the candidate renders.
+#[test]
+fn a_candidate_is_mounted_and_passed_and_rolls_the_pods() {
+    let objs = docs(&helm::template(
+        "khai-hello",
+        &[
+            "-n",
+            "ops",
+            "--set-string",
+            "candidate.files.scripts/x\\.rhai=fn f() {}",
+        ],
+    ));
+    let cm = objs
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "khai-hello-candidate")
+        .unwrap();
+    assert_eq!(cm["data"], json!({ "scripts__x.rhai": "fn f() {}" }));
+    let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let pod = &d["spec"]["template"]["spec"];
+    let args = pod["containers"][0]["args"].as_array().unwrap();
+    let at = args.iter().position(|a| a == "--candidate").unwrap();
+    assert_eq!(args[at + 1], "/candidate");
+    assert_eq!(
+        pod["volumes"],
+        json!([{ "name": "candidate", "configMap": { "name": "khai-hello-candidate" } }])
+    );
+    assert_eq!(
+        pod["containers"][0]["volumeMounts"],
+        json!([{ "name": "candidate", "mountPath": "/candidate", "readOnly": true }])
+    );
+    let annotations = &d["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(
+        annotations["checksum/candidate"].as_str().unwrap().len(),
+        64
+    );
+    let plain = docs(&helm::template("khai-hello", &["-n", "ops"]));
+    let d = plain.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert!(!d.to_string().contains("candidate"), "{d:#}");
+}
+
 #[test]
 fn chart_metadata_follows_helm_conventions() {
     let meta = chart_meta();

@@ -14,19 +14,19 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const CACHES: usize = 200;
+pub(crate) const CACHES: usize = 200;
 
 /// The size of Cache number `i`: 1 to 10, so half the Caches are larger than 5.
-fn size(i: usize) -> usize {
+pub(crate) fn size(i: usize) -> usize {
     i % 10 + 1
 }
 
 /// The line of examples/bench-cache's script that builds the ConfigMap's data.
-const DATA: &str = "data: #{ size: `${obj.spec.size}`, image: obj.spec.image },";
+pub(crate) const DATA: &str = "data: #{ size: `${obj.spec.size}`, image: obj.spec.image },";
 
 /// examples/bench-cache in `dir`, in API group `group`, with each `(from, to)` of `edits`
 /// replaced in its script.
-fn bench_cache(dir: &Path, group: &str, edits: &[(&str, &str)]) -> PathBuf {
+pub(crate) fn bench_cache(dir: &Path, group: &str, edits: &[(&str, &str)]) -> PathBuf {
     example_copy("bench-cache", dir, "diff-cache", group);
     let toml = dir.join("operator.toml");
     let text = std::fs::read_to_string(&toml).unwrap();
@@ -86,8 +86,29 @@ async fn run_diff(
     )
 }
 
+/// Creates the Caches `cache-0` to `cache-{n-1}`, 32 at a time.
+pub(crate) async fn create_caches(caches: &Api<DynamicObject>, group: &str, n: usize) {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let caches = caches.clone();
+            async move {
+                let cache: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": format!("{group}/v1"), "kind": "Cache",
+                    "metadata": { "name": format!("cache-{i}") },
+                    "spec": { "size": size(i), "image": "redis" },
+                }))
+                .unwrap();
+                caches.create(&PostParams::default(), &cache).await
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("create the Caches");
+}
+
 /// Waits until every Cache has the status khai writes after applying its children.
-async fn all_reconciled(caches: &Api<DynamicObject>) {
+pub(crate) async fn all_reconciled(caches: &Api<DynamicObject>) {
     let mut ready = BTreeSet::new();
     let stream = kube::runtime::watcher(caches.clone(), Default::default());
     let stream = kube::runtime::WatchStreamExt::applied_objects(stream);
@@ -134,24 +155,7 @@ async fn diff_lists_exactly_the_writes_a_candidate_would_make_and_the_refused_on
     let khai = Khai::start(&live, &ns.name, &[]);
     wait_for_crd(&client, &format!("caches.{group}")).await;
     let caches = custom_api(&client, &ns.name, &group, "Cache", "caches");
-    futures::stream::iter(0..CACHES)
-        .map(|i| {
-            let caches = caches.clone();
-            let group = group.clone();
-            async move {
-                let cache: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": format!("{group}/v1"), "kind": "Cache",
-                    "metadata": { "name": format!("cache-{i}") },
-                    "spec": { "size": size(i), "image": "redis" },
-                }))
-                .unwrap();
-                caches.create(&PostParams::default(), &cache).await
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("create the Caches");
+    create_caches(&caches, &group, CACHES).await;
     all_reconciled(&caches).await;
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai run stops cleanly");

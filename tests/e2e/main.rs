@@ -45,6 +45,7 @@ mod release;
 mod reload;
 mod replace;
 mod restart;
+mod rollouts;
 mod schedules;
 mod servers;
 mod side_effects;

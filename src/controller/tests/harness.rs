@@ -295,6 +295,7 @@ impl Harness {
                 clock,
                 indexes: None,
             },
+            revisions: Default::default(),
         })
     }
 
