@@ -11,6 +11,7 @@
 
 mod cache;
 mod memo;
+mod ready;
 mod reconcile;
 
 use std::{sync::Arc, time::Duration};
@@ -56,7 +57,7 @@ async fn run(client: Client, resync: Option<Duration>) {
 
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        config_maps,
+        config_maps: ready::ReadyStore::new(config_maps),
         written: memo::Written::default(),
     });
     let mut controller = Controller::new(Api::<Cache>::all(client), watcher::Config::default())

@@ -11,14 +11,12 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{
-        controller::Action,
-        reflector::{ObjectRef, Store},
-    },
+    runtime::{controller::Action, reflector::ObjectRef},
 };
 
 use crate::cache::{Cache, CacheStatus};
 use crate::memo::Written;
+use crate::ready::ReadyStore;
 
 /// The field manager for server-side apply and status patches.
 pub const MANAGER: &str = "kube-rs-baseline";
@@ -26,7 +24,7 @@ pub const MANAGER: &str = "kube-rs-baseline";
 pub struct Ctx {
     pub client: Client,
     /// Owned ConfigMaps, as the reflector behind `owns_stream` last saw them.
-    pub config_maps: Store<ConfigMap>,
+    pub config_maps: ReadyStore<ConfigMap>,
     /// Writes this process made that the caches may not show yet.
     pub written: Written,
 }
@@ -52,11 +50,12 @@ pub async fn reconcile(cache: Arc<Cache>, ctx: Arc<Ctx>) -> Result<Action, Error
 
     // The Controller holds reconciles until the Cache store is listed, not our ConfigMap store;
     // without this wait a fresh start would re-apply every existing ConfigMap.
-    ctx.config_maps
-        .wait_until_ready()
+    let config_maps = ctx
+        .config_maps
+        .ready()
         .await
         .map_err(|_| Error::Missing("ConfigMap watch"))?;
-    let cached = ctx.config_maps.get(&ObjectRef::new(&cm_name).within(&ns));
+    let cached = config_maps.get(&ObjectRef::new(&cm_name).within(&ns));
     let (key, seen) = (
         format!("cm/{ns}/{cm_name}"),
         resource_version(cached.as_deref()),
