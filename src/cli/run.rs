@@ -48,11 +48,20 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         Source::Path(path) => Some(load_disk(path)?),
         Source::ConfigMap(_) => None,
     };
-    let candidate = match &args.candidate {
-        Some(path) => Some(std::sync::Arc::new(
-            Operator::load(path).with_context(|| format!("the candidate {}", path.display()))?,
-        )),
-        None => None,
+    // A candidate that does not load is said (once logging is up) and left out: the active
+    // revision runs as it would without one, so a broken candidate never takes the operator down.
+    let (candidate, candidate_problem) = match &args.candidate {
+        Some(path) => match Operator::load(path) {
+            Ok(op) => (Some(std::sync::Arc::new(op)), None),
+            Err(e) => (
+                None,
+                Some(format!(
+                    "the candidate {} does not load, so nothing runs in its shadow: {e:#}",
+                    path.display()
+                )),
+            ),
+        },
+        None => (None, None),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -86,6 +95,9 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::info!(config = %op.config.file.display(), version = env!("CARGO_PKG_VERSION"), qps = limits.qps, burst = limits.burst, "khai starting");
         for w in &op.config.warnings {
             tracing::warn!("{w}");
+        }
+        if let Some(problem) = &candidate_problem {
+            tracing::error!("{problem}");
         }
         if !crate::script::is_counting() {
             // An embedder installed another allocator: scripts still run, but unbounded in memory.

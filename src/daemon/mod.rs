@@ -96,7 +96,14 @@ pub(crate) async fn run(
     let informers = Informers::new(client.clone());
     let prepared = controller::prepare(&op, &client, &opts.namespaces, &informers).await?;
     let candidate = match &opts.candidate {
-        Some(c) => Some(Candidate::prepare(c, &client, &opts.namespaces, &informers).await?),
+        Some(c) => match Candidate::prepare(c, &client, &opts.namespaces, &informers).await {
+            Ok(c) => Some(c),
+            // The active revision runs as it would without a candidate.
+            Err(e) => {
+                tracing::error!(error = %e, "the candidate revision cannot be prepared, so nothing runs in the shadow");
+                None
+            }
+        },
         None => None,
     };
     if let Some(c) = &candidate {

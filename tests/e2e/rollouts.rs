@@ -159,3 +159,45 @@ async fn a_shadow_candidate_writes_nothing_and_reports_exactly_the_divergent_obj
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0));
 }
+
+/// A candidate that does not load (here a syntax error) is said, naming its file, and left out:
+/// the active revision starts and reconciles as it would without one.
+#[tokio::test]
+async fn a_candidate_that_does_not_load_leaves_the_active_revision_running() {
+    let client = crate::support::client().await;
+    let ns = TestNamespace::new(&client, "shadow-broken").await;
+    let group = format!(
+        "b{:x}.shadow.khai.dev",
+        crate::support::nanos_u64() % 0xffff_ffff
+    );
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let active = bench_cache(dirs[0].path(), &group, &[]);
+    let candidate = bench_cache(dirs[1].path(), &group, &[(DATA, "data: #{ size: ")]);
+    let khai = Khai::start(
+        &active,
+        &ns.name,
+        &["--candidate", candidate.to_str().unwrap()],
+    );
+    wait_for_crd(&client, &format!("caches.{group}")).await;
+    let caches = custom_api(&client, &ns.name, &group, "Cache", "caches");
+    create_caches(&caches, &group, 1).await;
+    let ready = |o: Option<&kube::api::DynamicObject>| {
+        o.is_some_and(|o| o.data["status"]["phase"] == "Ready")
+    };
+    crate::support::wait_for(
+        &caches,
+        "cache-0",
+        "the active revision to reconcile",
+        ready,
+    )
+    .await;
+    let (code, log) = khai.terminate().await;
+    assert_eq!(code, Some(0));
+    let said = log
+        .iter()
+        .any(|l| l.contains("does not load") && l.contains("cache.rhai"));
+    assert!(
+        said,
+        "the candidate's problem is said, naming its script: {log:#?}"
+    );
+}
