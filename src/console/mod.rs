@@ -14,8 +14,10 @@ mod history;
 mod overview;
 mod server;
 mod sse;
+mod trigger;
 
 pub(crate) use server::{bind, serve};
+pub(crate) use trigger::{Trigger, Triggers};
 
 use history::{History, ObjectKey, Turn};
 use kube::ResourceExt;
@@ -79,8 +81,14 @@ fn now_ms() -> u64 {
 }
 
 /// Runs one reconcile of `obj` by `controller` and, with the console on, records how it ended:
-/// its time, result, error (in the words khai reports on the object) and what it wrote.
-pub(crate) async fn turn<F, E>(controller: &str, obj: Arc<DynamicObject>, reconcile: F) -> F::Output
+/// its time, what triggered it (`triggers`, as queued; none when kube-runtime scheduled it), its
+/// result, error (in the words khai reports on the object) and what it wrote.
+pub(crate) async fn turn<F, E>(
+    controller: &str,
+    obj: Arc<DynamicObject>,
+    triggers: Triggers,
+    reconcile: F,
+) -> F::Output
 where
     F: Future<Output = Result<Action, E>>,
     E: Display,
@@ -88,6 +96,20 @@ where
     let Some(console) = CONSOLE.get() else {
         return reconcile.await;
     };
+    let key = ObjectKey {
+        controller: controller.to_string(),
+        namespace: obj.namespace(),
+        name: obj.name_any(),
+    };
+    let triggers = match triggers.is_empty() {
+        true => console.history.scheduled(&key),
+        false => triggers,
+    };
+    let reloaded = triggers.contains(Trigger::Start)
+        && crate::sync::lock(&console.overview)
+            .reloads
+            .iter()
+            .any(|r| r.result == "reloaded");
     let started = std::time::Instant::now();
     let (result, writes) = crate::metrics::tallied(reconcile).await;
     let (label, error) = match &result {
@@ -95,15 +117,11 @@ where
         Ok(_) => ("requeue", None),
         Err(e) => ("error", Some(e.to_string())),
     };
-    let key = ObjectKey {
-        controller: controller.to_string(),
-        namespace: obj.namespace(),
-        name: obj.name_any(),
-    };
     let phase = obj.data["status"]["phase"].as_str().map(str::to_string);
     let turn = Turn {
         at_ms: now_ms(),
         took_ms: started.elapsed().as_secs_f64() * 1000.0,
+        triggers: trigger::Named { triggers, reloaded },
         result: label,
         error,
         writes,

@@ -18,7 +18,7 @@ pub(crate) use record::{
     schedule_run, script_api_call, script_call, script_limit_abort, status_written,
     watch_restarted, watch_started, webhook_request,
 };
-pub(crate) use record::{console_history_bytes, leases, queue_now};
+pub(crate) use record::{clock_wake, console_history_bytes, leases, queue_now};
 pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;

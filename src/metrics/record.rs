@@ -192,6 +192,11 @@ pub(crate) fn hot_loop(controller: &str) {
     super::tally::add(|t| t.hot_loop = true);
 }
 
+/// The reconcile running in this task asks to be woken first for a timer or daemon.
+pub(crate) fn clock_wake() {
+    super::tally::add(|t| t.clock_wake = true);
+}
+
 /// An answer of `controller` asked for `n` Events more than khai records per answer.
 pub(crate) fn events_dropped(controller: &str, n: usize) {
     METRICS

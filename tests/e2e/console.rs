@@ -159,18 +159,18 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
         .await
         .unwrap();
 
-    // Either may come first.
-    let seen = std::sync::Mutex::new((false, false));
+    // Either may come first; broken fails twice, the second time on its backoff retry.
+    let seen = std::sync::Mutex::new((0, false));
     wait_for_change(
         &mut events,
-        "a failed turn of broken and a successful one of sessions",
+        "two failed turns of broken and a successful one of sessions",
         |c| {
             let mut seen = seen.lock().unwrap();
             if c["type"] == "turn" {
-                seen.0 |= c["name"] == "broken" && c["result"] == "error";
+                seen.0 += usize::from(c["name"] == "broken" && c["result"] == "error");
                 seen.1 |= c["name"] == "sessions" && c["result"] == "success";
             }
-            seen.0 && seen.1
+            seen.0 >= 2 && seen.1
         },
     )
     .await;
@@ -226,8 +226,16 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
                 && e["message"].as_str().is_some_and(|m| m.contains(&expected))),
         "no Warning Event with the error: {detail}"
     );
+    let turns = detail["history"].as_array().unwrap();
+    let triggers: Vec<&Value> = turns.iter().rev().map(|t| &t["triggers"]).collect();
+    assert_eq!(
+        triggers[..2],
+        [&json!(["parent"]), &json!(["backoff"])],
+        "created, then retried after its failure: {detail}"
+    );
     let sessions = get_json(&addr, &format!("/api/objects/cache/{}/sessions", ns.name)).await;
     let first = sessions["history"].as_array().unwrap().last().unwrap();
+    assert_eq!(first["triggers"], json!(["parent"]), "{sessions}");
     assert_eq!(
         (&first["applied"], &first["status_written"]),
         (&json!(2), &json!(true)),

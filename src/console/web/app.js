@@ -110,8 +110,8 @@ async function showObject(controller, namespace, name) {
       el("dt", {}, "phase"), el("dd", {}, o.phase || "–"),
       el("dt", {}, "state"), el("dd", {}, result(o.state))),
     el("h2", {}, "Last reconciles"),
-    table(["when", "took", "result", "writes", "error"], o.history.map(t =>
-      [when(t.at_ms), ms(t.took_ms), result(t.result), writes(t),
+    table(["when", "trigger", "took", "result", "writes", "error"], o.history.map(t =>
+      [when(t.at_ms), t.triggers.join(", ") || "–", ms(t.took_ms), result(t.result), writes(t),
         t.error ? el("pre", { class: "error-text" }, t.error) : ""]), "none"),
     el("h2", {}, "Events"),
     o.events_error ? el("p", { class: "error" }, o.events_error) :
