@@ -4,7 +4,8 @@
 //!
 //! Off unless `--console` is given, and then only on a loopback address: the console has no
 //! authentication of its own. The daemon records into it through three functions: [`turn`]
-//! wraps each reconcile, [`config_loaded`] and [`reload_failed`] follow the config. What they
+//! wraps each reconcile, [`config_loaded`] and [`reload_failed`] follow the config; and it
+//! hands it the [`playground`] of each config version it runs. What they
 //! record is bounded ([`history`], [`overview`]) and lives as long as the process. With the
 //! console off each of them returns at once.
 
@@ -12,10 +13,12 @@ mod api;
 mod assets;
 mod history;
 mod overview;
+mod playground;
 mod server;
 mod sse;
 mod trigger;
 
+pub(crate) use playground::{Play, PlayError, Playground, Source};
 pub(crate) use server::{bind, serve};
 pub(crate) use trigger::{Trigger, Triggers};
 
@@ -38,6 +41,8 @@ pub(crate) struct Console {
     history: History,
     overview: Mutex<Overview>,
     client: kube::Client,
+    /// What runs the playground's requests against the running config, once it runs.
+    playground: Mutex<Option<Arc<dyn Playground>>>,
     /// One JSON line per change (a turn, a config load or failure), for the SSE clients.
     feed: broadcast::Sender<Arc<str>>,
 }
@@ -58,8 +63,13 @@ impl Console {
             history: History::new(max_bytes),
             overview: Mutex::new(Overview::default()),
             client,
+            playground: Mutex::new(None),
             feed: broadcast::channel(FEED_CAPACITY).0,
         }
+    }
+
+    fn playground(&self) -> Option<Arc<dyn Playground>> {
+        crate::sync::lock(&self.playground).clone()
     }
 
     fn announce(&self, change: &serde_json::Value) {
@@ -137,6 +147,18 @@ where
         "result": label,
     }));
     result
+}
+
+/// The playground runs against `p` from now on: the controllers of the config running now.
+pub(crate) fn playground(p: Arc<dyn Playground>) {
+    if let Some(console) = CONSOLE.get() {
+        *crate::sync::lock(&console.playground) = Some(p);
+    }
+}
+
+/// Whether the console is on, so the daemon prepares nothing for it otherwise.
+pub(crate) fn enabled() -> bool {
+    CONSOLE.get().is_some()
 }
 
 /// The config `op` (hashed as `hash`) is running now, at start or after a reload.

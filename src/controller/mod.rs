@@ -15,6 +15,7 @@ mod release;
 mod report;
 mod turn;
 
+pub(crate) use context::Ctx;
 pub(crate) use drive::start;
 pub(crate) use finalizers::{release_abandoned, release_patch};
 pub(crate) use prepare::{Fingerprint, Prepared, prepare};

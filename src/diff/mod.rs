@@ -19,12 +19,12 @@ mod report;
 
 pub(crate) use report::{Format, ObjectDiff, Report, Verdict};
 
-use crate::controller::Prepared;
+use crate::controller::{Ctx, Prepared};
 use crate::effects::Effects;
 use crate::effects::dry::Held;
 use crate::operator::Operator;
 use crate::reconcile::conditions::{self, Health};
-use crate::script::CallArg;
+use crate::script::{CallArg, Script};
 use crate::watch::{Informer, Informers};
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -120,15 +120,21 @@ async fn synced(
 
 /// What `khai run` would do for one object of `p`'s controller.
 async fn one(p: &Prepared, obj: Arc<DynamicObject>) -> ObjectDiff {
-    let ctx = &p.ctx;
+    object_with(&p.ctx, &p.ctx.spec.script, obj).await
+}
+
+/// What a running controller (`ctx`) would do for `obj` if its script were `script`: the same
+/// filters, `reconcile` with read-only effects and previewed plan as `khai diff`, against the
+/// controller's own caches (the console's playground).
+pub(crate) async fn object_with(ctx: &Ctx, script: &Script, obj: Arc<DynamicObject>) -> ObjectDiff {
     let mut diff = ObjectDiff::of(&ctx.spec.controller, &obj);
     if obj.metadata.deletion_timestamp.is_some() {
         diff.verdict = Verdict::Skipped("being deleted: khai would call finalize".into());
         return diff;
     }
     let held = Arc::new(Held::default());
-    diff.verdict = match selected(p, &obj).await {
-        Ok(true) => plan(p, &obj, &held).await,
+    diff.verdict = match selected(ctx, script, &obj).await {
+        Ok(true) => plan(ctx, script, &obj, &held).await,
         Ok(false) => Verdict::Skipped("not selected by the controller's filters".into()),
         Err(e) => Verdict::Failed(e),
     };
@@ -137,8 +143,8 @@ async fn one(p: &Prepared, obj: Arc<DynamicObject>) -> ObjectDiff {
 }
 
 /// Whether the controller's annotation filter and `when` select `obj`, as `khai run` decides.
-async fn selected(p: &Prepared, obj: &DynamicObject) -> Result<bool, String> {
-    let spec = &p.ctx.spec;
+async fn selected(ctx: &Ctx, script: &Script, obj: &DynamicObject) -> Result<bool, String> {
+    let spec = &ctx.spec;
     if !spec
         .annotations
         .iter()
@@ -152,18 +158,17 @@ async fn selected(p: &Prepared, obj: &DynamicObject) -> Result<bool, String> {
     let view =
         crate::script::object_view(obj).map_err(|e| format!("cannot read the object: {e}"))?;
     let mut args = vec![CallArg::Json(view)];
-    if spec.script.has_function(when, 2) {
-        args.push(CallArg::Ctx(p.ctx.related_ctx(obj)));
+    if script.has_function(when, 2) {
+        args.push(CallArg::Ctx(ctx.related_ctx(obj)));
     }
-    match spec.script.call_args_async(when, args).await {
+    match script.call_args_async(when, args).await {
         Ok(v) => Ok(v == Value::Bool(true)),
         Err(e) => Err(format!("{when}() fails: {e}")),
     }
 }
 
 /// The script's plan for `obj`, its side effects held in `held`, compared with the cluster.
-async fn plan(p: &Prepared, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdict {
-    let ctx = &p.ctx;
+async fn plan(ctx: &Ctx, script: &Script, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdict {
     let Some(function) = &ctx.spec.function else {
         return Verdict::Skipped("the controller runs no reconcile".into());
     };
@@ -177,11 +182,10 @@ async fn plan(p: &Prepared, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdi
     if let Err(e) = crate::script::has_view(obj) {
         return Verdict::Failed(format!("cannot read the object: {e}"));
     }
-    let mut plan =
-        match crate::reconcile::plan(&ctx.spec.script, function, obj.clone(), script_ctx).await {
-            Ok(plan) => plan,
-            Err(e) => return Verdict::Failed(e.to_string()),
-        };
+    let mut plan = match crate::reconcile::plan(script, function, obj.clone(), script_ctx).await {
+        Ok(plan) => plan,
+        Err(e) => return Verdict::Failed(e.to_string()),
+    };
     if ctx.spec.manage_status {
         let mut status = plan.status.take().unwrap_or_default();
         conditions::set(&mut status, obj, Health::Ready);

@@ -105,6 +105,7 @@ async function showObject(controller, namespace, name) {
   crumbs.replaceChildren(link("#/", "Overview"), " / ", link(`#/c/${enc(controller)}`, controller), " / ", shown);
   view.replaceChildren(
     el("h2", {}, `${o.kind} ${shown}`),
+    el("p", {}, link(`#/p/${enc(controller)}/${enc(namespace)}/${enc(name)}`, "Try an edited script on it in the playground")),
     el("dl", {},
       el("dt", {}, "uid"), el("dd", {}, o.uid),
       el("dt", {}, "phase"), el("dd", {}, o.phase || "–"),
@@ -120,11 +121,75 @@ async function showObject(controller, namespace, name) {
         "none"));
 }
 
+// The playground: the controller's script in an editor, run against one live object with
+// nothing written (POST /api/playground); the edit is offered as a ConfigMap patch.
+async function showPlayground(controller, namespace, name) {
+  const source = await get(`/api/playground/${enc(controller)}`);
+  crumbs.replaceChildren(link("#/", "Overview"), " / ", link(`#/c/${enc(controller)}`, controller), " / playground");
+  const target = el("input", { id: "object", value: namespace === "-" ? name : `${namespace}/${name}`, size: "40" });
+  const editor = el("textarea", { id: "script", spellcheck: "false", rows: "10" });
+  editor.value = source.text;
+  const run = el("button", { id: "run", type: "button" }, "Run (dry: nothing is written)");
+  const out = el("div", { id: "result" });
+  const patch = el("pre", { id: "patch", class: "code" });
+  const showPatch = () => {
+    patch.textContent = JSON.stringify({ data: { [source.key]: editor.value } }, null, 2);
+  };
+  editor.addEventListener("input", showPatch);
+  showPatch();
+  run.addEventListener("click", async () => {
+    const [ns, n] = target.value.includes("/") ? target.value.split("/", 2) : [null, target.value];
+    out.replaceChildren(el("p", { class: "muted" }, "Running…"));
+    try {
+      const res = await fetch("/api/playground", {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json" },
+        body: JSON.stringify({ controller, namespace: ns, name: n, script: editor.value }),
+      });
+      const body = await res.json();
+      if (!res.ok) throw new Error(body.error || res.statusText);
+      out.replaceChildren(...playResult(body));
+    } catch (e) {
+      out.replaceChildren(el("p", { class: "error" }, e.message));
+    }
+  });
+  view.replaceChildren(
+    el("h2", {}, `Playground: ${controller}`),
+    el("p", { class: "muted" }, `${source.file}: edit it and run it against a live object from khai's caches. ` +
+      "The plan is compared with the cluster and each child write is sent as a server-side dry run; nothing is stored."),
+    el("label", {}, "object ", target), " ", run,
+    editor, out,
+    el("h2", {}, "The edit as a ConfigMap patch"),
+    el("p", { class: "muted" }, "For a config held in a ConfigMap: kubectl patch configmap NAME --type merge --patch-file patch.json"),
+    patch);
+}
+
+function playResult(r) {
+  const o = r.object;
+  const parts = [el("h2", {}, "Result")];
+  if (!o) {
+    parts.push(el("p", { class: "success", id: "verdict" }, "nothing would change"));
+  } else if (o.error) {
+    parts.push(el("p", { class: "error", id: "verdict" }, "reconcile fails"), el("pre", { class: "error-text" }, o.error));
+  } else if (o.skipped) {
+    parts.push(el("p", { class: "muted", id: "verdict" }, `skipped: ${o.skipped}`));
+  } else {
+    const refused = (o.children || []).filter(c => c.refused);
+    parts.push(el("p", { class: refused.length ? "error" : "requeue", id: "verdict" },
+      refused.length ? `${refused.length} child write(s) refused by the API server's dry run` : "would write"));
+    parts.push(table(["child", "action", "dry run"], (o.children || []).map(c =>
+      [`${c.kind} ${c.namespace ? c.namespace + "/" : ""}${c.name}`, c.action || "", c.refused ? el("span", { class: "error" }, c.refused) : "accepted"]), "no child writes"));
+  }
+  parts.push(el("h2", {}, "Plan and diff"), el("pre", { class: "code", id: "diff" }, r.text));
+  return parts;
+}
+
 async function render() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   try {
     if (parts[0] === "c" && parts[1]) await showController(parts[1]);
     else if (parts[0] === "o" && parts.length === 4) await showObject(parts[1], parts[2], parts[3]);
+    else if (parts[0] === "p" && parts.length === 4) await showPlayground(parts[1], parts[2], parts[3]);
     else await showOverview();
   } catch (e) {
     view.replaceChildren(el("p", { class: "error" }, e.message));
@@ -144,7 +209,7 @@ function connect() {
   stream.onerror = () => { live.textContent = "○ reconnecting"; live.classList.remove("on"); };
   stream.onmessage = (m) => {
     const change = JSON.parse(m.data);
-    if (change.type !== "hello") soon();
+    if (change.type !== "hello" && !location.hash.startsWith("#/p/")) soon();
   };
 }
 
