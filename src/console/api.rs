@@ -12,6 +12,7 @@
 //!   ([`super::playground`]), the one request that is not a `GET`, and still writes nothing;
 //! - anything else: the web page ([`super::assets`]).
 
+use super::auth::Access;
 use super::history::ObjectKey;
 use super::{Console, assets, now_ms, playground, sse};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -60,6 +61,23 @@ impl RouteError {
 
 /// Answers one request.
 pub(super) async fn handle(console: &Console, req: Request<Incoming>) -> Response<Body> {
+    if let Some(auth) = &console.auth
+        && req.uri().path().starts_with("/api/")
+    {
+        let access = match req.method() == Method::POST {
+            true => Access::Playground,
+            false => Access::Read,
+        };
+        let operator = crate::sync::lock(&console.overview).operator.clone();
+        if let Err(denied) = auth.check(req.headers(), access, &operator).await {
+            let mut res = error_with(denied.status(), &denied.to_string());
+            if denied.status() == StatusCode::UNAUTHORIZED {
+                res.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            return res;
+        }
+    }
     if req.method() == Method::POST && req.uri().path() == "/api/playground" {
         return match playground::post(console.playground(), req).await {
             Ok(value) => json_reply(StatusCode::OK, &value),

@@ -2,8 +2,9 @@
 //! ([`api`]), a stream of Server-Sent Events ([`sse`]) and a web page ([`assets`]), served by
 //! [`server`] on its own port.
 //!
-//! Off unless `--console` is given, and then only on a loopback address: the console has no
-//! authentication of its own. The daemon records into it through three functions: [`turn`]
+//! Off unless `--console` is given. On a loopback address (and through `kubectl port-forward`)
+//! it asks for no credentials; elsewhere every API request needs a bearer token the API server
+//! authenticates and authorizes ([`auth`]). The daemon records into it through three functions: [`turn`]
 //! wraps each reconcile, [`config_loaded`] and [`reload_failed`] follow the config; and it
 //! hands it the [`playground`] of each config version it runs. What they
 //! record is bounded ([`history`], [`overview`]) and lives as long as the process. With the
@@ -11,6 +12,7 @@
 
 mod api;
 mod assets;
+mod auth;
 mod history;
 mod overview;
 mod playground;
@@ -41,6 +43,8 @@ pub(crate) struct Console {
     history: History,
     overview: Mutex<Overview>,
     client: kube::Client,
+    /// Off loopback: who may use the console.
+    auth: Option<auth::Auth>,
     /// What runs the playground's requests against the running config, once it runs.
     playground: Mutex<Option<Arc<dyn Playground>>>,
     /// One JSON line per change (a turn, a config load or failure), for the SSE clients.
@@ -58,10 +62,11 @@ impl std::fmt::Debug for Console {
 static CONSOLE: OnceLock<Arc<Console>> = OnceLock::new();
 
 impl Console {
-    fn new(client: kube::Client, max_bytes: usize) -> Self {
+    fn new(client: kube::Client, max_bytes: usize, authorize: bool) -> Self {
         Self {
             history: History::new(max_bytes),
             overview: Mutex::new(Overview::default()),
+            auth: authorize.then(|| auth::Auth::new(client.clone())),
             client,
             playground: Mutex::new(None),
             feed: broadcast::channel(FEED_CAPACITY).0,
@@ -78,9 +83,12 @@ impl Console {
     }
 }
 
-/// Turns recording on; called once, before the daemon starts, by [`bind`].
-fn enable(client: kube::Client) -> Arc<Console> {
-    Arc::clone(CONSOLE.get_or_init(|| Arc::new(Console::new(client, history::MAX_BYTES))))
+/// Turns recording on; called once, before the daemon starts, by [`bind`]. With `authorize`
+/// (off loopback), API requests need a token the API server authorizes.
+fn enable(client: kube::Client, authorize: bool) -> Arc<Console> {
+    Arc::clone(
+        CONSOLE.get_or_init(|| Arc::new(Console::new(client, history::MAX_BYTES, authorize))),
+    )
 }
 
 fn now_ms() -> u64 {
