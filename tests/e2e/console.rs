@@ -288,10 +288,9 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
     .await;
 }
 
-/// The page in a real headless Chromium (tests/e2e/console_page.js). Once the page shows the
-/// overview it says `ready`, and `change` makes a new object, which the overview must show
-/// without a reload.
-async fn browse(addr: &str, namespace: &str, expected: &str, change: impl AsyncFnOnce()) {
+/// playwright-core's directory and Chromium, or `None` (said) when they are not installed and
+/// not required.
+pub(crate) fn browser() -> Option<(PathBuf, PathBuf)> {
     let tools = std::env::var_os("KHAI_TEST_TOOLS").map_or_else(
         || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/khai/test-tools"),
         PathBuf::from,
@@ -308,8 +307,18 @@ async fn browse(addr: &str, namespace: &str, expected: &str, change: impl AsyncF
         eprintln!(
             "skipping the browser check: no Chromium or playwright-core (scripts/test installs both)"
         );
-        return;
+        return None;
     }
+    Some((playwright, chromium))
+}
+
+/// The page in a real headless Chromium (tests/e2e/console_page.js). Once the page shows the
+/// overview it says `ready`, and `change` makes a new object, which the overview must show
+/// without a reload.
+async fn browse(addr: &str, namespace: &str, expected: &str, change: impl AsyncFnOnce()) {
+    let Some((playwright, chromium)) = browser() else {
+        return;
+    };
     let shots = repo_root().join("target/console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
     let mut page = tokio::process::Command::new("node")

@@ -2,7 +2,8 @@
 //! request and has the API server review it, with real ServiceAccount tokens from the TokenRequest
 //! API: none is 401, an unknown one 401, a ServiceAccount with no grant 403, one granted `get` on
 //! the console's non-resource URL reads it but may not run the playground (403). The page itself
-//! is served to anyone.
+//! is served to anyone, and in a real headless browser asks for a token and then works with it
+//! (tests/e2e/console_token.js).
 
 use crate::support::{DEADLINE, Khai, TestNamespace, example_copy, poll_until};
 use http_body_util::{Empty, Full};
@@ -126,6 +127,26 @@ async fn off_loopback_the_console_needs_a_token_the_api_server_authorizes() {
         body.contains("may not post /khai/consoleauth/console/playground"),
         "{body}"
     );
+
+    if let Some((playwright, chromium)) = super::console::browser() {
+        let out = std::process::Command::new("node")
+            .arg(crate::support::repo_root().join("tests/e2e/console_token.js"))
+            .env("PLAYWRIGHT", &playwright)
+            .env("CHROMIUM", &chromium)
+            .env("URL", format!("http://{addr}/"))
+            .env("TOKEN", &viewer)
+            .env("OPERATOR", "consoleauth")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the page did not take the token: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(seen["problems"], json!([]), "the page logged errors");
+    }
 
     let gone = DeleteParams::default();
     let _ = tokio::time::timeout(DEADLINE, async {

@@ -31,11 +31,33 @@ function table(headers, rows, empty) {
     el("tbody", {}, rows.map(r => el("tr", {}, r.map(c => c instanceof Node ? el("td", {}, c) : el("td", {}, c))))));
 }
 
+// Off loopback the API asks for a bearer token (docs/console.md, "Access off loopback"); the
+// page asks for one when told 401 and keeps it for this tab only.
+function headers(more) {
+  const token = sessionStorage.getItem("khai-token");
+  return token ? { ...more, authorization: `Bearer ${token}` } : more;
+}
+
+class NeedsToken extends Error {}
+
 async function get(path) {
-  const res = await fetch(path, { headers: { accept: "application/json" } });
+  const res = await fetch(path, { headers: headers({ accept: "application/json" }) });
   const body = await res.json();
+  if (res.status === 401) throw new NeedsToken(body.error || res.statusText);
   if (!res.ok) throw new Error(body.error || res.statusText);
   return body;
+}
+
+function askToken(message) {
+  const input = el("input", { id: "token", type: "password", size: "60", autocomplete: "off" });
+  const use = el("button", { type: "button" }, "Use token");
+  use.addEventListener("click", () => {
+    sessionStorage.setItem("khai-token", input.value.trim());
+    render();
+    connect();
+  });
+  view.replaceChildren(el("p", { class: "error" }, message),
+    el("p", {}, "A token whose user may read this console (kubectl create token NAME): "), input, " ", use);
 }
 
 function writes(t) {
@@ -143,7 +165,7 @@ async function showPlayground(controller, namespace, name) {
     try {
       const res = await fetch("/api/playground", {
         method: "POST",
-        headers: { "content-type": "application/json", accept: "application/json" },
+        headers: headers({ "content-type": "application/json", accept: "application/json" }),
         body: JSON.stringify({ controller, namespace: ns, name: n, script: editor.value }),
       });
       const body = await res.json();
@@ -192,7 +214,8 @@ async function render() {
     else if (parts[0] === "p" && parts.length === 4) await showPlayground(parts[1], parts[2], parts[3]);
     else await showOverview();
   } catch (e) {
-    view.replaceChildren(el("p", { class: "error" }, e.message));
+    if (e instanceof NeedsToken) askToken(e.message);
+    else view.replaceChildren(el("p", { class: "error" }, e.message));
   }
 }
 
@@ -202,15 +225,49 @@ function soon() {
   pending = setTimeout(() => { pending = null; render(); }, 250);
 }
 
+function changed(data) {
+  const change = JSON.parse(data);
+  if (change.type !== "hello" && !location.hash.startsWith("#/p/")) soon();
+}
+
+let stream = null;
 function connect() {
   const live = document.getElementById("live");
-  const stream = new EventSource("/api/stream");
-  stream.onopen = () => { live.textContent = "● live"; live.classList.add("on"); };
-  stream.onerror = () => { live.textContent = "○ reconnecting"; live.classList.remove("on"); };
-  stream.onmessage = (m) => {
-    const change = JSON.parse(m.data);
-    if (change.type !== "hello" && !location.hash.startsWith("#/p/")) soon();
-  };
+  const on = () => { live.textContent = "● live"; live.classList.add("on"); };
+  const off = () => { live.textContent = "○ reconnecting"; live.classList.remove("on"); };
+  if (stream) stream.close();
+  if (!sessionStorage.getItem("khai-token")) {
+    const source = new EventSource("/api/stream");
+    source.onopen = on;
+    source.onerror = off;
+    source.onmessage = (m) => changed(m.data);
+    stream = source;
+    return;
+  }
+  // EventSource cannot send a token: read the stream through fetch, line by line.
+  const abort = new AbortController();
+  stream = { close: () => abort.abort() };
+  (async () => {
+    const res = await fetch("/api/stream", { headers: headers({}), signal: abort.signal });
+    if (!res.ok) throw new Error(res.statusText);
+    on();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let pending = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += value;
+      let end;
+      while ((end = pending.indexOf("\n\n")) >= 0) {
+        const event = pending.slice(0, end);
+        pending = pending.slice(end + 2);
+        for (const line of event.split("\n")) if (line.startsWith("data: ")) changed(line.slice(6));
+      }
+    }
+  })().catch(() => {}).finally(() => {
+    off();
+    if (!abort.signal.aborted) setTimeout(connect, 2000);
+  });
 }
 
 window.addEventListener("hashchange", render);
