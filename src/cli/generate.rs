@@ -107,6 +107,10 @@ pub(crate) struct RbacCommand {
     /// `khai-<operator>-diff`).
     #[arg(long = "for", value_enum, default_value_t = Purpose::Run)]
     pub purpose: Purpose,
+    /// khai serves its console off loopback (`--console 0.0.0.0:8081`): it may then create
+    /// TokenReviews and SubjectAccessReviews, to check the tokens sent to it.
+    #[arg(long)]
+    pub console_off_loopback: bool,
 }
 
 /// The command generated RBAC is for.
@@ -213,7 +217,10 @@ fn emit(output: Option<&Path>, docs: Vec<Value>) -> anyhow::Result<ExitCode> {
 
 fn rbac(command: &RbacCommand) -> anyhow::Result<ExitCode> {
     let args = &command.rbac;
-    let (op, namespace, plan) = args.scope.plan(None)?;
+    let (op, namespace, mut plan) = args.scope.plan(None)?;
+    if command.console_off_loopback {
+        crate::manifest::rbac::console_reviews(&mut plan);
+    }
     let model = &op.config.model;
     let docs = match command.purpose {
         Purpose::Run => crate::manifest::rbac::manifests(model, &namespace, &plan),

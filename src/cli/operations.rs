@@ -18,7 +18,8 @@ pub(crate) struct Operations {
     )]
     pub(crate) metrics_bind: SocketAddr,
     /// Serve the console (a read-only JSON API, event stream and web page; docs/console.md)
-    /// here; off unless given. Loopback addresses only: the console has no authentication.
+    /// here; off unless given. Off loopback, every request needs a bearer token the API server
+    /// authorizes (docs/console.md).
     #[arg(long, value_name = "ADDR", env = "KHAI_CONSOLE")]
     pub(crate) console: Option<SocketAddr>,
     /// Run the controllers only while this replica holds a Lease (for more than one replica).

@@ -1,4 +1,4 @@
-//! The console's routes, all `GET` and read-only (docs/console.md describes each answer):
+//! The console's routes, read-only (docs/console.md describes each answer):
 //!
 //! - `/api/overview`: the operator, its config revision and reload history, leadership, and
 //!   every controller (with its queue and recent rates), handler, timer, daemon, schedule and
@@ -8,10 +8,13 @@
 //! - `/api/objects/<controller>/<namespace>/<name>` (`-` for a cluster-scoped object): the
 //!   object's last turns and its Events, read from the API server;
 //! - `/api/stream`: Server-Sent Events ([`super::sse`]);
+//! - `/api/playground/<controller>` and `POST /api/playground`: the playground
+//!   ([`super::playground`]), the one request that is not a `GET`, and still writes nothing;
 //! - anything else: the web page ([`super::assets`]).
 
+use super::auth::Access;
 use super::history::ObjectKey;
-use super::{Console, assets, now_ms, sse};
+use super::{Console, assets, now_ms, playground, sse};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
@@ -34,7 +37,7 @@ const EVENTS_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why a request gets no data.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub(super) enum RouteError {
-    #[error("the console is read-only: GET only")]
+    #[error("the console is read-only: GET only (and POST /api/playground, which writes nothing)")]
     Method,
     #[error("no such page: {0}")]
     NotFound(String),
@@ -58,6 +61,29 @@ impl RouteError {
 
 /// Answers one request.
 pub(super) async fn handle(console: &Console, req: Request<Incoming>) -> Response<Body> {
+    if let Some(auth) = &console.auth
+        && req.uri().path().starts_with("/api/")
+    {
+        let access = match req.method() == Method::POST {
+            true => Access::Playground,
+            false => Access::Read,
+        };
+        let operator = crate::sync::lock(&console.overview).operator.clone();
+        if let Err(denied) = auth.check(req.headers(), access, &operator).await {
+            let mut res = error_with(denied.status(), &denied.to_string());
+            if denied.status() == StatusCode::UNAUTHORIZED {
+                res.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            return res;
+        }
+    }
+    if req.method() == Method::POST && req.uri().path() == "/api/playground" {
+        return match playground::post(console.playground(), req).await {
+            Ok(value) => json_reply(StatusCode::OK, &value),
+            Err(e) => error_with(e.status(), &e.to_string()),
+        };
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return error(&RouteError::Method);
     }
@@ -73,6 +99,12 @@ pub(super) async fn handle(console: &Console, req: Request<Incoming>) -> Respons
                 name: (*name).to_string(),
             };
             object(console, &key).await
+        }
+        ["api", "playground", controller] => {
+            return match playground::source(console.playground(), controller) {
+                Ok(value) => json_reply(StatusCode::OK, &value),
+                Err(e) => error_with(e.status(), &e.to_string()),
+            };
         }
         ["api", "stream"] => {
             let mut res = Response::new(sse::stream(console.feed.subscribe()));
@@ -273,7 +305,12 @@ fn json_reply(status: StatusCode, value: &Value) -> Response<Body> {
 }
 
 fn error(e: &RouteError) -> Response<Body> {
-    json_reply(e.status(), &json!({"error": e.to_string()}))
+    error_with(e.status(), &e.to_string())
+}
+
+/// An error answer: `{"error": message}` with `status`.
+fn error_with(status: StatusCode, message: &str) -> Response<Body> {
+    json_reply(status, &json!({"error": message}))
 }
 
 #[cfg(test)]

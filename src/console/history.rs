@@ -7,6 +7,7 @@
 //! whose last turn is oldest is forgotten first. Controllers are only kept while the running
 //! config names them. The record lives as long as the process; it is not persisted.
 
+use super::trigger::{Named, Trigger, Triggers};
 use crate::metrics::Tally;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -31,6 +32,9 @@ pub(crate) struct Turn {
     /// When it ended, in milliseconds since the Unix epoch.
     pub(crate) at_ms: u64,
     pub(crate) took_ms: f64,
+    /// What caused it: `start`/`reload`, `parent`, `child`, `watched`, `resync`, `requeue`,
+    /// `timer`, `backoff`.
+    pub(crate) triggers: Named,
     /// `success`, `requeue` (asked to run again later) or `error`.
     pub(crate) result: &'static str,
     /// The error as khai reported it on the object (script errors start with file:line).
@@ -231,6 +235,21 @@ impl History {
         inner.bytes
     }
 
+    /// What kube-runtime scheduled the next turn of `key` for, read from how its last turn
+    /// ended: a failure is retried with backoff, a requeue is the wake it asked for.
+    pub(crate) fn scheduled(&self, key: &ObjectKey) -> Triggers {
+        let inner = self.lock();
+        let Some(last) = inner.objects.get(key).and_then(|o| o.turns.back()) else {
+            return Triggers::default();
+        };
+        match last.result {
+            "error" => Trigger::Backoff.into(),
+            "requeue" if last.writes.clock_wake => Trigger::Timer.into(),
+            "requeue" => Trigger::Requeue.into(),
+            _ => Triggers::default(),
+        }
+    }
+
     /// Forgets the controllers the running config no longer names, with their objects.
     pub(crate) fn keep_controllers(&self, names: &BTreeSet<String>) -> usize {
         let mut inner = self.lock();
@@ -347,6 +366,7 @@ mod tests {
         Turn {
             at_ms,
             took_ms: 3.0,
+            triggers: Named::default(),
             result: if error.is_some() { "error" } else { "success" },
             error: error.map(str::to_string),
             writes: Tally::default(),
@@ -416,6 +436,24 @@ mod tests {
         assert_eq!(r.p50_ms, Some(6.0));
         assert_eq!(r.p99_ms, Some(10.0));
         assert_eq!(h.rates("cache", 200_000).reconciles_last_minute, 0);
+    }
+
+    #[test]
+    fn a_turn_kube_runtime_scheduled_is_a_backoff_after_an_error_and_a_timer_or_requeue_after_a_wake()
+     {
+        let h = History::new(MAX_BYTES);
+        assert!(h.scheduled(&key("a")).is_empty());
+        h.record(key("a"), "u", None, turn(1, Some("boom")));
+        assert_eq!(h.scheduled(&key("a")), Trigger::Backoff.into());
+        let mut woke = turn(2, None);
+        woke.result = "requeue";
+        h.record(key("a"), "u", None, woke.clone());
+        assert_eq!(h.scheduled(&key("a")), Trigger::Requeue.into());
+        woke.writes.clock_wake = true;
+        h.record(key("a"), "u", None, woke);
+        assert_eq!(h.scheduled(&key("a")), Trigger::Timer.into());
+        h.record(key("a"), "u", None, turn(3, None));
+        assert!(h.scheduled(&key("a")).is_empty());
     }
 
     #[test]

@@ -2,20 +2,27 @@
 //! ([`api`]), a stream of Server-Sent Events ([`sse`]) and a web page ([`assets`]), served by
 //! [`server`] on its own port.
 //!
-//! Off unless `--console` is given, and then only on a loopback address: the console has no
-//! authentication of its own. The daemon records into it through three functions: [`turn`]
-//! wraps each reconcile, [`config_loaded`] and [`reload_failed`] follow the config. What they
+//! Off unless `--console` is given. On a loopback address (and through `kubectl port-forward`)
+//! it asks for no credentials; elsewhere every API request needs a bearer token the API server
+//! authenticates and authorizes ([`auth`]). The daemon records into it through three functions: [`turn`]
+//! wraps each reconcile, [`config_loaded`] and [`reload_failed`] follow the config; and it
+//! hands it the [`playground`] of each config version it runs. What they
 //! record is bounded ([`history`], [`overview`]) and lives as long as the process. With the
 //! console off each of them returns at once.
 
 mod api;
 mod assets;
+mod auth;
 mod history;
 mod overview;
+mod playground;
 mod server;
 mod sse;
+mod trigger;
 
+pub(crate) use playground::{Play, PlayError, Playground, Source};
 pub(crate) use server::{bind, serve};
+pub(crate) use trigger::{Trigger, Triggers};
 
 use history::{History, ObjectKey, Turn};
 use kube::ResourceExt;
@@ -36,6 +43,10 @@ pub(crate) struct Console {
     history: History,
     overview: Mutex<Overview>,
     client: kube::Client,
+    /// Off loopback: who may use the console.
+    auth: Option<auth::Auth>,
+    /// What runs the playground's requests against the running config, once it runs.
+    playground: Mutex<Option<Arc<dyn Playground>>>,
     /// One JSON line per change (a turn, a config load or failure), for the SSE clients.
     feed: broadcast::Sender<Arc<str>>,
 }
@@ -51,13 +62,19 @@ impl std::fmt::Debug for Console {
 static CONSOLE: OnceLock<Arc<Console>> = OnceLock::new();
 
 impl Console {
-    fn new(client: kube::Client, max_bytes: usize) -> Self {
+    fn new(client: kube::Client, max_bytes: usize, authorize: bool) -> Self {
         Self {
             history: History::new(max_bytes),
             overview: Mutex::new(Overview::default()),
+            auth: authorize.then(|| auth::Auth::new(client.clone())),
             client,
+            playground: Mutex::new(None),
             feed: broadcast::channel(FEED_CAPACITY).0,
         }
+    }
+
+    fn playground(&self) -> Option<Arc<dyn Playground>> {
+        crate::sync::lock(&self.playground).clone()
     }
 
     fn announce(&self, change: &serde_json::Value) {
@@ -66,9 +83,12 @@ impl Console {
     }
 }
 
-/// Turns recording on; called once, before the daemon starts, by [`bind`].
-fn enable(client: kube::Client) -> Arc<Console> {
-    Arc::clone(CONSOLE.get_or_init(|| Arc::new(Console::new(client, history::MAX_BYTES))))
+/// Turns recording on; called once, before the daemon starts, by [`bind`]. With `authorize`
+/// (off loopback), API requests need a token the API server authorizes.
+fn enable(client: kube::Client, authorize: bool) -> Arc<Console> {
+    Arc::clone(
+        CONSOLE.get_or_init(|| Arc::new(Console::new(client, history::MAX_BYTES, authorize))),
+    )
 }
 
 fn now_ms() -> u64 {
@@ -79,8 +99,14 @@ fn now_ms() -> u64 {
 }
 
 /// Runs one reconcile of `obj` by `controller` and, with the console on, records how it ended:
-/// its time, result, error (in the words khai reports on the object) and what it wrote.
-pub(crate) async fn turn<F, E>(controller: &str, obj: Arc<DynamicObject>, reconcile: F) -> F::Output
+/// its time, what triggered it (`triggers`, as queued; none when kube-runtime scheduled it), its
+/// result, error (in the words khai reports on the object) and what it wrote.
+pub(crate) async fn turn<F, E>(
+    controller: &str,
+    obj: Arc<DynamicObject>,
+    triggers: Triggers,
+    reconcile: F,
+) -> F::Output
 where
     F: Future<Output = Result<Action, E>>,
     E: Display,
@@ -88,6 +114,20 @@ where
     let Some(console) = CONSOLE.get() else {
         return reconcile.await;
     };
+    let key = ObjectKey {
+        controller: controller.to_string(),
+        namespace: obj.namespace(),
+        name: obj.name_any(),
+    };
+    let triggers = match triggers.is_empty() {
+        true => console.history.scheduled(&key),
+        false => triggers,
+    };
+    let reloaded = triggers.contains(Trigger::Start)
+        && crate::sync::lock(&console.overview)
+            .reloads
+            .iter()
+            .any(|r| r.result == "reloaded");
     let started = std::time::Instant::now();
     let (result, writes) = crate::metrics::tallied(reconcile).await;
     let (label, error) = match &result {
@@ -95,15 +135,11 @@ where
         Ok(_) => ("requeue", None),
         Err(e) => ("error", Some(e.to_string())),
     };
-    let key = ObjectKey {
-        controller: controller.to_string(),
-        namespace: obj.namespace(),
-        name: obj.name_any(),
-    };
     let phase = obj.data["status"]["phase"].as_str().map(str::to_string);
     let turn = Turn {
         at_ms: now_ms(),
         took_ms: started.elapsed().as_secs_f64() * 1000.0,
+        triggers: trigger::Named { triggers, reloaded },
         result: label,
         error,
         writes,
@@ -119,6 +155,18 @@ where
         "result": label,
     }));
     result
+}
+
+/// The playground runs against `p` from now on: the controllers of the config running now.
+pub(crate) fn playground(p: Arc<dyn Playground>) {
+    if let Some(console) = CONSOLE.get() {
+        *crate::sync::lock(&console.playground) = Some(p);
+    }
+}
+
+/// Whether the console is on, so the daemon prepares nothing for it otherwise.
+pub(crate) fn enabled() -> bool {
+    CONSOLE.get().is_some()
 }
 
 /// The config `op` (hashed as `hash`) is running now, at start or after a reload.

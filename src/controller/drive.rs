@@ -7,18 +7,22 @@ use super::prepare::Prepared;
 use super::reconcile::reconcile_one;
 use super::report::error_policy;
 use crate::config::model::Parents;
+use crate::console::Trigger;
 use crate::queue;
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use tokio_util::sync::CancellationToken;
 
-/// Records each reconcile request a trigger stream yields.
-fn requested<T: queue::Request>(pending: &queue::Pending) -> impl FnMut(&T) + Send + use<T> {
+/// Records each reconcile request a trigger stream yields, as caused by `trigger`.
+fn requested<T: queue::Request>(
+    pending: &queue::Pending,
+    trigger: Trigger,
+) -> impl FnMut(&T) + Send + use<T> {
     let pending = pending.clone();
     move |r| {
         let (namespace, name) = r.key();
-        pending.added(namespace, name);
+        pending.added(namespace, name, trigger);
     }
 }
 
@@ -92,29 +96,35 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
                 crate::handler::spy::EventTypes::new(listed),
             )
         });
-    let trigger = queue::primary(p.primary.subscribe(), p.reconcile_on_status, forget)
-        .inspect(requested(&pending));
+    let trigger = queue::primary(
+        p.primary.subscribe(),
+        p.reconcile_on_status,
+        pending.clone(),
+        forget,
+    );
     let mut c =
         Controller::for_shared_stream_with(trigger, p.primary.store(), parent.resource.clone())
             .with_config(ControllerConfig::default().concurrency(p.concurrency));
     for inf in &ctx.caches.owned {
         let echo = echo_of(&ctx, &inf.kind);
         c = c.reconcile_on(
-            queue::owners(inf.subscribe(), parent.clone(), echo).inspect(requested(&pending)),
+            queue::owners(inf.subscribe(), parent.clone(), echo)
+                .inspect(requested(&pending, Trigger::Child)),
         );
     }
     for (inf, w) in &p.related {
         let (rx, parent) = (inf.subscribe(), parent.clone());
         c = match &w.parents {
             Parents::Label(label) => c.reconcile_on(
-                queue::by_label(rx, label.clone(), parent).inspect(requested(&pending)),
+                queue::by_label(rx, label.clone(), parent)
+                    .inspect(requested(&pending, Trigger::Watched)),
             ),
             Parents::Map(f) => c.reconcile_on(
                 queue::by_script(rx, ctx.spec.script.clone(), f.clone(), parent, {
                     let ctx = ctx.clone();
                     move |o: &kube::api::DynamicObject| ctx.related_ctx(o)
                 })
-                .inspect(requested(&pending)),
+                .inspect(requested(&pending, Trigger::Watched)),
             ),
         };
     }
@@ -123,7 +133,7 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
         let all = queue::resync(period).inspect(move |_| {
             for o in store.state() {
                 let (namespace, name) = queue::Request::key(&o);
-                pending.added(namespace, name);
+                pending.added(namespace, name, Trigger::Resync);
             }
         });
         c = c.reconcile_all_on(all);

@@ -24,7 +24,8 @@ pub(crate) async fn reconcile_one(
 ) -> Result<Action, ReconcileError> {
     let span = object_span(&obj, &ctx);
     let controller = ctx.spec.controller.clone();
-    ctx.pending
+    let triggers = ctx
+        .pending
         .started(obj.metadata.namespace.as_deref(), &obj.name_any());
     let _worker = crate::metrics::reconcile_started(&controller);
     let _only = Exclusive::enter(&controller, &obj);
@@ -32,6 +33,7 @@ pub(crate) async fn reconcile_one(
     let result = crate::console::turn(
         &controller,
         Arc::clone(&obj),
+        triggers,
         async move {
             let key = ObjectKey::of(&obj);
             // The echoes expected from the last reconcile go: what this one reads is not known yet,

@@ -29,6 +29,7 @@ pub(super) async fn turn(obj: &Arc<DynamicObject>, ctx: &Ctx) -> Result<Action, 
         return Ok(Action::requeue(left));
     }
     let mut wake = Vec::new();
+    let mut clock_wake = None;
     let mut wrote = false;
     if ctx.beside.handlers.is_some() || ctx.beside.clock.is_some() {
         let (handlers_ctx, reads) = ctx.tracked_ctx(obj);
@@ -44,7 +45,8 @@ pub(super) async fn turn(obj: &Arc<DynamicObject>, ctx: &Ctx) -> Result<Action, 
         wrote = reads.wrote();
         if let Some(c) = &ctx.beside.clock {
             t.ctx = ctx.script_ctx(obj);
-            wake.push(c.run(&t, &mut handled).await);
+            clock_wake = c.run(&t, &mut handled).await;
+            wake.push(clock_wake);
         }
         wake.push(handled.retry_in);
         carry_out(obj, ctx, handled).await?;
@@ -72,11 +74,11 @@ pub(super) async fn turn(obj: &Arc<DynamicObject>, ctx: &Ctx) -> Result<Action, 
         crate::metrics::hot_loop(&ctx.spec.controller);
         publish(ctx, obj, EventType::Warning, "HotLoop", &message).await;
     }
-    Ok(wake
-        .into_iter()
-        .flatten()
-        .min()
-        .map_or_else(Action::await_change, Action::requeue))
+    let wake = wake.into_iter().flatten().min();
+    if wake.is_some() && wake == clock_wake {
+        crate::metrics::clock_wake();
+    }
+    Ok(wake.map_or_else(Action::await_change, Action::requeue))
 }
 
 /// What handlers, timers and daemons see of `obj`.

@@ -109,6 +109,7 @@ pub(crate) async fn run(
     if let Some(c) = &candidate {
         c.attach(&prepared);
     }
+    offer_playground(&op, prepared.iter().map(|p| p.ctx.clone()).collect());
     let operator = op.config.model.operator.name.clone();
     if let Some(hook) = &op.handlers.startup {
         // Not ready (`report_synced` is not started) until the hook has succeeded.
@@ -286,6 +287,7 @@ async fn supervise(
         }
         controller::release_abandoned(&old, &current).await;
         config_loaded(&op);
+        offer_playground(&op, current.clone());
         crate::metrics::config_reloaded(true);
         let unwatched = env.informers.retain(|i| running.uses(i));
         tracing::info!(
@@ -297,6 +299,14 @@ async fn supervise(
             swapped_ms = started.elapsed().as_millis(),
             "config reloaded; changed controllers reconcile every object with the new version"
         );
+    }
+}
+
+/// Hands the console (when it is on) the playground over `controllers`, those of `op`.
+fn offer_playground(op: &Operator, controllers: Vec<Arc<controller::Ctx>>) {
+    if crate::console::enabled() {
+        let running = crate::playground::Running::new(&op.config, controllers);
+        crate::console::playground(Arc::new(running));
     }
 }
 

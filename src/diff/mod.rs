@@ -27,7 +27,7 @@ use crate::effects::dry::Held;
 use crate::operator::Operator;
 use crate::reconcile::Plan;
 use crate::reconcile::conditions::{self, Health};
-use crate::script::CallArg;
+use crate::script::{CallArg, Script};
 use crate::watch::{Informer, Informers};
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -123,15 +123,21 @@ async fn synced(
 
 /// What `khai run` would do for one object of `p`'s controller.
 async fn one(p: &Prepared, obj: Arc<DynamicObject>) -> ObjectDiff {
-    let ctx = &p.ctx;
+    object_with(&p.ctx, &p.ctx.spec.script, obj).await
+}
+
+/// What a running controller (`ctx`) would do for `obj` if its script were `script`: the same
+/// filters, `reconcile` with read-only effects and previewed plan as `khai diff`, against the
+/// controller's own caches (the console's playground).
+pub(crate) async fn object_with(ctx: &Ctx, script: &Script, obj: Arc<DynamicObject>) -> ObjectDiff {
     let mut diff = ObjectDiff::of(&ctx.spec.controller, &obj);
     if obj.metadata.deletion_timestamp.is_some() {
         diff.verdict = Verdict::Skipped("being deleted: khai would call finalize".into());
         return diff;
     }
     let held = Arc::new(Held::default());
-    diff.verdict = match selected(&p.ctx, &obj).await {
-        Ok(true) => plan(p, &obj, &held).await,
+    diff.verdict = match selected(ctx, script, &obj).await {
+        Ok(true) => plan(ctx, script, &obj, &held).await,
         Ok(false) => Verdict::Skipped("not selected by the controller's filters".into()),
         Err(e) => Verdict::Failed(e),
     };
@@ -139,8 +145,13 @@ async fn one(p: &Prepared, obj: Arc<DynamicObject>) -> ObjectDiff {
     diff
 }
 
-/// Whether the controller's annotation filter and `when` select `obj`, as `khai run` decides.
-pub(crate) async fn selected(ctx: &Ctx, obj: &DynamicObject) -> Result<bool, String> {
+/// Whether the controller's annotation filter and `when` (from `script`) select `obj`, as
+/// `khai run` decides.
+pub(crate) async fn selected(
+    ctx: &Ctx,
+    script: &Script,
+    obj: &DynamicObject,
+) -> Result<bool, String> {
     let spec = &ctx.spec;
     if !spec
         .annotations
@@ -155,19 +166,18 @@ pub(crate) async fn selected(ctx: &Ctx, obj: &DynamicObject) -> Result<bool, Str
     let view =
         crate::script::object_view(obj).map_err(|e| format!("cannot read the object: {e}"))?;
     let mut args = vec![CallArg::Json(view)];
-    if spec.script.has_function(when, 2) {
+    if script.has_function(when, 2) {
         args.push(CallArg::Ctx(ctx.related_ctx(obj)));
     }
-    match spec.script.call_args_async(when, args).await {
+    match script.call_args_async(when, args).await {
         Ok(v) => Ok(v == Value::Bool(true)),
         Err(e) => Err(format!("{when}() fails: {e}")),
     }
 }
 
 /// The script's plan for `obj`, its side effects held in `held`, compared with the cluster.
-async fn plan(p: &Prepared, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdict {
-    let ctx = &p.ctx;
-    let plan = match held_plan(ctx, obj, held).await {
+async fn plan(ctx: &Ctx, script: &Script, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdict {
+    let plan = match held_plan(ctx, script, obj, held).await {
         Ok(Some(plan)) => plan,
         Ok(None) => return Verdict::Skipped("the controller runs no reconcile".into()),
         Err(e) => return Verdict::Failed(e),
@@ -189,11 +199,12 @@ async fn plan(p: &Prepared, obj: &Arc<DynamicObject>, held: &Arc<Held>) -> Verdi
     }
 }
 
-/// The plan `ctx`'s controller makes for `obj`, as `khai run` would carry it out (with
+/// The plan `ctx`'s controller makes for `obj` with `script`, as `khai run` would carry it out (with
 /// `observedGeneration` and `Ready` where khai owns the status), its script's side effects held
 /// in `held` and its `ctx.memo` a copy; `None` for a controller that runs no reconcile.
 pub(crate) async fn held_plan(
     ctx: &Ctx,
+    script: &Script,
     obj: &Arc<DynamicObject>,
     held: &Arc<Held>,
 ) -> Result<Option<Plan>, String> {
@@ -215,7 +226,7 @@ pub(crate) async fn held_plan(
     if let Err(e) = crate::script::has_view(obj) {
         return Err(format!("cannot read the object: {e}"));
     }
-    let mut plan = crate::reconcile::plan(&ctx.spec.script, function, obj.clone(), script_ctx)
+    let mut plan = crate::reconcile::plan(script, function, obj.clone(), script_ctx)
         .await
         .map_err(|e| e.to_string())?;
     if ctx.spec.manage_status {

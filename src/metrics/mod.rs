@@ -11,7 +11,9 @@ mod record;
 pub(crate) mod server;
 mod tally;
 
-pub(crate) use record::{LiveWatch, WatchRestart, console_history_bytes, leases, queue_now};
+pub(crate) use record::{
+    LiveWatch, WatchRestart, clock_wake, console_history_bytes, leases, queue_now,
+};
 pub(crate) use record::{
     applied, candidate_divergent, candidate_error, config_loaded, config_reloaded,
     controller_failed, controller_started, echo_skipped, events_dropped, hot_loop, http_request,

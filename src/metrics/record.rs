@@ -253,6 +253,11 @@ pub(crate) fn candidate_error(controller: &str) {
         .inc();
 }
 
+/// The reconcile running in this task asks to be woken first for a timer or daemon.
+pub(crate) fn clock_wake() {
+    super::tally::add(|t| t.clock_wake = true);
+}
+
 /// An answer of `controller` asked for `n` Events more than khai records per answer.
 pub(crate) fn events_dropped(controller: &str, n: usize) {
     METRICS

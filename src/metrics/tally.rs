@@ -1,5 +1,6 @@
 //! What one reconcile wrote, counted while it runs: children applied, unchanged and pruned, the
-//! status written, and whether it paused the object for a hot loop. The record functions add to
+//! status written, whether it paused the object for a hot loop, and whether the wake it asked
+//! for is a timer's. The record functions add to
 //! the tally of the reconcile whose task they run in; outside [`tallied`] they add to nothing.
 //! The console's per-object history reads it; the state lives as long as one reconcile.
 
@@ -15,6 +16,9 @@ pub(crate) struct Tally {
     pub(crate) status_written: bool,
     /// The object was paused because its reconciles kept writing.
     pub(crate) hot_loop: bool,
+    /// The wake it asked for is a timer's or daemon's, so the turn it brings is the clock's.
+    #[serde(skip)]
+    pub(crate) clock_wake: bool,
 }
 
 tokio::task_local! {

@@ -5,6 +5,7 @@
 //! related objects mapped to parents by a label or a script function, and a periodic resync.
 //! The controller deduplicates what they yield and never runs one object twice at once.
 
+use crate::console::{Trigger, Triggers};
 use crate::script::Script;
 use crate::sync::lock;
 use crate::watch::predicate::Changes;
@@ -21,15 +22,26 @@ use std::time::{Duration, Instant};
 type Ref = ObjectRef<DynamicObject>;
 
 /// Primary objects that changed in a way that matters (see [`Changes`]); every change when
-/// `all` is set. `gone` is told of each object deleted, so per-object state elsewhere (backoff)
-/// can be forgotten with it.
+/// `all` is set. Each one passed is requested in `pending`: the first `seeded` changes (the
+/// cache the subscription was handed when the controller started) as [`Trigger::Start`], the
+/// rest as [`Trigger::Parent`]. `gone` is told of each object deleted, so per-object state
+/// elsewhere (backoff) can be forgotten with it.
 pub(crate) fn primary(
     sub: Subscription,
     all: bool,
+    pending: Pending,
     gone: impl Fn(&DynamicObject) + Send + 'static,
 ) -> impl Stream<Item = Arc<DynamicObject>> + Send {
     let mut changes = Changes::default();
+    let mut seeded = sub.len();
     sub.into_stream().filter_map(move |c| {
+        let trigger = match seeded.checked_sub(1) {
+            Some(left) => {
+                seeded = left;
+                Trigger::Start
+            }
+            None => Trigger::Parent,
+        };
         // A deleted object has nothing left to reconcile (one on its way out, with finalizers,
         // was announced by the update that set its deletionTimestamp).
         let pass = if c.deleted {
@@ -39,6 +51,10 @@ pub(crate) fn primary(
         } else {
             all || changes.matters(&c.object)
         };
+        if pass {
+            let (namespace, name) = Request::key(&c.object);
+            pending.added(namespace, name, trigger);
+        }
         futures::future::ready(pass.then_some(c.object))
     })
 }
@@ -196,8 +212,8 @@ pub(crate) struct Pending {
     waiting: Arc<Mutex<Waiting>>,
 }
 
-/// Since when each object (namespace, name) has waited.
-type Waiting = HashMap<(Option<String>, String), Instant>;
+/// Since when each object (namespace, name) has waited, and what asked for it.
+type Waiting = HashMap<(Option<String>, String), (Instant, Triggers)>;
 
 impl Pending {
     pub(crate) fn new(controller: &str) -> Self {
@@ -207,20 +223,29 @@ impl Pending {
         }
     }
 
-    /// A reconcile of `namespace/name` was requested.
-    pub(crate) fn added(&self, namespace: Option<&str>, name: &str) {
+    /// A reconcile of `namespace/name` was requested by `trigger`.
+    pub(crate) fn added(&self, namespace: Option<&str>, name: &str, trigger: Trigger) {
         crate::metrics::queue_add(&self.controller, 1);
         self.update(|w| {
             w.entry((namespace.map(str::to_string), name.to_string()))
-                .or_insert_with(Instant::now);
+                .or_insert_with(|| (Instant::now(), Triggers::default()))
+                .1
+                .add(trigger);
             None
         });
     }
 
-    /// The reconcile of `namespace/name` started.
-    pub(crate) fn started(&self, namespace: Option<&str>, name: &str) {
+    /// The reconcile of `namespace/name` started; what requested it since the last one started
+    /// (none when kube-runtime scheduled it itself: a retry or a requested wake).
+    pub(crate) fn started(&self, namespace: Option<&str>, name: &str) -> Triggers {
         let key = (namespace.map(str::to_string), name.to_string());
-        self.update(|w| w.remove(&key).map(|since| since.elapsed()));
+        let mut triggers = Triggers::default();
+        self.update(|w| {
+            let (since, t) = w.remove(&key)?;
+            triggers = t;
+            Some(since.elapsed())
+        });
+        triggers
     }
 
     /// The request for `namespace/name` was dropped: the object is gone.
@@ -329,15 +354,17 @@ mod tests {
     #[test]
     fn pending_merges_requests_per_object_until_it_starts_or_vanishes() {
         let p = Pending::new("pending-unit");
-        p.added(Some("ns"), "a");
-        p.added(Some("ns"), "a");
-        p.added(Some("ns"), "b");
-        p.added(None, "a");
+        p.added(Some("ns"), "a", Trigger::Parent);
+        p.added(Some("ns"), "a", Trigger::Child);
+        p.added(Some("ns"), "b", Trigger::Parent);
+        p.added(None, "a", Trigger::Resync);
         assert_eq!(p.depth(), 3, "two requests for ns/a are one queued object");
-        p.started(Some("ns"), "a");
+        let mut both = Triggers::from(Trigger::Parent);
+        both.add(Trigger::Child);
+        assert_eq!(p.started(Some("ns"), "a"), both, "both causes are kept");
         assert_eq!(p.depth(), 2);
         p.dropped(Some("ns"), "b");
-        p.started(Some("other"), "never-requested");
+        assert!(p.started(Some("other"), "never-requested").is_empty());
         assert_eq!(p.depth(), 1);
         let text = crate::metrics::encode();
         assert!(

@@ -26,8 +26,8 @@ impl Shadowing {
         let ctx = &self.candidate;
         let mut diff = ObjectDiff::of(&ctx.spec.controller, obj);
         let held = Arc::new(Held::default());
-        diff.verdict = match crate::diff::selected(ctx, obj).await {
-            Ok(true) => match crate::diff::held_plan(ctx, obj, &held).await {
+        diff.verdict = match crate::diff::selected(ctx, &ctx.spec.script, obj).await {
+            Ok(true) => match crate::diff::held_plan(ctx, &ctx.spec.script, obj, &held).await {
                 Ok(Some(plan)) => Verdict::Planned(crate::diff::between(obj, active, &plan)),
                 Ok(None) => Verdict::Skipped("the candidate runs no reconcile".into()),
                 Err(e) => Verdict::Failed(e),

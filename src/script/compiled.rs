@@ -68,6 +68,17 @@ impl Script {
         &self.file
     }
 
+    /// `src` compiled in this script's place: the same engine, limits and file name (for the
+    /// console's playground, which runs an edited script as the running one would run).
+    pub(crate) fn recompile(&self, src: &str) -> Result<Self, ScriptError> {
+        let limits = Limits {
+            timeout: self.timeout,
+            max_memory: self.max_memory,
+            ..Limits::default()
+        };
+        Self::compile(self.engine.clone(), &limits, &self.file, src)
+    }
+
     /// The compiled script, for checks that read it (`khai check`).
     pub(crate) fn ast(&self) -> &AST {
         &self.ast

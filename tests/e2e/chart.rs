@@ -586,6 +586,52 @@ fn a_candidate_is_mounted_and_passed_and_rolls_the_pods() {
     assert!(!d.to_string().contains("candidate"), "{d:#}");
 }
 
+/// `console.enabled` passes `--console` with its address; off loopback the release also lets
+/// khai review tokens, on loopback it does not.
+#[test]
+fn the_console_value_passes_its_address_and_off_loopback_grants_token_reviews() {
+    let render = |set: &str| {
+        let objs = docs(&helm::template(
+            "khai-hello",
+            &[
+                "-n",
+                "ops",
+                "--set",
+                set,
+                "--set-string",
+                "config.files.operator\\.toml=x",
+            ],
+        ));
+        let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        let args = d["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+        let reviews = objs
+            .iter()
+            .find(|o| {
+                o["metadata"]["name"] == "khai-hello-console-reviews" && o["kind"] == "ClusterRole"
+            })
+            .map(|r| r["rules"].clone());
+        (args, reviews)
+    };
+    let (args, reviews) = render("console.enabled=true,console.address=0.0.0.0:8081");
+    let args = args.as_array().unwrap();
+    let at = args.iter().position(|a| a == "--console").unwrap();
+    assert_eq!(args[at + 1], "0.0.0.0:8081");
+    let rules = reviews.expect("no ClusterRole for token reviews off loopback");
+    assert_eq!(rules[0]["resources"], json!(["tokenreviews"]));
+    assert_eq!(rules[1]["resources"], json!(["subjectaccessreviews"]));
+    let (args, reviews) = render("console.enabled=true");
+    assert!(
+        args.as_array().unwrap().contains(&json!("127.0.0.1:8081")),
+        "{args}"
+    );
+    assert!(reviews.is_none(), "on loopback khai reviews no tokens");
+    let (args, _) = render("console.enabled=false");
+    assert!(
+        !args.as_array().unwrap().contains(&json!("--console")),
+        "{args}"
+    );
+}
+
 #[test]
 fn chart_metadata_follows_helm_conventions() {
     let meta = chart_meta();

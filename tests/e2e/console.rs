@@ -15,29 +15,40 @@ use hyper::body::Bytes;
 use kube::api::{DynamicObject, PostParams};
 use serde_json::{Value, json};
 use std::path::PathBuf;
+use tokio::io::AsyncBufReadExt;
 
 /// The throw the test adds to the copy's `reconcile`, as its first statement.
 const REFUSAL: &str = r#"    if "example.khai.dev/refuse" in (obj.metadata.annotations ?? #{}) { throw "refused: the object has the example.khai.dev/refuse annotation"; }"#;
 
-/// GETs `path` from `addr`; the status and the body.
-async fn get(addr: &str, path: &str) -> (u16, String) {
+/// Sends `req` to `addr`; the status and the body.
+pub(crate) async fn send<B>(addr: &str, req: hyper::Request<B>) -> (u16, String)
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
             .unwrap();
     tokio::spawn(conn);
-    let req = hyper::Request::get(path)
-        .header("host", addr)
-        .body(Empty::<Bytes>::new())
-        .unwrap();
     let res = send.send_request(req).await.unwrap();
     let status = res.status().as_u16();
     let body = res.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-async fn get_json(addr: &str, path: &str) -> Value {
+/// GETs `path` from `addr`; the status and the body.
+async fn get(addr: &str, path: &str) -> (u16, String) {
+    let req = hyper::Request::get(path)
+        .header("host", addr)
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    send(addr, req).await
+}
+
+pub(crate) async fn get_json(addr: &str, path: &str) -> Value {
     let (status, body) = get(addr, path).await;
     assert_eq!(status, 200, "GET {path}: {body}");
     serde_json::from_str(&body).unwrap()
@@ -159,18 +170,18 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
         .await
         .unwrap();
 
-    // Either may come first.
-    let seen = std::sync::Mutex::new((false, false));
+    // Either may come first; broken fails twice, the second time on its backoff retry.
+    let seen = std::sync::Mutex::new((0, false));
     wait_for_change(
         &mut events,
-        "a failed turn of broken and a successful one of sessions",
+        "two failed turns of broken and a successful one of sessions",
         |c| {
             let mut seen = seen.lock().unwrap();
             if c["type"] == "turn" {
-                seen.0 |= c["name"] == "broken" && c["result"] == "error";
+                seen.0 += usize::from(c["name"] == "broken" && c["result"] == "error");
                 seen.1 |= c["name"] == "sessions" && c["result"] == "success";
             }
-            seen.0 && seen.1
+            seen.0 >= 2 && seen.1
         },
     )
     .await;
@@ -226,8 +237,20 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
                 && e["message"].as_str().is_some_and(|m| m.contains(&expected))),
         "no Warning Event with the error: {detail}"
     );
+    let turns = detail["history"].as_array().unwrap();
+    let triggers: Vec<&Value> = turns.iter().rev().map(|t| &t["triggers"]).collect();
+    // Created before or after the controller's first list, then retried after its failure.
+    assert!(
+        [json!(["parent"]), json!(["start"])].contains(triggers[0]),
+        "{detail}"
+    );
+    assert_eq!(triggers[1], &json!(["backoff"]), "{detail}");
     let sessions = get_json(&addr, &format!("/api/objects/cache/{}/sessions", ns.name)).await;
     let first = sessions["history"].as_array().unwrap().last().unwrap();
+    assert!(
+        [json!(["parent"]), json!(["start"])].contains(&first["triggers"]),
+        "{sessions}"
+    );
     assert_eq!(
         (&first["applied"], &first["status_written"]),
         (&json!(2), &json!(true)),
@@ -256,11 +279,18 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
         .unwrap_or_else(|| panic!("no khai_console_history_bytes in\n{metrics}"));
     assert!(held > 0);
 
-    browse(&addr, &ns.name, &expected);
+    crate::console_playground::check(&addr, &client, &ns.name).await;
+    let mut live = healthy.clone();
+    live.metadata.name = Some("live".into());
+    browse(&addr, &ns.name, &expected, async || {
+        caches.create(&PostParams::default(), &live).await.unwrap();
+    })
+    .await;
 }
 
-/// The page in a real headless Chromium (tests/e2e/console_page.js).
-fn browse(addr: &str, namespace: &str, expected: &str) {
+/// playwright-core's directory and Chromium, or `None` (said) when they are not installed and
+/// not required.
+pub(crate) fn browser() -> Option<(PathBuf, PathBuf)> {
     let tools = std::env::var_os("KHAI_TEST_TOOLS").map_or_else(
         || PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/khai/test-tools"),
         PathBuf::from,
@@ -277,31 +307,62 @@ fn browse(addr: &str, namespace: &str, expected: &str) {
         eprintln!(
             "skipping the browser check: no Chromium or playwright-core (scripts/test installs both)"
         );
-        return;
+        return None;
     }
+    Some((playwright, chromium))
+}
+
+/// The page in a real headless Chromium (tests/e2e/console_page.js). Once the page shows the
+/// overview it says `ready`, and `change` makes a new object, which the overview must show
+/// without a reload.
+async fn browse(addr: &str, namespace: &str, expected: &str, change: impl AsyncFnOnce()) {
+    let Some((playwright, chromium)) = browser() else {
+        return;
+    };
     let shots = repo_root().join("target/console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new("node")
+    let mut page = tokio::process::Command::new("node")
         .arg(repo_root().join("tests/e2e/console_page.js"))
         .env("PLAYWRIGHT", &playwright)
         .env("CHROMIUM", &chromium)
         .env("URL", format!("http://{addr}/"))
         .env("CONTROLLER", "cache")
+        .env("NAMESPACE", namespace)
         .env("OBJECT", format!("{namespace}/broken"))
         .env("EXPECT", expected)
         .env("SHOTS", &shots)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = tokio::io::BufReader::new(page.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(DEADLINE, lines.next_line()).await;
+    assert!(
+        matches!(&ready, Ok(Ok(Some(l))) if l == "ready"),
+        "the page did not show the overview: {ready:?}"
+    );
+    change().await;
+    let out = tokio::time::timeout(DEADLINE * 2, page.wait_with_output())
+        .await
+        .expect("the browser check did not finish")
+        .unwrap();
+    let mut stdout = String::new();
+    while let Ok(Some(l)) = lines.next_line().await {
+        stdout.push_str(&l);
+    }
     assert!(
         out.status.success(),
-        "the browser did not find the error: {}{stdout}",
+        "the browser check failed: {}{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
     let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
     assert!(seen["error"].as_str().unwrap().contains(expected), "{seen}");
     assert_eq!(seen["problems"], json!([]), "the page logged errors");
-    for shot in ["overview.png", "controller.png", "object.png"] {
-        assert!(shots.join(shot).exists(), "no screenshot {shot}");
+    for shot in ["overview", "controller", "object", "webhooks", "playground"] {
+        assert!(
+            shots.join(format!("{shot}.png")).exists(),
+            "no screenshot {shot}"
+        );
     }
 }

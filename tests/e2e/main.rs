@@ -18,6 +18,8 @@ mod cli;
 mod cluster_scoped;
 mod config_map;
 mod console;
+mod console_auth;
+mod console_playground;
 mod crds;
 mod diff;
 mod edges;

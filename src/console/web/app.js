@@ -31,11 +31,33 @@ function table(headers, rows, empty) {
     el("tbody", {}, rows.map(r => el("tr", {}, r.map(c => c instanceof Node ? el("td", {}, c) : el("td", {}, c))))));
 }
 
+// Off loopback the API asks for a bearer token (docs/console.md, "Access off loopback"); the
+// page asks for one when told 401 and keeps it for this tab only.
+function headers(more) {
+  const token = sessionStorage.getItem("khai-token");
+  return token ? { ...more, authorization: `Bearer ${token}` } : more;
+}
+
+class NeedsToken extends Error {}
+
 async function get(path) {
-  const res = await fetch(path, { headers: { accept: "application/json" } });
+  const res = await fetch(path, { headers: headers({ accept: "application/json" }) });
   const body = await res.json();
+  if (res.status === 401) throw new NeedsToken(body.error || res.statusText);
   if (!res.ok) throw new Error(body.error || res.statusText);
   return body;
+}
+
+function askToken(message) {
+  const input = el("input", { id: "token", type: "password", size: "60", autocomplete: "off" });
+  const use = el("button", { type: "button" }, "Use token");
+  use.addEventListener("click", () => {
+    sessionStorage.setItem("khai-token", input.value.trim());
+    render();
+    connect();
+  });
+  view.replaceChildren(el("p", { class: "error" }, message),
+    el("p", {}, "A token whose user may read this console (kubectl create token NAME): "), input, " ", use);
 }
 
 function writes(t) {
@@ -105,13 +127,14 @@ async function showObject(controller, namespace, name) {
   crumbs.replaceChildren(link("#/", "Overview"), " / ", link(`#/c/${enc(controller)}`, controller), " / ", shown);
   view.replaceChildren(
     el("h2", {}, `${o.kind} ${shown}`),
+    el("p", {}, link(`#/p/${enc(controller)}/${enc(namespace)}/${enc(name)}`, "Try an edited script on it in the playground")),
     el("dl", {},
       el("dt", {}, "uid"), el("dd", {}, o.uid),
       el("dt", {}, "phase"), el("dd", {}, o.phase || "–"),
       el("dt", {}, "state"), el("dd", {}, result(o.state))),
     el("h2", {}, "Last reconciles"),
-    table(["when", "took", "result", "writes", "error"], o.history.map(t =>
-      [when(t.at_ms), ms(t.took_ms), result(t.result), writes(t),
+    table(["when", "trigger", "took", "result", "writes", "error"], o.history.map(t =>
+      [when(t.at_ms), t.triggers.join(", ") || "–", ms(t.took_ms), result(t.result), writes(t),
         t.error ? el("pre", { class: "error-text" }, t.error) : ""]), "none"),
     el("h2", {}, "Events"),
     o.events_error ? el("p", { class: "error" }, o.events_error) :
@@ -120,14 +143,79 @@ async function showObject(controller, namespace, name) {
         "none"));
 }
 
+// The playground: the controller's script in an editor, run against one live object with
+// nothing written (POST /api/playground); the edit is offered as a ConfigMap patch.
+async function showPlayground(controller, namespace, name) {
+  const source = await get(`/api/playground/${enc(controller)}`);
+  crumbs.replaceChildren(link("#/", "Overview"), " / ", link(`#/c/${enc(controller)}`, controller), " / playground");
+  const target = el("input", { id: "object", value: namespace === "-" ? name : `${namespace}/${name}`, size: "40" });
+  const editor = el("textarea", { id: "script", spellcheck: "false", rows: "10" });
+  editor.value = source.text;
+  const run = el("button", { id: "run", type: "button" }, "Run (dry: nothing is written)");
+  const out = el("div", { id: "result" });
+  const patch = el("pre", { id: "patch", class: "code" });
+  const showPatch = () => {
+    patch.textContent = JSON.stringify({ data: { [source.key]: editor.value } }, null, 2);
+  };
+  editor.addEventListener("input", showPatch);
+  showPatch();
+  run.addEventListener("click", async () => {
+    const [ns, n] = target.value.includes("/") ? target.value.split("/", 2) : [null, target.value];
+    out.replaceChildren(el("p", { class: "muted" }, "Running…"));
+    try {
+      const res = await fetch("/api/playground", {
+        method: "POST",
+        headers: headers({ "content-type": "application/json", accept: "application/json" }),
+        body: JSON.stringify({ controller, namespace: ns, name: n, script: editor.value }),
+      });
+      const body = await res.json();
+      if (!res.ok) throw new Error(body.error || res.statusText);
+      out.replaceChildren(...playResult(body));
+    } catch (e) {
+      out.replaceChildren(el("p", { class: "error" }, e.message));
+    }
+  });
+  view.replaceChildren(
+    el("h2", {}, `Playground: ${controller}`),
+    el("p", { class: "muted" }, `${source.file}: edit it and run it against a live object from khai's caches. ` +
+      "The plan is compared with the cluster and each child write is sent as a server-side dry run; nothing is stored."),
+    el("label", {}, "object ", target), " ", run,
+    editor, out,
+    el("h2", {}, "The edit as a ConfigMap patch"),
+    el("p", { class: "muted" }, "For a config held in a ConfigMap: kubectl patch configmap NAME --type merge --patch-file patch.json"),
+    patch);
+}
+
+function playResult(r) {
+  const o = r.object;
+  const parts = [el("h2", {}, "Result")];
+  if (!o) {
+    parts.push(el("p", { class: "success", id: "verdict" }, "nothing would change"));
+  } else if (o.error) {
+    parts.push(el("p", { class: "error", id: "verdict" }, "reconcile fails"), el("pre", { class: "error-text" }, o.error));
+  } else if (o.skipped) {
+    parts.push(el("p", { class: "muted", id: "verdict" }, `skipped: ${o.skipped}`));
+  } else {
+    const refused = (o.children || []).filter(c => c.refused);
+    parts.push(el("p", { class: refused.length ? "error" : "requeue", id: "verdict" },
+      refused.length ? `${refused.length} child write(s) refused by the API server's dry run` : "would write"));
+    parts.push(table(["child", "action", "dry run"], (o.children || []).map(c =>
+      [`${c.kind} ${c.namespace ? c.namespace + "/" : ""}${c.name}`, c.action || "", c.refused ? el("span", { class: "error" }, c.refused) : "accepted"]), "no child writes"));
+  }
+  parts.push(el("h2", {}, "Plan and diff"), el("pre", { class: "code", id: "diff" }, r.text));
+  return parts;
+}
+
 async function render() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   try {
     if (parts[0] === "c" && parts[1]) await showController(parts[1]);
     else if (parts[0] === "o" && parts.length === 4) await showObject(parts[1], parts[2], parts[3]);
+    else if (parts[0] === "p" && parts.length === 4) await showPlayground(parts[1], parts[2], parts[3]);
     else await showOverview();
   } catch (e) {
-    view.replaceChildren(el("p", { class: "error" }, e.message));
+    if (e instanceof NeedsToken) askToken(e.message);
+    else view.replaceChildren(el("p", { class: "error" }, e.message));
   }
 }
 
@@ -137,15 +225,49 @@ function soon() {
   pending = setTimeout(() => { pending = null; render(); }, 250);
 }
 
+function changed(data) {
+  const change = JSON.parse(data);
+  if (change.type !== "hello" && !location.hash.startsWith("#/p/")) soon();
+}
+
+let stream = null;
 function connect() {
   const live = document.getElementById("live");
-  const stream = new EventSource("/api/stream");
-  stream.onopen = () => { live.textContent = "● live"; live.classList.add("on"); };
-  stream.onerror = () => { live.textContent = "○ reconnecting"; live.classList.remove("on"); };
-  stream.onmessage = (m) => {
-    const change = JSON.parse(m.data);
-    if (change.type !== "hello") soon();
-  };
+  const on = () => { live.textContent = "● live"; live.classList.add("on"); };
+  const off = () => { live.textContent = "○ reconnecting"; live.classList.remove("on"); };
+  if (stream) stream.close();
+  if (!sessionStorage.getItem("khai-token")) {
+    const source = new EventSource("/api/stream");
+    source.onopen = on;
+    source.onerror = off;
+    source.onmessage = (m) => changed(m.data);
+    stream = source;
+    return;
+  }
+  // EventSource cannot send a token: read the stream through fetch, line by line.
+  const abort = new AbortController();
+  stream = { close: () => abort.abort() };
+  (async () => {
+    const res = await fetch("/api/stream", { headers: headers({}), signal: abort.signal });
+    if (!res.ok) throw new Error(res.statusText);
+    on();
+    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+    let pending = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += value;
+      let end;
+      while ((end = pending.indexOf("\n\n")) >= 0) {
+        const event = pending.slice(0, end);
+        pending = pending.slice(end + 2);
+        for (const line of event.split("\n")) if (line.startsWith("data: ")) changed(line.slice(6));
+      }
+    }
+  })().catch(() => {}).finally(() => {
+    off();
+    if (!abort.signal.aborted) setTimeout(connect, 2000);
+  });
 }
 
 window.addEventListener("hashchange", render);

@@ -19,6 +19,7 @@
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
 //! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`; `replace`: update) |
+//! | a console off loopback (`generate rbac --console-off-loopback`): TokenReview, SubjectAccessReview | create on `tokenreviews`, `subjectaccessreviews` |
 //! | `ctx.secret`: `[operator] secrets`, each watched by name | get, list, watch on `secrets` by name (all of them for the opt-in `"*"`) |
 //!
 //! A Secret named `namespace/name` is granted by a Role in that namespace alone; an unqualified
@@ -38,6 +39,7 @@ mod rules;
 mod workloads;
 
 pub(crate) use objects::{manifests, name};
+pub(crate) use own::console_reviews;
 pub(crate) use rules::Rules;
 
 use crate::config::kind::KindRef;
@@ -170,6 +172,22 @@ script = "h.rhai"
 
     fn rule(rules: &Rules, group: &str, resource: &str) -> Vec<String> {
         rules.verbs(group, resource)
+    }
+
+    #[test]
+    fn a_console_off_loopback_may_review_tokens_cluster_wide() {
+        let model = parse(Path::new("operator.toml"), HELLO).unwrap();
+        let mut p = input(&model, false, &["team"]);
+        assert!(rule(&p.cluster, "authentication.k8s.io", "tokenreviews").is_empty());
+        console_reviews(&mut p);
+        assert_eq!(
+            rule(&p.cluster, "authentication.k8s.io", "tokenreviews"),
+            ["create"]
+        );
+        assert_eq!(
+            rule(&p.cluster, "authorization.k8s.io", "subjectaccessreviews"),
+            ["create"]
+        );
     }
 
     #[test]

@@ -124,3 +124,12 @@ fn webhooks(model: &Model, p: &mut Plan) {
         );
     }
 }
+
+/// Adds what khai needs to check the tokens sent to a console it serves off loopback: a
+/// TokenReview and a SubjectAccessReview per token (docs/console.md, "Access off loopback").
+pub(crate) fn console_reviews(p: &mut Plan) {
+    p.cluster
+        .add("authentication.k8s.io", "tokenreviews", &["create"]);
+    p.cluster
+        .add("authorization.k8s.io", "subjectaccessreviews", &["create"]);
+}
