@@ -5,6 +5,7 @@
 
 mod beside;
 mod context;
+mod drain;
 mod drive;
 mod exclusive;
 mod finalizer_names;
@@ -17,7 +18,7 @@ mod turn;
 
 pub(crate) use drive::start;
 pub(crate) use finalizers::{release_abandoned, release_patch};
-pub(crate) use prepare::{Fingerprint, Prepared, prepare};
+pub(crate) use prepare::{Fingerprint, Prepared, prepare, prepare_sharded};
 
 use crate::watch;
 

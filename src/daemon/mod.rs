@@ -11,6 +11,7 @@ use crate::leader::Elector;
 use crate::operator::Operator;
 use crate::reload::Updates;
 use crate::watch::Informers;
+use futures::FutureExt;
 use lifecycle::{config_loaded, drain, lead, report_synced};
 use running::Running;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub(crate) struct RunOptions {
     pub leader: Option<crate::leader::Settings>,
     /// How long in-flight reconciles may take to finish after a shutdown signal.
     pub shutdown_grace: Duration,
+    /// Sharding (`--shards`): this replica reconciles only the objects labelled for it.
+    pub shards: Option<Arc<crate::shard::Settings>>,
 }
 
 impl Default for RunOptions {
@@ -40,6 +43,7 @@ impl Default for RunOptions {
             namespaces: Vec::new(),
             leader: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            shards: None,
         }
     }
 }
@@ -90,7 +94,15 @@ pub(crate) async fn run(
         () = shutdown.cancelled() => return Ok(()),
     }
     let informers = Informers::new(client.clone());
-    let prepared = controller::prepare(&op, &client, &opts.namespaces, &informers).await?;
+    let prepared = controller::prepare_sharded(
+        &op,
+        &client,
+        &opts.namespaces,
+        &informers,
+        opts.shards.as_ref(),
+    )
+    .await?;
+    let parents = parent_kinds(&prepared);
     let operator = op.config.model.operator.name.clone();
     if let Some(hook) = &op.handlers.startup {
         // Not ready (`report_synced` is not started) until the hook has succeeded.
@@ -120,12 +132,30 @@ pub(crate) async fn run(
     let controllers = async {
         futures::join!(supervise(prepared, updates, &env, &shutdown), schedules);
     };
-    let result = match &opts.leader {
-        None => {
+    let result = match (&opts.leader, &opts.shards) {
+        (_, Some(shard)) => {
+            // Every shard may become the sharder; each reconciles while it holds its own Lease.
+            let sharder = crate::shard::sharder::run(
+                client.clone(),
+                (**shard).clone(),
+                parents,
+                shutdown.clone(),
+            );
+            let cached = count_cached(&informers);
+            let elector = Elector::new(client.clone(), shard.member_lease());
+            let shard = lead(elector, controllers, &shutdown, opts.shutdown_grace);
+            let (result, (), ()) = futures::join!(
+                shard,
+                sharder,
+                shutdown.run_until_cancelled(cached).map(|_| ())
+            );
+            result
+        }
+        (None, None) => {
             drain(controllers, &shutdown, opts.shutdown_grace).await;
             Ok(())
         }
-        Some(settings) => {
+        (Some(settings), None) => {
             let elector = Elector::new(client.clone(), settings.clone());
             lead(elector, controllers, &shutdown, opts.shutdown_grace).await
         }
@@ -137,6 +167,34 @@ pub(crate) async fn run(
     informers.shutdown();
     tracing::info!("all controllers stopped");
     result
+}
+
+/// The parent kinds of the prepared controllers and where they are watched, each once: what
+/// the sharder assigns to shards.
+fn parent_kinds(prepared: &[Prepared]) -> Vec<(crate::watch::Kind, Option<String>)> {
+    let mut kinds: Vec<(crate::watch::Kind, Option<String>)> = Vec::new();
+    for p in prepared {
+        let k = (p.primary.kind.clone(), p.primary.namespace.clone());
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    kinds
+}
+
+/// Exports how many objects the caches of each kind hold (`khai_cached_objects`), every
+/// second, for as long as it is polled.
+async fn count_cached(informers: &Informers) {
+    loop {
+        let mut by_kind: std::collections::BTreeMap<String, usize> = Default::default();
+        for i in informers.all() {
+            *by_kind.entry(i.kind.resource.kind.clone()).or_default() += i.store().len();
+        }
+        for (kind, n) in by_kind {
+            crate::metrics::cached_objects(&kind, n);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// What `[[schedule]]` calls may reach: the `k8s` module through the operator's client.
@@ -265,7 +323,14 @@ async fn next_version(
         let ready = async {
             install_crds(&op, env.client).await?;
             Ok::<_, Error>(
-                controller::prepare(&op, env.client, &env.opts.namespaces, env.informers).await?,
+                controller::prepare_sharded(
+                    &op,
+                    env.client,
+                    &env.opts.namespaces,
+                    env.informers,
+                    env.opts.shards.as_ref(),
+                )
+                .await?,
             )
         };
         match ready.await {

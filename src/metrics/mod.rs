@@ -9,6 +9,7 @@
 
 mod record;
 pub(crate) mod server;
+mod shard;
 mod tally;
 
 pub(crate) use record::{
@@ -19,6 +20,7 @@ pub(crate) use record::{
     watch_restarted, watch_started, webhook_request,
 };
 pub(crate) use record::{console_history_bytes, leases, queue_now};
+pub(crate) use shard::{cached_objects, shard_drained, shard_moved, shard_objects};
 pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;
@@ -72,6 +74,7 @@ struct Metrics {
     webhook_requests: IntCounterVec,
     webhook_duration: HistogramVec,
     console_bytes: prometheus::IntGauge,
+    shard: shard::ShardMetrics,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -382,6 +385,7 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            shard: shard::ShardMetrics::new(&r),
             registry: r,
         };
         for result in ["success", "failure"] {

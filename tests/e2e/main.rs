@@ -47,6 +47,7 @@ mod replace;
 mod restart;
 mod schedules;
 mod servers;
+mod sharding;
 mod side_effects;
 mod stdlib;
 mod unowned;
