@@ -180,9 +180,21 @@ async fn sync_loop(client: &kube::Client, s: &Settings, parents: &[Parents], cha
     for p in parents {
         p.store.wait_until_ready().await.ok();
     }
+    let mut announced = false;
     loop {
-        if let Err(e) = sync(client, s, parents, &mut members, Instant::now() >= settled).await {
-            tracing::warn!(error = %crate::client::ApiError::from(e), "sharder sync failed; retrying");
+        let may_move = Instant::now() >= settled;
+        match sync(client, s, parents, &mut members, may_move).await {
+            Ok(()) if may_move && !announced => {
+                announced = true;
+                tracing::info!(
+                    settled = true,
+                    "sharder settled: every parent is on its shard or being moved to it"
+                );
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(error = %crate::client::ApiError::from(e), "sharder sync failed; retrying")
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(s.retry_period) => {}
@@ -193,6 +205,10 @@ async fn sync_loop(client: &kube::Client, s: &Settings, parents: &[Parents], cha
         }
     }
 }
+
+/// Label patches the sharder has in flight at once: moving a dead shard's thousand parents
+/// one at a time would take seconds.
+const PATCHES_AT_ONCE: usize = 16;
 
 /// How long the sharder lets parent changes gather before a sync.
 const COALESCE: Duration = Duration::from_millis(200);
@@ -227,53 +243,57 @@ async fn sync(
     let label = s.label();
     let drain = s.drain_label();
     let mut owned: BTreeMap<String, i64> = ring.shards().iter().map(|s| (s.clone(), 0)).collect();
+    let mut patches = Vec::new();
     for p in parents {
-        let api = crate::watch::api(client, &p.kind, None);
         for o in p.store.state() {
             let labels = o.metadata.labels.as_ref();
             let current = labels.and_then(|l| l.get(&label)).map(String::as_str);
             let draining = labels.is_some_and(|l| l.contains_key(&drain));
             let name = o.metadata.name.clone().unwrap_or_default();
-            let ns = o.metadata.namespace.as_deref();
-            let key = super::key(&p.kind.resource.group, &p.kind.resource.kind, ns, &name);
+            let ns = o.metadata.namespace.clone();
+            let key = super::key(
+                &p.kind.resource.group,
+                &p.kind.resource.kind,
+                ns.as_deref(),
+                &name,
+            );
             if let Some(c) = current {
                 *owned.entry(c.to_string()).or_default() += 1;
             }
-            let Some(m) = decide(&ring, &key, current, draining, may_move) else {
-                continue;
-            };
+            if let Some(m) = decide(&ring, &key, current, draining, may_move) {
+                let api = crate::watch::api(client, &p.kind, ns.as_deref());
+                patches.push((api, name, o.metadata.resource_version.clone(), m));
+            }
+        }
+    }
+    let (label, drain) = (&label, &drain);
+    let mut sent = futures::stream::iter(patches)
+        .map(|(api, name, version, m)| async move {
             let labels = match &m {
                 Move::Assign { to, .. } => json!({ label.as_str(): to, drain.as_str(): null }),
                 Move::Drain => json!({ drain.as_str(): "true" }),
             };
             // The resourceVersion makes the patch fail if the object changed since it was seen
             // (a shard acknowledging a drain meanwhile): the next sync decides again.
-            let patch = json!({ "metadata": {
-                "resourceVersion": o.metadata.resource_version, "labels": labels,
-            }});
-            let api = match ns {
-                Some(ns) if p.kind.namespaced => kube::Api::<DynamicObject>::namespaced_with(
-                    client.clone(),
-                    ns,
-                    &p.kind.resource,
-                ),
-                _ => api.clone(),
-            };
-            match api
+            let patch = json!({ "metadata": { "resourceVersion": version, "labels": labels } });
+            let sent = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    crate::metrics::shard_moved(match &m {
-                        Move::Assign { from: None, .. } => "assign",
-                        Move::Assign { .. } => "move",
-                        Move::Drain => "drain",
-                    });
-                    tracing::debug!(object = %name, namespace = ?ns, change = ?m, "sharder relabelled an object");
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
-                Err(e) => return Err(e),
+                .await;
+            (name, m, sent)
+        })
+        .buffer_unordered(PATCHES_AT_ONCE);
+    while let Some((name, m, sent)) = sent.next().await {
+        match sent {
+            Ok(_) => {
+                crate::metrics::shard_moved(match &m {
+                    Move::Assign { from: None, .. } => "assign",
+                    Move::Assign { .. } => "move",
+                    Move::Drain => "drain",
+                });
+                tracing::debug!(object = %name, change = ?m, "sharder relabelled an object");
             }
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => return Err(e),
         }
     }
     crate::metrics::shard_objects(&owned);

