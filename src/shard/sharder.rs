@@ -45,6 +45,8 @@ pub(crate) enum Move {
 #[derive(Default)]
 struct Members {
     seen: HashMap<String, (Option<String>, Option<String>, Instant)>,
+    /// When the first live shard's Lease expires unless renewed: the sharder looks again then.
+    next_expiry: Option<Instant>,
 }
 
 /// One shard Lease, read.
@@ -62,6 +64,7 @@ impl Members {
     fn observe(&mut self, leases: &[Lease], default: Duration, now: Instant) -> Vec<Member> {
         let mut out = Vec::new();
         let mut seen = HashMap::new();
+        self.next_expiry = None;
         for l in leases {
             let (Some(name), Some(shard)) = (
                 l.metadata.name.clone(),
@@ -91,6 +94,12 @@ impl Members {
                 lease: name.clone(),
                 shard,
             });
+            if held && now < first + valid {
+                self.next_expiry = Some(
+                    self.next_expiry
+                        .map_or(first + valid, |e| e.min(first + valid)),
+                );
+            }
             seen.insert(name, (holder, renew, first));
         }
         self.seen = seen;
@@ -197,13 +206,23 @@ async fn sync_loop(client: &kube::Client, s: &Settings, parents: &[Parents], cha
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(s.retry_period) => {}
+            // At the next retry, or the moment a Lease would expire, whichever comes first: a
+            // dead shard's objects move as soon as its Lease has run out.
+            () = tokio::time::sleep_until(next_look(&members, s.retry_period)) => {}
             () = changed.notified() => {
                 // Coalesce a burst of changes into one sync.
                 tokio::time::sleep(COALESCE).await;
             }
         }
     }
+}
+
+/// When the sharder looks at the Leases next: after `retry`, or just past the next expiry.
+fn next_look(members: &Members, retry: Duration) -> Instant {
+    let retry = Instant::now() + retry;
+    members
+        .next_expiry
+        .map_or(retry, |e| retry.min(e + Duration::from_millis(10)))
 }
 
 /// Label patches the sharder has in flight at once: moving a dead shard's thousand parents
