@@ -7,8 +7,9 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-/// Points per shard. 128 keep three shards within ±20% of an even share of a few thousand keys.
-pub(crate) const VNODES: usize = 128;
+/// Points per shard. 512 keep each shard's arc of the ring within about 5% of an even share, so
+/// the keys a shard owns stay within ±20% of a third even for a few hundred keys.
+pub(crate) const VNODES: usize = 512;
 
 /// The ring of one membership.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
