@@ -61,6 +61,7 @@ pub(crate) mod scaffold;
 pub mod schema;
 pub mod script;
 pub(crate) mod serve;
+pub(crate) mod shard;
 pub(crate) mod sync;
 pub(crate) mod tasks;
 #[cfg(test)]

@@ -50,6 +50,12 @@ pub(super) fn own(child: &mut Value, parent: &DynamicObject, parent_kind: &Kind,
     }
     meta["labels"][MANAGED_BY.0] = json!(MANAGED_BY.1);
     meta["labels"][OWNER_LABEL] = json!(parent.uid().unwrap_or_default());
+    // A sharded parent's children are labelled for its shard, so they are cached with it.
+    for (k, v) in parent.labels() {
+        if crate::shard::is_shard_label(k) {
+            meta["labels"][k.as_str()] = json!(v);
+        }
+    }
     if !meta["annotations"].is_object() {
         meta["annotations"] = json!({});
     }

@@ -25,6 +25,13 @@ pub(crate) struct Operations {
     /// Run the controllers only while this replica holds a Lease (for more than one replica).
     #[arg(long, env = "KHAI_LEADER_ELECT")]
     pub(crate) leader_elect: bool,
+    /// Reconcile only this replica's share of the objects, as one shard among the replicas
+    /// started with `--shards` (docs/scaling.md). Uses the `--leader-elect-*` Lease settings.
+    #[arg(long, env = "KHAI_SHARDS", conflicts_with = "leader_elect")]
+    pub(crate) shards: bool,
+    /// This shard's id, unique among the replicas [default: the pod's name].
+    #[arg(long, value_name = "ID", env = "KHAI_SHARD_ID")]
+    pub(crate) shard_id: Option<String>,
     /// Name of the Lease [default: khai-<operator name>].
     #[arg(long, value_name = "NAME")]
     pub(crate) leader_elect_lease_name: Option<String>,
@@ -110,6 +117,35 @@ impl Operations {
                 .filter(|n| !n.is_empty())
                 .unwrap_or_else(|| client.default_namespace().to_string()),
             identity: crate::client::identity(),
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+            labels: Default::default(),
+        };
+        settings.validate()?;
+        Ok(Some(settings))
+    }
+
+    /// The sharding settings, when `--shards` is on.
+    pub(crate) fn shards(
+        &self,
+        client: &kube::Client,
+        operator: &str,
+    ) -> Result<Option<crate::shard::Settings>, crate::shard::Error> {
+        if !self.shards {
+            return Ok(None);
+        }
+        let settings = crate::shard::Settings {
+            operator: operator.to_string(),
+            id: self
+                .shard_id
+                .clone()
+                .unwrap_or_else(|| crate::client::identity().replace('_', "-")),
+            namespace: self
+                .leader_elect_namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| client.default_namespace().to_string()),
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
             retry_period: self.leader_elect_retry_period,

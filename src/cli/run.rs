@@ -104,6 +104,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::warn!("script memory budgets are off: the process's global allocator is not khai::script::Counting");
         }
         let leader = args.ops.leader(&client, &op.config.model.operator.name)?;
+        let shards = args.ops.shards(&client, &op.config.model.operator.name)?.map(std::sync::Arc::new);
         let metrics = crate::metrics::server::bind(args.ops.metrics_bind)
             .await
             .with_context(|| format!("failed to bind --metrics-bind {}", args.ops.metrics_bind))?;
@@ -129,6 +130,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
             leader,
             shutdown_grace: args.ops.shutdown_grace,
             candidate,
+            shards,
         };
         let from_api = matches!(args.config, Source::ConfigMap(_));
         let updates = args.watch.unwrap_or_else(|| from_api || in_cluster()).then(|| {

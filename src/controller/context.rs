@@ -76,6 +76,9 @@ pub(crate) struct Spec {
     /// What calls of its scripts about its objects may do beyond computing (`k8s::…`,
     /// `http::…`), and how much.
     pub effects: Arc<crate::effects::Effects>,
+    /// The shard this replica is (`khai run --shards`): objects carrying its drain label are
+    /// let go of ([`super::drain`]).
+    pub shard: Option<Arc<crate::shard::Settings>>,
 }
 
 /// The informer caches a controller reads.

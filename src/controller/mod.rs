@@ -5,6 +5,7 @@
 
 mod beside;
 mod context;
+mod drain;
 mod drive;
 mod exclusive;
 mod finalizer_names;
@@ -19,7 +20,7 @@ mod turn;
 pub(crate) use context::Ctx;
 pub(crate) use drive::start;
 pub(crate) use finalizers::{release_abandoned, release_patch};
-pub(crate) use prepare::{Fingerprint, Prepared, prepare};
+pub(crate) use prepare::{Fingerprint, Prepared, prepare, prepare_sharded};
 pub(crate) use shadow::Shadow;
 
 use crate::watch;

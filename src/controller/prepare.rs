@@ -45,6 +45,18 @@ pub(crate) async fn prepare(
     namespaces: &[String],
     informers: &Informers,
 ) -> Result<Vec<Prepared>, Error> {
+    prepare_sharded(op, client, namespaces, informers, None).await
+}
+
+/// [`prepare`] for one shard (`khai run --shards`): the parents' and children's informers watch
+/// only the objects labelled for `shard`.
+pub(crate) async fn prepare_sharded(
+    op: &Operator,
+    client: &kube::Client,
+    namespaces: &[String],
+    informers: &Informers,
+    shard: Option<&Arc<crate::shard::Settings>>,
+) -> Result<Vec<Prepared>, Error> {
     let model = &op.config.model;
     let watched: Vec<String> = if namespaces.is_empty() {
         model.operator.namespaces.clone()
@@ -174,6 +186,7 @@ pub(crate) async fn prepare(
             indexes: indexes.clone(),
             extra: beside::fingerprint(op),
             all_or_each: &all_or_each,
+            shard,
         };
         if kinds.primary.namespaced {
             for ns in &all_or_each {
@@ -282,6 +295,8 @@ struct Env<'a> {
     extra: u64,
     /// Every watched namespace (`[None]`: all of them).
     all_or_each: &'a [Option<String>],
+    /// The shard this replica is, with `--shards`.
+    shard: Option<&'a Arc<crate::shard::Settings>>,
 }
 
 impl Env<'_> {
@@ -313,7 +328,12 @@ impl Env<'_> {
             Place::Cluster(_) => None,
         };
         let spread = place.spread();
-        let primary = informers.filtered(kind, primary_ns, &filter);
+        // A shard caches its own parents and their children only.
+        let (watch_filter, owned_filter) = match self.shard {
+            Some(s) => (s.narrow(&filter), s.narrow(&Filter::default())),
+            None => (filter.clone(), Filter::default()),
+        };
+        let primary = informers.filtered(kind, primary_ns, &watch_filter);
         // Unowned children may live in any watched namespace, not only their parent's.
         let children_spread = if ctl.unowned_children {
             self.all_or_each.iter().map(Option::as_deref).collect()
@@ -321,11 +341,11 @@ impl Env<'_> {
             spread.clone()
         };
         let mut owned: Vec<Arc<Informer>> = Vec::new();
-        for inf in kinds
-            .owned
-            .iter()
-            .flat_map(|o| children_spread.iter().map(|ns| informers.informer(o, *ns)))
-        {
+        for inf in kinds.owned.iter().flat_map(|o| {
+            children_spread
+                .iter()
+                .map(|ns| informers.filtered(o, *ns, &owned_filter))
+        }) {
             // A cluster-scoped kind has one informer, whatever the namespace asked for.
             if !owned.iter().any(|o| Arc::ptr_eq(o, &inf)) {
                 owned.push(inf);
@@ -350,12 +370,14 @@ impl Env<'_> {
         if let Place::Namespace(Some(own)) = place {
             for other in shared.watched.iter().filter(|ns| ns.as_str() != own) {
                 let ns = Some(other.as_str());
-                visible.push(informers.filtered(kind, ns, &filter));
-                let related = kinds
-                    .owned
-                    .iter()
-                    .chain(kinds.watched.iter().map(|(k, _)| k));
-                visible.extend(related.map(|k| informers.informer(k, ns)));
+                visible.push(informers.filtered(kind, ns, &watch_filter));
+                visible.extend(
+                    kinds
+                        .owned
+                        .iter()
+                        .map(|k| informers.filtered(k, ns, &owned_filter)),
+                );
+                visible.extend(kinds.watched.iter().map(|(k, _)| informers.informer(k, ns)));
             }
         }
         let mut unique: Vec<Arc<Informer>> = Vec::with_capacity(visible.len());
@@ -382,6 +404,7 @@ impl Env<'_> {
                 params: Value::Object(model.params.clone()),
                 children: crate::apply::Policy::of(ctl),
                 effects: shared.effects.with_budget(ctl.budget),
+                shard: self.shard.cloned(),
             },
             caches: Caches {
                 primary: primary.clone(),

@@ -29,6 +29,14 @@ pub(crate) async fn reconcile_one(
         .started(obj.metadata.namespace.as_deref(), &obj.name_any());
     let _worker = crate::metrics::reconcile_started(&controller);
     let _only = Exclusive::enter(&controller, &obj);
+    if let Some(shard) = &ctx.spec.shard
+        && obj.labels().contains_key(&shard.drain_label())
+    {
+        // No other reconcile of the object runs now: letting go here cannot overlap one.
+        return super::drain::acknowledge(&obj, &ctx, shard)
+            .instrument(span)
+            .await;
+    }
     let started = std::time::Instant::now();
     let result = crate::console::turn(
         &controller,
@@ -242,6 +250,7 @@ mod tests {
                     tokio::runtime::Handle::current(),
                     crate::effects::Budget::default(),
                 )),
+                shard: None,
             },
             caches: Caches {
                 primary: primary.clone(),

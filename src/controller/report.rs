@@ -36,6 +36,9 @@ pub(super) enum ReconcileError {
     /// The object could not be read back from the API server.
     #[error("failed to read the object: {0}")]
     Read(crate::client::ApiError),
+    /// The shard could not remove its labels to let the object move to another shard.
+    #[error("failed to let go of the object for another shard: {0}")]
+    Drain(crate::client::ApiError),
     #[error(transparent)]
     Handlers(#[from] crate::handler::Error),
     #[error("delete handlers have not all finished yet; the object is held until they do")]

@@ -11,6 +11,7 @@ use crate::leader::Elector;
 use crate::operator::Operator;
 use crate::reload::Updates;
 use crate::watch::Informers;
+use futures::FutureExt;
 use lifecycle::{config_loaded, drain, lead, report_synced};
 use running::Running;
 use std::sync::Arc;
@@ -35,6 +36,8 @@ pub(crate) struct RunOptions {
     /// A candidate revision of the config, run in the shadow of the active one
     /// ([`crate::revisions`]).
     pub candidate: Option<Arc<Operator>>,
+    /// Sharding (`--shards`): this replica reconciles only the objects labelled for it.
+    pub shards: Option<Arc<crate::shard::Settings>>,
 }
 
 impl Default for RunOptions {
@@ -44,6 +47,7 @@ impl Default for RunOptions {
             leader: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             candidate: None,
+            shards: None,
         }
     }
 }
@@ -94,9 +98,17 @@ pub(crate) async fn run(
         () = shutdown.cancelled() => return Ok(()),
     }
     let informers = Informers::new(client.clone());
-    let prepared = controller::prepare(&op, &client, &opts.namespaces, &informers).await?;
+    let prepared = controller::prepare_sharded(
+        &op,
+        &client,
+        &opts.namespaces,
+        &informers,
+        opts.shards.as_ref(),
+    )
+    .await?;
+    let parents = parent_kinds(&prepared);
     let candidate = match &opts.candidate {
-        Some(c) => match Candidate::prepare(c, &client, &opts.namespaces, &informers).await {
+        Some(c) => match Candidate::prepare(c, &client, &opts, &informers).await {
             Ok(c) => Some(c),
             // The active revision runs as it would without a candidate.
             Err(e) => {
@@ -140,12 +152,30 @@ pub(crate) async fn run(
     let controllers = async {
         futures::join!(supervise(prepared, updates, &env, &shutdown), schedules);
     };
-    let result = match &opts.leader {
-        None => {
+    let result = match (&opts.leader, &opts.shards) {
+        (_, Some(shard)) => {
+            // Every shard may become the sharder; each reconciles while it holds its own Lease.
+            let sharder = crate::shard::sharder::run(
+                client.clone(),
+                (**shard).clone(),
+                parents,
+                shutdown.clone(),
+            );
+            let cached = count_cached(&informers);
+            let elector = Elector::new(client.clone(), shard.member_lease());
+            let shard = lead(elector, controllers, &shutdown, opts.shutdown_grace);
+            let (result, (), ()) = futures::join!(
+                shard,
+                sharder,
+                shutdown.run_until_cancelled(cached).map(|_| ())
+            );
+            result
+        }
+        (None, None) => {
             drain(controllers, &shutdown, opts.shutdown_grace).await;
             Ok(())
         }
-        Some(settings) => {
+        (Some(settings), None) => {
             let elector = Elector::new(client.clone(), settings.clone());
             lead(elector, controllers, &shutdown, opts.shutdown_grace).await
         }
@@ -157,6 +187,34 @@ pub(crate) async fn run(
     informers.shutdown();
     tracing::info!("all controllers stopped");
     result
+}
+
+/// The parent kinds of the prepared controllers and where they are watched, each once: what
+/// the sharder assigns to shards.
+fn parent_kinds(prepared: &[Prepared]) -> Vec<(crate::watch::Kind, Option<String>)> {
+    let mut kinds: Vec<(crate::watch::Kind, Option<String>)> = Vec::new();
+    for p in prepared {
+        let k = (p.primary.kind.clone(), p.primary.namespace.clone());
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    kinds
+}
+
+/// Exports how many objects the caches of each kind hold (`khai_cached_objects`), every
+/// second, for as long as it is polled.
+async fn count_cached(informers: &Informers) {
+    loop {
+        let mut by_kind: std::collections::BTreeMap<String, usize> = Default::default();
+        for i in informers.all() {
+            *by_kind.entry(i.kind.resource.kind.clone()).or_default() += i.store().len();
+        }
+        for (kind, n) in by_kind {
+            crate::metrics::cached_objects(&kind, n);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// What `[[schedule]]` calls may reach: the `k8s` module through the operator's client.
@@ -238,10 +296,18 @@ impl Candidate {
     async fn prepare(
         op: &Operator,
         client: &kube::Client,
-        namespaces: &[String],
+        opts: &RunOptions,
         informers: &Informers,
     ) -> Result<Self, Error> {
-        let prepared = controller::prepare(op, client, namespaces, informers).await?;
+        // Sharded, the candidate sees this shard's objects, from the same caches.
+        let prepared = controller::prepare_sharded(
+            op,
+            client,
+            &opts.namespaces,
+            informers,
+            opts.shards.as_ref(),
+        )
+        .await?;
         let book = Arc::new(crate::revisions::Book::default());
         let page = book.clone();
         crate::metrics::server::serve_candidate(Box::new(move |text| page.page(text)));
@@ -329,7 +395,14 @@ async fn next_version(
         let ready = async {
             install_crds(&op, env.client).await?;
             Ok::<_, Error>(
-                controller::prepare(&op, env.client, &env.opts.namespaces, env.informers).await?,
+                controller::prepare_sharded(
+                    &op,
+                    env.client,
+                    &env.opts.namespaces,
+                    env.informers,
+                    env.opts.shards.as_ref(),
+                )
+                .await?,
             )
         };
         match ready.await {

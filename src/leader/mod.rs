@@ -40,6 +40,8 @@ pub(crate) struct Settings {
     pub renew_deadline: Duration,
     /// How often every replica tries to acquire or renew.
     pub retry_period: Duration,
+    /// Labels of the Lease when this replica creates it (shard Leases are listed by label).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Errors in the settings; everything at run time is retried.
@@ -253,6 +255,7 @@ impl Elector {
             metadata: ObjectMeta {
                 name: Some(self.settings.lease_name.clone()),
                 namespace: Some(self.settings.namespace.clone()),
+                labels: (!self.settings.labels.is_empty()).then(|| self.settings.labels.clone()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -349,6 +352,7 @@ mod tests {
             lease_duration: Duration::from_secs(lease),
             renew_deadline: Duration::from_secs(renew),
             retry_period: Duration::from_secs(retry),
+            labels: Default::default(),
         }
     }
 

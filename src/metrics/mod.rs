@@ -9,6 +9,7 @@
 
 mod record;
 pub(crate) mod server;
+mod shard;
 mod tally;
 
 pub(crate) use record::{
@@ -21,6 +22,7 @@ pub(crate) use record::{
     reconcile_overlap, reconcile_started, request_sent, schedule_run, script_api_call, script_call,
     script_limit_abort, status_written, watch_restarted, watch_started, webhook_request,
 };
+pub(crate) use shard::{cached_objects, shard_drained, shard_moved, shard_objects};
 pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;
@@ -77,6 +79,7 @@ struct Metrics {
     webhook_requests: IntCounterVec,
     webhook_duration: HistogramVec,
     console_bytes: prometheus::IntGauge,
+    shard: shard::ShardMetrics,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -406,6 +409,7 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            shard: shard::ShardMetrics::new(&r),
             registry: r,
         };
         for result in ["success", "failure"] {

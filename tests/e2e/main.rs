@@ -50,6 +50,7 @@ mod restart;
 mod rollouts;
 mod schedules;
 mod servers;
+mod sharding;
 mod side_effects;
 mod stdlib;
 mod unowned;

@@ -267,6 +267,7 @@ impl Harness {
                 params: Value::Object(model.params.clone()),
                 children: crate::apply::Policy::of(ctl),
                 effects: effects.with_budget(ctl.budget),
+                shard: None,
             },
             caches: Caches {
                 visible: std::iter::once(primary.clone())

@@ -1,0 +1,43 @@
+//! A shard letting go of an object the sharder moves to another shard (`khai run --shards`):
+//! it removes the object's shard and drain labels in one write, which acknowledges the drain;
+//! the object then leaves this shard's label-selected watch and its record is forgotten as for
+//! a deletion, daemons stopped, while the object itself and its finalizers are left alone.
+
+use super::context::Ctx;
+use super::report::ReconcileError;
+use kube::ResourceExt;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+/// Acknowledges the drain of `obj`. Called from the object's reconcile, so no other reconcile
+/// of it is in flight on this shard.
+pub(super) async fn acknowledge(
+    obj: &DynamicObject,
+    ctx: &Ctx,
+    shard: &crate::shard::Settings,
+) -> Result<Action, ReconcileError> {
+    let api = crate::watch::api(
+        &ctx.services.client,
+        &ctx.spec.kind,
+        obj.namespace().as_deref(),
+    );
+    let patch = json!({ "metadata": { "labels": {
+        shard.label(): null, shard.drain_label(): null,
+    }}});
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(ReconcileError::Drain(e.into())),
+    }
+    crate::metrics::shard_drained(&ctx.spec.controller);
+    tracing::info!(shard = %shard.id, "let go of the object for another shard");
+    Ok(Action::await_change())
+}
