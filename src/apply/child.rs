@@ -4,7 +4,7 @@
 //! reconcile allows it.
 
 use super::compare::{as_stored, object_difference};
-use super::hash::content_hash;
+use super::hash::content_digest;
 use super::owner::{Mark, own};
 use super::{Applier, Error, Ledger};
 use crate::client::write;
@@ -58,12 +58,12 @@ impl Applier {
             },
             None => None,
         };
-        let hash = content_hash(&child);
+        let hash = content_digest(&child);
         let id = ChildId::new(kind, ns.as_deref(), name);
         let slot = Target::Child(id.clone());
         if cache.is_some()
             && ledger
-                .update(|s| s.sent.already_written(&slot, &seen_rv, &hash))
+                .update(|s| s.sent.already_written(&slot, &seen_rv, hash))
                 .unwrap_or(false)
         {
             return Ok(false);
@@ -75,14 +75,18 @@ impl Applier {
         params.force = self.model.operator.force_apply;
         params.dry_run = self.dry_run;
         // Recorded before the request goes: its watch event may arrive before its response.
-        if ledger.echoes && cache.is_some() {
-            let sent = match stored {
+        let recorded = cache.is_some().then_some(slot);
+        if let Some(slot) = &recorded {
+            let echo = ledger.echoes.then(|| match stored {
                 Cow::Borrowed(_) => child.clone(),
                 Cow::Owned(v) => Arc::new(v),
-            };
-            ledger
-                .objects
-                .update(ledger.parent, |s| s.sent.expect(id, sent));
+            });
+            ledger.objects.update(ledger.parent, |s| {
+                if let Some(sent) = echo {
+                    s.sent.expect(id, sent);
+                }
+                s.sent.written(slot.clone(), &seen_rv, hash);
+            });
         }
         let target = write::Target {
             resource: &kind.resource,
@@ -90,18 +94,17 @@ impl Applier {
             name,
             subresource: None,
         };
-        write::patch(&self.client, target, &params, &Patch::Apply(&*child))
-            .await
-            .map_err(|cause| Error::ApplyChild {
-                kind: kind_name.clone(),
-                name: name.clone(),
-                cause: cause.into(),
-            })?;
-        if cache.is_some() {
+        let sent = write::patch(&self.client, target, &params, &Patch::Apply(&*child)).await;
+        if let (Err(_), Some(slot)) = (&sent, &recorded) {
             ledger
                 .objects
-                .update(ledger.parent, |s| s.sent.written(slot, &seen_rv, &hash));
+                .update_existing(ledger.parent, |s| s.sent.unwritten(slot, hash));
         }
+        sent.map_err(|cause| Error::ApplyChild {
+            kind: kind_name.clone(),
+            name: name.clone(),
+            cause: cause.into(),
+        })?;
         tracing::debug!(child.kind = %kind_name, child.name = %name, "applied child");
         Ok(true)
     }

@@ -225,6 +225,7 @@ mod tests {
             objects: &OBJECTS,
             parent: &KEY,
             echoes: false,
+            primary: None,
         }
     }
 
@@ -308,12 +309,13 @@ mod tests {
             objects: &objects,
             parent: &p1,
             echoes: false,
+            primary: None,
         };
         let child = |name: &str| Target::Child(ChildId::new(&roles(), None, name));
         objects.update(&p1, |s| {
-            s.sent.written(child("a"), "", "h");
-            s.sent.written(child("new"), "", "h");
-            s.sent.written(child("updated"), "1", "h");
+            s.sent.written(child("a"), "", 1);
+            s.sent.written(child("new"), "", 1);
+            s.sent.written(child("updated"), "1", 1);
         });
         let applier = Applier::new(api.client(), crate::config::Model::default());
         let unowned = Policy {

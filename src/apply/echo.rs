@@ -2,7 +2,7 @@
 //! parent reconciled: by content, against what khai sent ([`crate::object::sent`]).
 
 use super::compare::object_difference;
-use crate::object::{ChildId, ObjectKey, Objects};
+use crate::object::{ChildId, ObjectKey, Objects, Target};
 use crate::watch::Kind;
 use crate::watch::ownership::owner_uid;
 use kube::ResourceExt;
@@ -10,7 +10,8 @@ use kube::api::DynamicObject;
 
 /// Whether the watch event of `obj`, of kind `kind` (`deleted` when it is gone), is the echo of
 /// a write khai expects, and so needs no reconcile. A match is consumed; a deletion forgets what
-/// khai sent for the child.
+/// khai sent for the child, and any other event the write records it answers for
+/// ([`crate::object::sent::Sent::shown`]).
 pub fn is_echo(objects: &Objects, kind: &Kind, obj: &DynamicObject, deleted: bool) -> bool {
     let Some(parent) = owner_uid(obj) else {
         return false;
@@ -21,7 +22,15 @@ pub fn is_echo(objects: &Objects, kind: &Kind, obj: &DynamicObject, deleted: boo
         objects.update_existing(&parent, |s| s.sent.deleted(&child));
         return false;
     }
-    let Some(sent) = objects.read(&parent, |s| s.and_then(|s| s.sent.echo(&child))) else {
+    // The cache shows the child at this version from now on: a write sent from another one is
+    // done with.
+    let rv = obj.resource_version().unwrap_or_default();
+    let target = Target::Child(child.clone());
+    let sent = objects.update_existing(&parent, |s| {
+        s.sent.shown(&target, &rv);
+        s.sent.echo(&child)
+    });
+    let Some(sent) = sent.flatten() else {
         return false;
     };
     // Compared outside the lock: the watch of every owned kind comes through here.

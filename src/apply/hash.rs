@@ -5,19 +5,20 @@ use serde_json::{Map, Value};
 
 /// Hash of a desired status without the conditions' `lastTransitionTime`, which a reconcile
 /// working from a stale copy would stamp afresh although nothing changed.
-pub(super) fn status_hash(desired: &Map<String, Value>) -> String {
-    hex(hash_of(&WithoutTransitionTimes(desired)))
+pub(super) fn status_hash(desired: &Map<String, Value>) -> u64 {
+    hash_of(&WithoutTransitionTimes(desired))
 }
 
 /// A short hash of a JSON value (key order as produced by the script). It is written into the
 /// cluster, so it must not change between builds of khai: XXH3-64 of the compact JSON text, a
 /// specified algorithm, not std's `DefaultHasher`, whose output Rust may change in any release.
 pub(super) fn content_hash(v: &Value) -> String {
-    hex(hash_of(v))
+    format!("{:016x}", content_digest(v))
 }
 
-fn hex(h: u64) -> String {
-    format!("{h:016x}")
+/// [`content_hash`] as a number, for what khai keeps in memory.
+pub(super) fn content_digest(v: &Value) -> u64 {
+    hash_of(v)
 }
 
 /// XXH3-64 of `v`'s compact JSON text, streamed into the hasher rather than built as a string
@@ -108,7 +109,7 @@ mod tests {
         // The same as hashing the status with the times taken out.
         let without =
             json!({ "phase": "Ready", "conditions": [{ "type": "Ready", "status": "True" }] });
-        assert_eq!(status_hash(&a), content_hash(&without));
+        assert_eq!(status_hash(&a), content_digest(&without));
     }
 
     /// The hash khai writes into the cluster must not come from std's `DefaultHasher`, which

@@ -179,12 +179,32 @@ pub struct Ledger<'a> {
     /// Whether the watch events of its child writes are expected back as echoes that need no
     /// reconcile: the reconcile that made the plan read nothing but the parent.
     pub echoes: bool,
+    /// The cache of the parent's kind, when there is one: a status write compares with the
+    /// version it shows now, which may be newer than the one the reconcile read.
+    pub primary: Option<&'a Informer>,
 }
 
 impl Ledger<'_> {
     /// Updates the parent's record, if it has one.
     fn update<R>(&self, f: impl FnOnce(&mut crate::object::State) -> R) -> Option<R> {
         self.objects.update_existing(self.parent, f)
+    }
+
+    /// `parent` as the cache shows it now, if that is a newer version than `parent`.
+    fn newer(&self, parent: &DynamicObject) -> Option<Arc<DynamicObject>> {
+        let cache = self.primary?;
+        let r = kube::runtime::reflector::ObjectRef::new_with(
+            &parent.name_any(),
+            cache.kind.resource.clone(),
+        );
+        let r = match parent.namespace().filter(|_| cache.kind.namespaced) {
+            Some(ns) => r.within(&ns),
+            None => r,
+        };
+        cache
+            .store()
+            .get(&r)
+            .filter(|o| o.uid() == parent.uid() && o.resource_version() != parent.resource_version())
     }
 }
 
@@ -412,6 +432,7 @@ mod tests {
                 objects: &objects,
                 parent: &key,
                 echoes: false,
+                primary: None,
             };
             let err = applier
                 .apply(&parent, &app, &plan, caches, Policy::default(), ledger)
@@ -426,6 +447,52 @@ mod tests {
                 api.get("/api/v1/namespaces/ns/configmaps/copy").is_some(),
                 "the sibling after the refused child was not applied"
             );
+        }
+
+        /// A reconcile that read the parent before khai's last status write arrived compares
+        /// with the version the cache shows now, and sends nothing when that holds its status;
+        /// against the version it read alone, it would write the same status again.
+        #[tokio::test]
+        async fn a_status_the_cache_shows_in_a_newer_version_is_not_sent_again() {
+            let api = FakeApi::default();
+            let applier = Applier::new(api.client(), crate::config::Model::default());
+            let app = Kind {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("x.dev", "v1", "App"),
+                    "apps",
+                ),
+                namespaced: true,
+            };
+            let mut read = parent();
+            read.metadata.resource_version = Some("1".into());
+            let mut now = read.clone();
+            now.metadata.resource_version = Some("2".into());
+            now.data = json!({ "status": { "phase": "Ready" } });
+            let status = serde_json::Map::from_iter([("phase".into(), json!("Ready"))]);
+            let (objects, key) = (Objects::default(), ObjectKey::of(&read));
+            let send = async |primary: Option<&Informer>| {
+                let ledger = Ledger {
+                    objects: &objects,
+                    parent: &key,
+                    echoes: false,
+                    primary,
+                };
+                applier
+                    .status(&read, &app, &status, ledger, Manager::Reconcile)
+                    .await
+                    .unwrap()
+            };
+            api.put(
+                "/apis/x.dev/v1/namespaces/ns/apps/p",
+                serde_json::to_value(&read).unwrap(),
+            );
+            let cache = Informer::with_objects(app.clone(), None, vec![now]);
+            assert!(!send(Some(&cache)).await, "the newer version holds it");
+            assert_eq!(api.writes().len(), 0, "{:?}", api.writes());
+            assert!(send(None).await, "the version read alone does not");
+            assert!(!objects.is_empty(), "the write is on its way");
+            objects.update_existing(&key, |s| s.sent.shown_object("2"));
+            assert!(objects.is_empty(), "its arrival ends the record");
         }
 
         /// The child khai sends is expected back before the request goes; a child already as
@@ -454,6 +521,7 @@ mod tests {
                 objects: &objects,
                 parent: &key,
                 echoes: true,
+                primary: None,
             };
             let expected = || objects.read(&key, |s| s.map_or(0, |s| s.sent.echoes()));
             let apply = async |owned: &[Arc<Informer>]| {

@@ -45,6 +45,13 @@ impl Applier {
         if !status_differs(current, desired) {
             return Ok(false);
         }
+        // Read from an older version than the cache shows now (khai's last write arrived while
+        // this reconcile ran): the newer one may hold it already.
+        if let Some(newer) = ledger.newer(parent)
+            && !status_differs(newer.data.get("status").unwrap_or(&Value::Null), desired)
+        {
+            return Ok(false);
+        }
         // The script's inputs are this very version of the object, so what it wants now is
         // what khai already wrote for it (give or take a timestamp).
         let hash = status_hash(desired);
@@ -53,7 +60,7 @@ impl Applier {
             Manager::Handlers => Target::HandlerStatus,
         };
         if ledger
-            .update(|s| s.sent.already_written(&target, &seen_rv, &hash))
+            .update(|s| s.sent.already_written(&target, &seen_rv, hash))
             .unwrap_or(false)
         {
             return Ok(false);
@@ -74,15 +81,20 @@ impl Applier {
             field_manager: (manager == Manager::Handlers).then(|| HANDLERS_MANAGER.into()),
             ..self.params()
         };
-        write::patch(&self.client, to, &params, &Patch::Merge(&patch))
-            .await
-            .map_err(|e| match manager {
-                Manager::Reconcile => Error::Status(e.into()),
-                Manager::Handlers => Error::HandlerStatus(e.into()),
-            })?;
+        // Recorded before the request goes: its watch event may arrive before its response.
         ledger
             .objects
-            .update(ledger.parent, |s| s.sent.written(target, &seen_rv, &hash));
+            .update(ledger.parent, |s| s.sent.written(target.clone(), &seen_rv, hash));
+        let sent = write::patch(&self.client, to, &params, &Patch::Merge(&patch)).await;
+        if sent.is_err() {
+            ledger
+                .objects
+                .update_existing(ledger.parent, |s| s.sent.unwritten(&target, hash));
+        }
+        sent.map_err(|e| match manager {
+            Manager::Reconcile => Error::Status(e.into()),
+            Manager::Handlers => Error::HandlerStatus(e.into()),
+        })?;
         Ok(true)
     }
 }

@@ -149,6 +149,7 @@ impl Ctx {
             objects: &self.objects,
             parent: key,
             echoes,
+            primary: Some(&self.caches.primary),
         }
     }
 

@@ -57,9 +57,18 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
     crate::metrics::controller_started(&name, p.concurrency);
     let (stops, stopping) = tokio::sync::mpsc::channel(STOPS);
     let (leaves, leaving) = tokio::sync::mpsc::channel(STOPS);
-    let forget = {
+    let seen = {
         let ctx = ctx.clone();
-        move |o: &kube::api::DynamicObject| {
+        move |c: &crate::watch::Changed| {
+            let o = &*c.object;
+            if !c.deleted {
+                // A write of the object's status sent from another version has arrived.
+                let rv = o.resource_version().unwrap_or_default();
+                ctx.objects.update_existing(&crate::object::ObjectKey::of(o), |s| {
+                    s.sent.shown_object(&rv)
+                });
+                return;
+            }
             // A real deletion comes with no finalizer left: one that still carries this
             // controller's left the server-side filters, and is let go (`release::left`).
             if super::release::filtered_by_server(&ctx)
@@ -100,7 +109,7 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
         p.primary.subscribe(),
         p.reconcile_on_status,
         pending.clone(),
-        forget,
+        seen,
     );
     let mut c =
         Controller::for_shared_stream_with(trigger, p.primary.store(), parent.resource.clone())

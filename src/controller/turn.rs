@@ -147,13 +147,14 @@ fn first_refusal(ctx: &Ctx, obj: &DynamicObject, message: &str) -> bool {
     /// this without bound (past it, each is reported again).
     const MAX: usize = 64;
     ctx.objects.update(&ObjectKey::of(obj), |s| {
-        if s.refusals.contains(message) {
+        if s.refusals.iter().any(|r| r == message) {
             return false;
         }
         if s.refusals.len() >= MAX {
             s.refusals.clear();
         }
-        s.refusals.insert(message.to_string())
+        s.refusals.push(message.to_string());
+        true
     })
 }
 

@@ -82,7 +82,7 @@ impl Handlers {
             at: Instant::now(),
         };
         turn.objects
-            .update(&turn.key, |s| s.sent.annotations = Some(written));
+            .update(&turn.key, |s| s.sent.annotations = Some(Box::new(written)));
         Ok(())
     }
 }

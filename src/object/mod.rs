@@ -24,7 +24,7 @@ pub mod spin;
 pub use key::ObjectKey;
 pub use sent::{ChildId, Target};
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use tokio::time::Instant;
 
@@ -47,7 +47,7 @@ pub struct State {
     pub(crate) finalized: bool,
     /// Refused script calls of its handlers, timers and daemons already reported with a
     /// `Forbidden` Event: said once, not at every retry.
-    pub(crate) refusals: HashSet<String>,
+    pub(crate) refusals: Vec<String>,
     /// Its handlers have seen it since khai started (a resume runs once per start). Kept until
     /// the object goes.
     pub(crate) seen: bool,
@@ -64,7 +64,7 @@ impl State {
         self.failures == 0
             && self.spin.is_idle(now)
             && self.events.as_ref().is_none_or(|w| w.is_over(now))
-            && self.sent.is_empty()
+            && self.sent.is_idle(now)
             && !self.released
             && !self.finalized
             && self.refusals.is_empty()
@@ -167,6 +167,18 @@ mod tests {
         assert!(objects.is_empty());
         objects.update(&a, |s| s.spin.check(Instant::now()));
         assert!(objects.is_empty(), "a look creates nothing");
+    }
+
+    /// Every object khai works on has a record while its writes are on their way and its spin
+    /// window lasts, so a burst of new objects holds one per object: the record stays small,
+    /// with what is rare (handler annotations, refusals) out of line.
+    #[test]
+    fn a_record_is_small() {
+        assert!(
+            std::mem::size_of::<State>() <= 176,
+            "State is {} bytes",
+            std::mem::size_of::<State>()
+        );
     }
 
     #[tokio::test(start_paused = true)]

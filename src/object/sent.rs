@@ -26,13 +26,17 @@
 //!   usable before the response is in: under load the watch event often arrives first.
 //!
 //! Bounds: an echo is consumed by its echo, and all of an object's go when its next reconcile
-//! starts; a child's record goes with the child's deletion, and with the plan that no longer
-//! has the child; all go with the object. What is held is bounded by the children of the
-//! objects that exist, never by how many were ever created.
+//! starts; a write's record goes when the watch shows its target at another version than the
+//! one it was sent from (the write arrived, or a newer one: [`Sent::shown`]), with the child's
+//! deletion, and with the plan that no longer has the child; all go with the object. What is
+//! held is bounded by the children of the objects that exist, never by how many were ever
+//! created, and in a steady cluster nothing is held at all.
+//!
+//! Memory: an object has a handful of records at most while its writes are on their way, so they
+//! are kept in a small sorted `Vec`, and a write is remembered by its 64-bit hash.
 
 use crate::watch::Kind;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -41,7 +45,7 @@ use tokio::time::Instant;
 pub const TRUST_FOR: Duration = Duration::from_secs(30);
 
 /// What a write was about.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub enum Target {
     /// The object's own `.status`, as its `reconcile` plans it.
     Status,
@@ -52,7 +56,7 @@ pub enum Target {
 }
 
 /// A child: its kind's group and kind, its namespace (for a namespaced kind) and its name.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct ChildId {
     group: String,
     kind: String,
@@ -86,10 +90,11 @@ impl ChildId {
 /// What khai sent about one object.
 #[derive(Debug, Default)]
 pub struct Sent {
-    records: HashMap<Target, Record>,
+    /// Sorted by target.
+    records: Vec<(Target, Record)>,
     /// The handler annotations (`last-handled`, `progress`) khai wrote last, until the cache
     /// shows them (`crate::handler`).
-    pub(crate) annotations: Option<Annotated>,
+    pub(crate) annotations: Option<Box<Annotated>>,
 }
 
 /// The handler annotations khai wrote to an object, and when.
@@ -111,9 +116,9 @@ struct Record {
 #[derive(Debug)]
 struct Written {
     /// The resourceVersion the cache showed when it was sent (`""`: absent).
-    from: String,
+    from: Box<str>,
     /// The hash of what was sent.
-    hash: String,
+    hash: u64,
     at: Instant,
 }
 
@@ -124,67 +129,115 @@ impl Record {
 }
 
 impl Sent {
+    fn find(&self, target: &Target) -> Result<usize, usize> {
+        self.records.binary_search_by(|(t, _)| t.cmp(target))
+    }
+
+    fn get(&self, target: &Target) -> Option<&Record> {
+        self.find(target).ok().map(|i| &self.records[i].1)
+    }
+
+    /// `target`'s record, a new empty one if it has none.
+    fn entry(&mut self, target: Target) -> &mut Record {
+        let i = match self.find(&target) {
+            Ok(i) => i,
+            Err(i) => {
+                self.records.insert(i, (target, Record::default()));
+                i
+            }
+        };
+        &mut self.records[i].1
+    }
+
+    /// Runs `f` on `target`'s record, if it has one, and drops the record if `f` leaves it
+    /// empty.
+    fn edit<R>(&mut self, target: &Target, f: impl FnOnce(&mut Record) -> R) -> Option<R> {
+        let i = self.find(target).ok()?;
+        let out = f(&mut self.records[i].1);
+        if self.records[i].1.is_empty() {
+            self.records.remove(i);
+        }
+        Some(out)
+    }
+
     /// Whether khai already wrote `hash` to `target` from the version the cache still shows
     /// (`seen`, `""` when absent): the write is on its way and need not be repeated. A record of
     /// an older version is dropped.
-    pub fn already_written(&mut self, target: &Target, seen: &str, hash: &str) -> bool {
-        let Some(record) = self.records.get_mut(target) else {
-            return false;
-        };
-        match &record.written {
-            Some(w) if w.from == seen && w.at.elapsed() <= TRUST_FOR => w.hash == hash,
+    pub fn already_written(&mut self, target: &Target, seen: &str, hash: u64) -> bool {
+        self.edit(target, |r| match &r.written {
+            Some(w) if &*w.from == seen && w.at.elapsed() <= TRUST_FOR => w.hash == hash,
             Some(_) => {
-                record.written = None;
-                if record.is_empty() {
-                    self.records.remove(target);
-                }
+                r.written = None;
                 false
             }
             None => false,
-        }
+        })
+        .unwrap_or(false)
     }
 
-    /// khai wrote `hash` to `target` while the cache showed resourceVersion `from` (`""`:
-    /// absent).
-    pub fn written(&mut self, target: Target, from: &str, hash: &str) {
-        self.records.entry(target).or_default().written = Some(Written {
-            from: from.to_string(),
-            hash: hash.to_string(),
+    /// khai is about to write `hash` to `target` while the cache shows resourceVersion `from`
+    /// (`""`: absent). Recorded before the request goes, as its watch event may arrive before its
+    /// response; [`Sent::unwritten`] takes it back if the request fails.
+    pub fn written(&mut self, target: Target, from: &str, hash: u64) {
+        self.entry(target).written = Some(Written {
+            from: from.into(),
+            hash,
             at: Instant::now(),
         });
+    }
+
+    /// The write to `target` recorded with `hash` failed: it is not on its way.
+    pub fn unwritten(&mut self, target: &Target, hash: u64) {
+        self.edit(target, |r| {
+            if r.written.as_ref().is_some_and(|w| w.hash == hash) {
+                r.written = None;
+            }
+        });
+    }
+
+    /// The watch shows `target` at resourceVersion `rv`: a write sent from another version has
+    /// arrived (or been overtaken), so the cache answers for it from now on.
+    pub fn shown(&mut self, target: &Target, rv: &str) {
+        self.edit(target, |r| {
+            if r.written.as_ref().is_some_and(|w| &*w.from != rv) {
+                r.written = None;
+            }
+        });
+    }
+
+    /// The watch shows the object itself at resourceVersion `rv`: [`Sent::shown`] for its
+    /// status writes.
+    pub fn shown_object(&mut self, rv: &str) {
+        self.shown(&Target::Status, rv);
+        self.shown(&Target::HandlerStatus, rv);
     }
 
     /// khai is about to send `sent` (as the server will store it) for `child`, and expects its
     /// watch event back.
     pub fn expect(&mut self, child: ChildId, sent: Arc<Value>) {
-        self.records.entry(Target::Child(child)).or_default().echo = Some(sent);
+        self.entry(Target::Child(child)).echo = Some(sent);
     }
 
     /// What khai sent for `child` and expects back, if anything.
     pub fn echo(&self, child: &ChildId) -> Option<Arc<Value>> {
-        self.records
-            .get(&Target::Child(child.clone()))
+        self.get(&Target::Child(child.clone()))
             .and_then(|r| r.echo.clone())
     }
 
     /// The echo of `child` came back: the record compared (`sent`) is consumed; a newer one (the
     /// object reconciled meanwhile) stays.
     pub fn echoed(&mut self, child: &ChildId, sent: &Arc<Value>) {
-        let target = Target::Child(child.clone());
-        if let Some(record) = self.records.get_mut(&target)
-            && record.echo.as_ref().is_some_and(|s| Arc::ptr_eq(s, sent))
-        {
-            record.echo = None;
-            if record.is_empty() {
-                self.records.remove(&target);
+        self.edit(&Target::Child(child.clone()), |r| {
+            if r.echo.as_ref().is_some_and(|s| Arc::ptr_eq(s, sent)) {
+                r.echo = None;
             }
-        }
+        });
     }
 
     /// Forgets every echo expected: the object's reconcile starts again, and what it will read
     /// is not known yet.
     pub fn forget_echoes(&mut self) {
-        self.records.retain(|_, r| {
+        self.records.retain_mut(|(_, r)| {
             r.echo = None;
             !r.is_empty()
         });
@@ -192,12 +245,14 @@ impl Sent {
 
     /// `child` is gone: nothing about it is kept.
     pub fn deleted(&mut self, child: &ChildId) {
-        self.records.remove(&Target::Child(child.clone()));
+        if let Ok(i) = self.find(&Target::Child(child.clone())) {
+            self.records.remove(i);
+        }
     }
 
     /// Keeps the records of the children `wanted` says the object still has.
     pub fn retain_children(&mut self, wanted: impl Fn(&ChildId) -> bool) {
-        self.records.retain(|t, _| match t {
+        self.records.retain(|(t, _)| match t {
             Target::Child(c) => wanted(c),
             Target::Status | Target::HandlerStatus => true,
         });
@@ -215,12 +270,21 @@ impl Sent {
 
     /// How many echoes are expected.
     pub fn echoes(&self) -> usize {
-        self.records.values().filter(|r| r.echo.is_some()).count()
+        self.records.iter().filter(|(_, r)| r.echo.is_some()).count()
     }
 
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty() && self.annotations.is_none()
+    }
+
+    /// Whether nothing kept matters at `now`: no echo expected, no handler annotations, and
+    /// only writes older than [`TRUST_FOR`], which [`Sent::already_written`] no longer trusts.
+    pub(crate) fn is_idle(&self, now: Instant) -> bool {
+        self.annotations.is_none()
+            && self.records.iter().all(|(_, r)| {
+                r.echo.is_none() && r.written.as_ref().is_none_or(|w| now - w.at > TRUST_FOR)
+            })
     }
 }
 
@@ -237,14 +301,14 @@ mod tests {
     async fn a_write_holds_while_the_cache_shows_the_version_it_was_sent_from() {
         let mut s = Sent::default();
         let t = Target::Child(child("a"));
-        assert!(!s.already_written(&t, "1", "h"));
-        s.written(t.clone(), "1", "h");
+        assert!(!s.already_written(&t, "1", 1));
+        s.written(t.clone(), "1", 1);
         assert!(
-            s.already_written(&t, "1", "h"),
+            s.already_written(&t, "1", 1),
             "the same write from the same version"
         );
-        assert!(!s.already_written(&t, "1", "other"), "a different write");
-        assert!(!s.already_written(&t, "2", "h"), "the cache moved on");
+        assert!(!s.already_written(&t, "1", 2), "a different write");
+        assert!(!s.already_written(&t, "2", 1), "the cache moved on");
         assert!(s.is_empty(), "the stale record is dropped");
     }
 
@@ -252,12 +316,14 @@ mod tests {
     async fn a_write_the_cache_never_shows_is_trusted_for_a_while_only() {
         let mut s = Sent::default();
         let t = Target::Child(child("a"));
-        s.written(t.clone(), "", "h");
+        s.written(t.clone(), "", 1);
         tokio::time::advance(TRUST_FOR).await;
-        assert!(s.already_written(&t, "", "h"));
+        assert!(!s.is_idle(Instant::now()));
+        assert!(s.already_written(&t, "", 1));
         tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(s.is_idle(Instant::now()), "a sweep may take it");
         assert!(
-            !s.already_written(&t, "", "h"),
+            !s.already_written(&t, "", 1),
             "created and deleted unseen: sent again"
         );
         assert!(s.is_empty());
@@ -268,7 +334,7 @@ mod tests {
         let mut s = Sent::default();
         let sent = Arc::new(json!({"data": {"k": "v"}}));
         s.expect(child("a"), sent.clone());
-        s.written(Target::Child(child("a")), "", "h");
+        s.written(Target::Child(child("a")), "", 1);
         assert_eq!(s.echoes(), 1);
         let newer = Arc::new(json!({"data": {"k": "w"}}));
         s.expect(child("a"), newer.clone());
@@ -287,14 +353,41 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn records_of_children_the_plan_no_longer_has_go() {
         let mut s = Sent::default();
-        s.written(Target::Child(child("a")), "", "h");
-        s.written(Target::Child(child("b")), "", "h");
-        s.written(Target::Status, "1", "h");
+        s.written(Target::Child(child("a")), "", 1);
+        s.written(Target::Child(child("b")), "", 1);
+        s.written(Target::Status, "1", 1);
         s.retain_children(|c| c.name == "a");
         assert_eq!(
             s.created().map(|c| c.name.as_str()).collect::<Vec<_>>(),
             ["a"]
         );
-        assert!(s.already_written(&Target::Status, "1", "h"));
+        assert!(s.already_written(&Target::Status, "1", 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_is_forgotten_once_the_watch_shows_another_version() {
+        let mut s = Sent::default();
+        let t = Target::Child(child("a"));
+        s.written(t.clone(), "", 1);
+        s.shown(&t, "");
+        assert!(s.already_written(&t, "", 1), "the cache still shows the old version");
+        s.shown(&t, "5");
+        assert!(s.is_empty(), "the write arrived: nothing left to remember");
+        s.written(t.clone(), "5", 1);
+        s.unwritten(&t, 2);
+        assert!(!s.is_empty(), "another write's failure takes nothing back");
+        s.unwritten(&t, 1);
+        assert!(s.is_empty(), "a failed write is not on its way");
+    }
+
+    #[test]
+    fn records_stay_sorted_by_target() {
+        let mut s = Sent::default();
+        for name in ["c", "a", "b"] {
+            s.written(Target::Child(child(name)), "", 1);
+        }
+        s.written(Target::Status, "1", 1);
+        assert!(s.records.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(s.already_written(&Target::Child(child("b")), "", 1));
     }
 }

@@ -24,13 +24,13 @@ type Ref = ObjectRef<DynamicObject>;
 /// Primary objects that changed in a way that matters (see [`Changes`]); every change when
 /// `all` is set. Each one passed is requested in `pending`: the first `seeded` changes (the
 /// cache the subscription was handed when the controller started) as [`Trigger::Start`], the
-/// rest as [`Trigger::Parent`]. `gone` is told of each object deleted, so per-object state
-/// elsewhere (backoff) can be forgotten with it.
+/// rest as [`Trigger::Parent`]. `seen` is told of each change, deletions included, so per-object
+/// state elsewhere (backoff, writes on their way) can follow the cache.
 pub(crate) fn primary(
     sub: Subscription,
     all: bool,
     pending: Pending,
-    gone: impl Fn(&DynamicObject) + Send + 'static,
+    seen: impl Fn(&Changed) + Send + 'static,
 ) -> impl Stream<Item = Arc<DynamicObject>> + Send {
     let mut changes = Changes::default();
     let mut seeded = sub.len();
@@ -44,9 +44,9 @@ pub(crate) fn primary(
         };
         // A deleted object has nothing left to reconcile (one on its way out, with finalizers,
         // was announced by the update that set its deletionTimestamp).
+        seen(&c);
         let pass = if c.deleted {
             changes.forget(&c.object);
-            gone(&c.object);
             false
         } else {
             all || changes.matters(&c.object)
