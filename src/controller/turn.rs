@@ -172,6 +172,10 @@ async fn apply(
     let candidate = route.candidate_for(obj);
     let done = match &candidate {
         Some(c) => {
+            // The candidate owns the object: there is nothing of it to compare in the shadow.
+            if let Some(shadow) = ctx.revisions.shadow() {
+                shadow.forget(obj);
+            }
             let function = c.spec.function.as_deref().unwrap_or(function);
             apply_by(obj, ctx, c, function, key).await
         }

@@ -160,8 +160,8 @@ pub(crate) async fn run(
             None => None,
         };
         let deciding = async {
-            if let (Some(r), Some(started)) = (&rollout, started) {
-                shutdown.run_until_cancelled(r.run(started)).await;
+            if let (Some(r), Some(resumed)) = (&rollout, started) {
+                shutdown.run_until_cancelled(r.run(resumed)).await;
             }
         };
         futures::join!(

@@ -81,6 +81,15 @@ impl Phase {
     }
 }
 
+/// Where [`Rollout::resume`] found the rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resumed {
+    /// When the rollout started, in seconds since the Unix epoch.
+    pub started: u64,
+    /// Whether it had already been promoted or rolled back.
+    pub decided: bool,
+}
+
 /// One rollout of the candidate, shared by every controller it routes.
 pub(crate) struct Rollout {
     settings: Settings,
@@ -161,7 +170,7 @@ impl Rollout {
     /// starts a new one and keeps it. Run before the controllers start, so that no object is
     /// reconciled by the wrong revision first. A Lease that cannot be read or written is
     /// logged, and the rollout runs from memory.
-    pub(crate) async fn resume(&self) -> u64 {
+    pub(crate) async fn resume(&self) -> Resumed {
         let kept = match self.store.load().await {
             Ok(kept) => kept,
             Err(e) => {
@@ -172,21 +181,20 @@ impl Rollout {
         let started = match kept.filter(|k| k.candidate == self.candidate) {
             Some(k) => {
                 let age = k.age();
-                if let Ok(mut w) = self.window.lock() {
-                    let now = tokio::time::Instant::now();
-                    *w = Window::new(
-                        now.checked_sub(age).unwrap_or(now),
-                        self.settings.promote_after,
-                        self.settings.max_error_ratio,
-                    );
-                }
+                self.start_window(age);
                 self.phase.send_replace(k.phase);
                 // The share is the one the rollout started with.
                 tracing::info!(lease = %self.store.name(), phase = k.phase.as_str(), share = k.share, started = k.started, age_s = age.as_secs(), "canary rollout resumed");
                 crate::metrics::rollout(k.phase.as_str(), k.phase.share(k.share));
-                return k.started;
+                return Resumed {
+                    started: k.started,
+                    decided: k.phase != Phase::Canary,
+                };
             }
-            None => store::now_secs(),
+            None => {
+                self.start_window(Duration::ZERO);
+                store::now_secs()
+            }
         };
         let saved = self.saved(started);
         if let Err(e) = self.store.save(&saved).await {
@@ -194,13 +202,28 @@ impl Rollout {
         }
         tracing::info!(lease = %self.store.name(), phase = "canary", share = self.settings.percent, started, promote_after_s = self.settings.promote_after.as_secs(), max_error_ratio = self.settings.max_error_ratio, "canary rollout started");
         crate::metrics::rollout("canary", self.settings.percent);
-        started
+        Resumed {
+            started,
+            decided: false,
+        }
+    }
+
+    /// Counts afresh, for a window that started `age` ago.
+    fn start_window(&self, age: Duration) {
+        if let Ok(mut w) = self.window.lock() {
+            let now = tokio::time::Instant::now();
+            *w = Window::new(
+                now.checked_sub(age).unwrap_or(now),
+                self.settings.promote_after,
+                self.settings.max_error_ratio,
+            );
+        }
     }
 
     /// Promotes or rolls back when the counts say so, then keeps the new phase, records its
     /// Event and logs it; returns once the rollout is decided (pends in the meantime).
-    pub(crate) async fn run(&self, started: u64) {
-        if self.phase() != Phase::Canary {
+    pub(crate) async fn run(&self, resumed: Resumed) {
+        if resumed.decided {
             // Resumed after the decision: nothing left to decide or say.
             return;
         }
@@ -221,7 +244,7 @@ impl Rollout {
                 None => {}
             }
         }
-        self.announce(started).await;
+        self.announce(resumed.started).await;
     }
 
     /// Leaves the canary for `to`; returns whether this call did.
@@ -307,39 +330,55 @@ struct Routing {
 
 impl Route for Routing {
     fn candidate_for(&self, obj: &DynamicObject) -> Option<Arc<Ctx>> {
-        let mine = match self.rollout.phase() {
-            Phase::Canary => obj
-                .metadata
-                .uid
-                .as_deref()
-                .is_some_and(|uid| share::in_share(uid, self.rollout.settings.percent)),
-            Phase::Promoted => true,
-            Phase::RolledBack => false,
-        };
-        mine.then(|| self.candidate.clone())
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        self.rollout.owns(uid).then(|| self.candidate.clone())
     }
 
     fn outcome(&self, candidate: bool, failed: bool) {
+        self.rollout.outcome(candidate, failed);
+    }
+
+    fn moves(&self) -> BoxStream<'static, ()> {
+        self.rollout.moves()
+    }
+}
+
+impl Rollout {
+    /// Whether the candidate reconciles the object with `uid` now.
+    fn owns(&self, uid: &str) -> bool {
+        match self.phase() {
+            Phase::Canary => !uid.is_empty() && share::in_share(uid, self.settings.percent),
+            Phase::Promoted => true,
+            Phase::RolledBack => false,
+        }
+    }
+
+    /// Counts one reconcile by the candidate or the active revision; rolls the candidate back
+    /// at once when that puts it over its limit.
+    fn outcome(&self, candidate: bool, failed: bool) {
         crate::metrics::rollout_reconciled(candidate, failed);
-        let r = &self.rollout;
-        if r.phase() != Phase::Canary {
+        if self.phase() != Phase::Canary {
             return;
         }
-        let decided = r
+        let decided = self
             .window
             .lock()
             .ok()
             .and_then(|mut w| w.record(candidate, failed));
-        if decided == Some(Decision::RollBack) && r.switch(Phase::RolledBack) {
-            r.decided.notify_one();
+        if decided == Some(Decision::RollBack) && self.switch(Phase::RolledBack) {
+            self.decided.notify_one();
         }
     }
 
+    /// Yields each time the phase changes from now on.
     fn moves(&self) -> BoxStream<'static, ()> {
-        let rx = self.rollout.phase.subscribe();
+        let rx = self.phase.subscribe();
         Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             rx.changed().await.ok()?;
             Some(((), rx))
         }))
     }
 }
+
+#[cfg(test)]
+mod tests;
