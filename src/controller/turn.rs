@@ -200,7 +200,7 @@ async fn apply_by(
         crate::reconcile::plan(&by.spec.script, function, obj.clone(), script_ctx).await?;
     // A plan made from the object alone is the same whatever its children look like: the watch
     // events of the children it writes need not reconcile it again.
-    let echoes = !reads.any() && by.plan_alone_decides();
+    let echoes = !reads.any() && ctx.plan_alone_decides() && by.plan_alone_decides();
     if by.spec.manage_status {
         let mut status = plan.status.take().unwrap_or_default();
         conditions::set(&mut status, obj, Health::Ready);
