@@ -240,6 +240,20 @@ fn refuses_default(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 422 && s.message.contains("does not match event.namespace"))
 }
 
+/// khai's own Pod, when `POD_NAME` and `POD_NAMESPACE` say which Pod that is: what Events about
+/// khai itself regard when there is no config ConfigMap to regard.
+pub(crate) fn own_pod() -> Option<ObjectReference> {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    let (name, namespace) = var("POD_NAME").zip(var("POD_NAMESPACE"))?;
+    Some(ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(name),
+        namespace: Some(namespace),
+        ..ObjectReference::default()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,16 @@ fn join(errs: &[Problem]) -> String {
 }
 
 impl Operator {
+    /// A hash of the config file's text and every script's, the same across processes and khai
+    /// versions (xxh3): what names a revision in a canary rollout's persisted state.
+    pub(crate) fn content_hash(&self) -> u64 {
+        let mut bytes = self.config.source.as_bytes().to_vec();
+        for s in &self.scripts {
+            bytes.extend_from_slice(&s.source_hash().to_le_bytes());
+        }
+        xxhash_rust::xxh3::xxh3_64(&bytes)
+    }
+
     /// Loads the config at `path`, compiles every controller's script and checks that each
     /// function the config names exists with the right number of parameters.
     pub fn load(path: &Path) -> Result<Self, Error> {

@@ -72,7 +72,7 @@ pub(crate) struct Operations {
     pub(crate) scripts_memory: u32,
 }
 
-fn duration(s: &str) -> Result<Duration, crate::config::duration::ParseError> {
+pub(super) fn duration(s: &str) -> Result<Duration, crate::config::duration::ParseError> {
     crate::config::duration::parse(s)
 }
 
@@ -111,11 +111,7 @@ impl Operations {
                 .leader_elect_lease_name
                 .clone()
                 .unwrap_or_else(|| format!("khai-{operator}")),
-            namespace: self
-                .leader_elect_namespace
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| client.default_namespace().to_string()),
+            namespace: self.own_namespace(client),
             identity: crate::client::identity(),
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
@@ -124,6 +120,15 @@ impl Operations {
         };
         settings.validate()?;
         Ok(Some(settings))
+    }
+
+    /// khai's own namespace, where its Leases are: `--leader-elect-namespace`, or the
+    /// kubeconfig context's.
+    pub(crate) fn own_namespace(&self, client: &kube::Client) -> String {
+        self.leader_elect_namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| client.default_namespace().to_string())
     }
 
     /// The sharding settings, when `--shards` is on.
@@ -141,11 +146,7 @@ impl Operations {
                 .shard_id
                 .clone()
                 .unwrap_or_else(|| crate::client::identity().replace('_', "-")),
-            namespace: self
-                .leader_elect_namespace
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(|| client.default_namespace().to_string()),
+            namespace: self.own_namespace(client),
             lease_duration: self.leader_elect_lease_duration,
             renew_deadline: self.leader_elect_renew_deadline,
             retry_period: self.leader_elect_retry_period,

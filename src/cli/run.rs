@@ -36,6 +36,22 @@ pub(crate) struct Args {
     /// on the metrics port at /candidate/divergent (`khai diff --running`).
     #[arg(long, value_name = "FILE|DIR", env = "KHAI_CANDIDATE")]
     pub candidate: Option<std::path::PathBuf>,
+    /// Roll the candidate out as a canary instead of only shadowing it: it reconciles, and
+    /// writes for, this percent of the objects (by a stable hash of each object's uid), and is
+    /// promoted to all of them after `--promote-after`, or rolled back as soon as it fails too
+    /// often (docs/rollouts.md). Its state is kept in the Lease `khai-<operator>-rollout`.
+    #[arg(long, value_name = "PERCENT", env = "KHAI_CANDIDATE_PERCENT", requires = "candidate",
+          conflicts_with = "shards", value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub candidate_percent: Option<u8>,
+    /// How long the canary runs before the candidate can be promoted.
+    #[arg(long, value_name = "DURATION", env = "KHAI_PROMOTE_AFTER", default_value = "10m",
+          value_parser = super::operations::duration)]
+    pub promote_after: std::time::Duration,
+    /// The candidate's error rate may be at most this many times the active revision's (and
+    /// always 5%) before it is rolled back.
+    #[arg(long, value_name = "RATIO", env = "KHAI_MAX_ERROR_RATIO", default_value = "1.5",
+          value_parser = ratio)]
+    pub max_error_ratio: f64,
     #[command(flatten)]
     pub ops: super::operations::Operations,
     #[command(flatten)]
@@ -125,11 +141,21 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
                 serving.run_until_cancelled(crate::console::serve(listener, console)).await;
             });
         }
+        let rollout = args.candidate_percent.filter(|_| candidate.is_some()).map(|percent| {
+            crate::revisions::rollout::Settings {
+                percent,
+                promote_after: args.promote_after,
+                max_error_ratio: args.max_error_ratio,
+                namespace: args.ops.own_namespace(&client),
+                regarding: regarding.clone().or_else(crate::events::own_pod),
+            }
+        });
         let opts = RunOptions {
             namespaces: args.namespaces,
             leader,
             shutdown_grace: args.ops.shutdown_grace,
             candidate,
+            rollout,
             shards,
         };
         let from_api = matches!(args.config, Source::ConfigMap(_));
@@ -192,6 +218,18 @@ pub(super) fn namespace_name(s: &str) -> Result<String, String> {
              ending with a letter or digit"
                 .into(),
         )
+    }
+}
+
+/// A `--max-error-ratio` that is not a positive number.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a ratio: a number greater than 0, such as 1.5")]
+struct RatioError(String);
+
+fn ratio(s: &str) -> Result<f64, RatioError> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(RatioError(s.to_string())),
     }
 }
 

@@ -147,6 +147,18 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
         });
         c = c.reconcile_all_on(all);
     }
+    if let Some(route) = ctx.revisions.route() {
+        // A promotion or rollback hands objects to the other revision: each is reconciled by
+        // the revision that owns it now.
+        let (store, pending) = (p.primary.store(), pending.clone());
+        let moved = route.moves().inspect(move |()| {
+            for o in store.state() {
+                let (namespace, name) = queue::Request::key(&o);
+                pending.added(namespace, name, Trigger::Resync);
+            }
+        });
+        c = c.reconcile_all_on(moved);
+    }
     tracing::info!(controller = %name, kind = %parent.resource.kind, namespace = p.primary.namespace.as_deref().unwrap_or("*"), "starting controller");
     let controller = c
         .graceful_shutdown_on(shutdown.cancelled_owned())

@@ -21,7 +21,7 @@ pub(crate) use context::Ctx;
 pub(crate) use drive::start;
 pub(crate) use finalizers::{release_abandoned, release_patch};
 pub(crate) use prepare::{Fingerprint, Prepared, prepare, prepare_sharded};
-pub(crate) use shadow::Shadow;
+pub(crate) use shadow::{Route, Shadow};
 
 use crate::watch;
 

@@ -158,22 +158,51 @@ fn first_refusal(ctx: &Ctx, obj: &DynamicObject, message: &str) -> bool {
     })
 }
 
-/// `reconcile` and its plan carried out; returns when the script asked to run again, and whether
-/// it wrote anything (a child, the status, or through `k8s::`).
+/// `reconcile` and its plan carried out, by the revision that owns `obj` in a canary rollout
+/// (the active one otherwise), whose outcome the rollout counts; returns when the script asked
+/// to run again, and whether it wrote anything (a child, the status, or through `k8s::`).
 async fn apply(
     obj: &Arc<DynamicObject>,
     ctx: &Ctx,
     function: &str,
     key: &ObjectKey,
 ) -> Result<(Option<std::time::Duration>, bool), ReconcileError> {
-    let (script_ctx, reads) = ctx.tracked_ctx(obj);
+    let Some(route) = ctx.revisions.route() else {
+        return apply_by(obj, ctx, ctx, function, key).await;
+    };
+    let candidate = route.candidate_for(obj);
+    let done = match &candidate {
+        Some(c) => {
+            // The candidate owns the object: there is nothing of it to compare in the shadow.
+            if let Some(shadow) = ctx.revisions.shadow() {
+                shadow.forget(obj);
+            }
+            let function = c.spec.function.as_deref().unwrap_or(function);
+            apply_by(obj, ctx, c, function, key).await
+        }
+        None => apply_by(obj, ctx, ctx, function, key).await,
+    };
+    route.outcome(candidate.is_some(), done.is_err());
+    done
+}
+
+/// `function` of `by`'s script (the active revision's, `ctx`, or the candidate's) and its plan
+/// carried out with `ctx`'s writer and records. Only the active revision's plan is shadowed.
+async fn apply_by(
+    obj: &Arc<DynamicObject>,
+    ctx: &Ctx,
+    by: &Ctx,
+    function: &str,
+    key: &ObjectKey,
+) -> Result<(Option<std::time::Duration>, bool), ReconcileError> {
+    let (script_ctx, reads) = by.tracked_ctx(obj);
     crate::script::has_view(obj)?;
     let mut plan =
-        crate::reconcile::plan(&ctx.spec.script, function, obj.clone(), script_ctx).await?;
+        crate::reconcile::plan(&by.spec.script, function, obj.clone(), script_ctx).await?;
     // A plan made from the object alone is the same whatever its children look like: the watch
     // events of the children it writes need not reconcile it again.
-    let echoes = !reads.any() && ctx.plan_alone_decides();
-    if ctx.spec.manage_status {
+    let echoes = !reads.any() && ctx.plan_alone_decides() && by.plan_alone_decides();
+    if by.spec.manage_status {
         let mut status = plan.status.take().unwrap_or_default();
         conditions::set(&mut status, obj, Health::Ready);
         plan.status = Some(status);
@@ -183,12 +212,13 @@ async fn apply(
         &ctx.spec.kind,
         &plan,
         ctx.caches.for_apply(),
-        ctx.spec.children,
+        by.spec.children,
         ctx.ledger(key, echoes),
     );
     // A candidate runs while the plan is carried out, so the reconcile takes at most as much
     // longer as the candidate's own run.
-    let outcome = match ctx.revisions.shadow() {
+    let shadow = ctx.revisions.shadow().filter(|_| std::ptr::eq(ctx, by));
+    let outcome = match shadow {
         None => applying.await?,
         Some(shadow) => tokio::join!(applying, shadow.compare(obj, &plan)).0?,
     };

@@ -36,6 +36,8 @@ pub(crate) struct RunOptions {
     /// A candidate revision of the config, run in the shadow of the active one
     /// ([`crate::revisions`]).
     pub candidate: Option<Arc<Operator>>,
+    /// A canary rollout of the candidate ([`crate::revisions::rollout`]) instead of a shadow.
+    pub rollout: Option<crate::revisions::rollout::Settings>,
     /// Sharding (`--shards`): this replica reconciles only the objects labelled for it.
     pub shards: Option<Arc<crate::shard::Settings>>,
 }
@@ -47,6 +49,7 @@ impl Default for RunOptions {
             leader: None,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             candidate: None,
+            rollout: None,
             shards: None,
         }
     }
@@ -108,7 +111,7 @@ pub(crate) async fn run(
     .await?;
     let parents = parent_kinds(&prepared);
     let candidate = match &opts.candidate {
-        Some(c) => match Candidate::prepare(c, &client, &opts, &informers).await {
+        Some(c) => match Candidate::prepare(c, &op, &client, &opts, &informers).await {
             Ok(c) => Some(c),
             // The active revision runs as it would without a candidate.
             Err(e) => {
@@ -149,8 +152,23 @@ pub(crate) async fn run(
         schedule_effects(&op, &client),
         shutdown.clone(),
     );
+    let rollout = candidate.as_ref().and_then(|c| c.rollout.clone());
     let controllers = async {
-        futures::join!(supervise(prepared, updates, &env, &shutdown), schedules);
+        // Where the rollout stands is read before any object is reconciled, on the leader.
+        let started = match &rollout {
+            Some(r) => Some(r.resume().await),
+            None => None,
+        };
+        let deciding = async {
+            if let (Some(r), Some(resumed)) = (&rollout, started) {
+                shutdown.run_until_cancelled(r.run(resumed)).await;
+            }
+        };
+        futures::join!(
+            supervise(prepared, updates, &env, &shutdown),
+            schedules,
+            deciding
+        );
     };
     let result = match (&opts.leader, &opts.shards) {
         (_, Some(shard)) => {
@@ -285,16 +303,19 @@ struct Env<'a> {
 }
 
 /// The candidate revision's controllers, prepared over the run's informers and never started,
-/// and the book of where they diverge.
+/// the book of where they diverge, and its canary rollout when one is asked for.
 struct Candidate {
     prepared: Vec<Prepared>,
     book: Arc<crate::revisions::Book>,
+    rollout: Option<Arc<crate::revisions::Rollout>>,
 }
 
 impl Candidate {
-    /// Prepares `op`'s controllers and serves their divergences on the metrics port.
+    /// Prepares `op`'s controllers, the candidate of `active`, and serves their divergences on
+    /// the metrics port.
     async fn prepare(
         op: &Operator,
+        active: &Operator,
         client: &kube::Client,
         opts: &RunOptions,
         informers: &Informers,
@@ -316,13 +337,35 @@ impl Candidate {
             controllers = prepared.len(),
             "candidate revision loaded; it runs in the shadow of the active one and writes nothing"
         );
-        Ok(Self { prepared, book })
+        let rollout = opts.rollout.clone().map(|settings| {
+            crate::revisions::Rollout::new(
+                settings,
+                active.content_hash(),
+                op.content_hash(),
+                client,
+                &active.config.model.operator.name,
+            )
+        });
+        Ok(Self {
+            prepared,
+            book,
+            rollout,
+        })
     }
 
-    /// Shadows the controllers of `active` that the candidate has too.
+    /// Shadows the controllers of `active` that the candidate has too, and routes them in a
+    /// canary rollout.
     fn attach(&self, active: &[Prepared]) {
         let shadowed = crate::revisions::attach(active, &self.prepared, &self.book);
-        tracing::info!(shadowed, "controllers shadowed by the candidate revision");
+        let routed = self
+            .rollout
+            .as_ref()
+            .map_or(0, |r| r.attach(active, &self.prepared));
+        tracing::info!(
+            shadowed,
+            routed,
+            "controllers shadowed by the candidate revision"
+        );
     }
 }
 

@@ -8,6 +8,7 @@
 //! `/readyz` on their own port; [`Health`] is what `/readyz` answers from.
 
 mod record;
+mod rollout;
 pub(crate) mod server;
 mod shard;
 mod tally;
@@ -22,6 +23,7 @@ pub(crate) use record::{
     reconcile_overlap, reconcile_started, request_sent, schedule_run, script_api_call, script_call,
     script_limit_abort, status_written, watch_restarted, watch_started, webhook_request,
 };
+pub(crate) use rollout::{rollout, rollout_reconciled};
 pub(crate) use shard::{cached_objects, shard_drained, shard_moved, shard_objects};
 pub(crate) use tally::{Tally, tallied};
 
@@ -80,6 +82,7 @@ struct Metrics {
     webhook_duration: HistogramVec,
     console_bytes: prometheus::IntGauge,
     shard: shard::ShardMetrics,
+    rollout: rollout::RolloutMetrics,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -410,6 +413,7 @@ impl Metrics {
                 .expect("valid metric"),
             ),
             shard: shard::ShardMetrics::new(&r),
+            rollout: rollout::RolloutMetrics::new(&r),
             registry: r,
         };
         for result in ["success", "failure"] {

@@ -62,17 +62,7 @@ pub(crate) struct Failures {
 impl Failures {
     /// Reads `POD_NAME` and `POD_NAMESPACE`; without both, failures are only logged and counted.
     pub(crate) fn from_env(client: &kube::Client, operator: &str) -> Self {
-        let pod = std::env::var("POD_NAME").ok().filter(|s| !s.is_empty());
-        let ns = std::env::var("POD_NAMESPACE")
-            .ok()
-            .filter(|s| !s.is_empty());
-        let regarding = pod.zip(ns).map(|(name, namespace)| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(name),
-            namespace: Some(namespace),
-            ..ObjectReference::default()
-        });
+        let regarding = crate::events::own_pod();
         Self::regarding(client, operator, regarding)
     }
 

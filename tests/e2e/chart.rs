@@ -586,6 +586,63 @@ fn a_candidate_is_mounted_and_passed_and_rolls_the_pods() {
     assert!(!d.to_string().contains("candidate"), "{d:#}");
 }
 
+/// `candidate.rollout.candidatePercent` turns the candidate's shadow into a canary rollout:
+/// `--candidate-percent` with the window and the ratio; without it, or without a candidate, no
+/// rollout flag renders.
+#[test]
+fn a_candidate_percent_starts_a_canary_rollout() {
+    let args = |set: &[&str]| {
+        let mut flags = vec!["-n", "ops"];
+        for s in set {
+            let how = if s.starts_with("candidate.files") {
+                "--set-string"
+            } else {
+                "--set"
+            };
+            flags.extend([how, s]);
+        }
+        let objs = docs(&helm::template("khai-hello", &flags));
+        let d = objs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+        d["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let file = "candidate.files.scripts/x\\.rhai=fn f() {}";
+    let canary = args(&[
+        file,
+        "candidate.rollout.candidatePercent=10",
+        "candidate.rollout.promoteAfter=5m",
+    ]);
+    let at = canary.iter().position(|a| a == "--candidate").unwrap();
+    assert_eq!(
+        canary[at..at + 8],
+        [
+            "--candidate",
+            "/candidate",
+            "--candidate-percent",
+            "10",
+            "--promote-after",
+            "5m",
+            "--max-error-ratio",
+            "1.5"
+        ]
+    );
+    let shadow = args(&[file]);
+    assert!(shadow.contains(&"--candidate".to_string()));
+    assert!(
+        !shadow.iter().any(|a| a.starts_with("--candidate-percent")),
+        "{shadow:?}"
+    );
+    let none = args(&["candidate.rollout.candidatePercent=10"]);
+    assert!(
+        !none.iter().any(|a| a.starts_with("--candidate")),
+        "{none:?}"
+    );
+}
+
 /// `console.enabled` passes `--console` with its address; off loopback the release also lets
 /// khai review tokens, on loopback it does not.
 #[test]

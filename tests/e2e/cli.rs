@@ -60,6 +60,47 @@ fn every_command_has_help() {
     }
 }
 
+/// A canary rollout's flags that make no sense are refused before anything starts, naming the
+/// flag and the value.
+#[test]
+fn run_refuses_a_canary_out_of_range_or_without_a_candidate() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--config",
+            "/nonexistent",
+            "--candidate",
+            "/nonexistent",
+        ];
+        args.extend(extra);
+        let out = khai(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        stderr(&out).lines().next().unwrap_or_default().to_string()
+    };
+    assert_eq!(
+        run(&["--candidate-percent", "150"]),
+        "error: invalid value '150' for '--candidate-percent <PERCENT>': 150 is not in 0..=100"
+    );
+    assert_eq!(
+        run(&["--candidate-percent", "10", "--max-error-ratio", "0"]),
+        "error: invalid value '0' for '--max-error-ratio <RATIO>': \"0\" is not a ratio: a \
+         number greater than 0, such as 1.5"
+    );
+    let out = khai(&[
+        "run",
+        "--config",
+        "/nonexistent",
+        "--candidate-percent",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("required arguments were not provided:\n  --candidate <FILE|DIR>"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn run_with_a_missing_config_names_the_file_and_fails() {
     let out = khai(&["run", "--config", "/nonexistent/operator.toml"]);

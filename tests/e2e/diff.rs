@@ -107,8 +107,8 @@ pub(crate) async fn create_caches(caches: &Api<DynamicObject>, group: &str, n: u
         .expect("create the Caches");
 }
 
-/// Waits until every Cache has the status khai writes after applying its children.
-pub(crate) async fn all_reconciled(caches: &Api<DynamicObject>) {
+/// Waits until `n` Caches have the status khai writes after applying their children.
+pub(crate) async fn all_reconciled(caches: &Api<DynamicObject>, n: usize) {
     let mut ready = BTreeSet::new();
     let stream = kube::runtime::watcher(caches.clone(), Default::default());
     let stream = kube::runtime::WatchStreamExt::applied_objects(stream);
@@ -118,7 +118,7 @@ pub(crate) async fn all_reconciled(caches: &Api<DynamicObject>) {
             if obj.data["status"]["phase"] == "Ready" {
                 ready.insert(obj.metadata.name.clone().unwrap());
             }
-            if ready.len() == CACHES {
+            if ready.len() == n {
                 return;
             }
         }
@@ -126,7 +126,7 @@ pub(crate) async fn all_reconciled(caches: &Api<DynamicObject>) {
     .await;
     assert!(
         waited.is_ok(),
-        "only {} of {CACHES} Caches were reconciled by khai run in 60s",
+        "only {} of {n} Caches were reconciled by khai run in 60s",
         ready.len()
     );
 }
@@ -156,7 +156,7 @@ async fn diff_lists_exactly_the_writes_a_candidate_would_make_and_the_refused_on
     wait_for_crd(&client, &format!("caches.{group}")).await;
     let caches = custom_api(&client, &ns.name, &group, "Cache", "caches");
     create_caches(&caches, &group, CACHES).await;
-    all_reconciled(&caches).await;
+    all_reconciled(&caches, CACHES).await;
     let (code, _) = khai.terminate().await;
     assert_eq!(code, Some(0), "khai run stops cleanly");
 

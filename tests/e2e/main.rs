@@ -11,6 +11,7 @@
 mod support;
 
 mod apiserver;
+mod canary;
 mod cel;
 mod chaos;
 mod chart;

@@ -64,7 +64,7 @@ async fn a_shadow_candidate_writes_nothing_and_reports_exactly_the_divergent_obj
     wait_for_crd(&client, &format!("caches.{group}")).await;
     let caches = custom_api(&client, &ns.name, &group, "Cache", "caches");
     create_caches(&caches, &group, CACHES).await;
-    all_reconciled(&caches).await;
+    all_reconciled(&caches, CACHES).await;
     let large: BTreeSet<String> = (0..CACHES)
         .filter(|&i| size(i) > 5)
         .map(|i| format!("cache-{i}"))
