@@ -201,10 +201,9 @@ impl Ledger<'_> {
             Some(ns) => r.within(&ns),
             None => r,
         };
-        cache
-            .store()
-            .get(&r)
-            .filter(|o| o.uid() == parent.uid() && o.resource_version() != parent.resource_version())
+        cache.store().get(&r).filter(|o| {
+            o.uid() == parent.uid() && o.resource_version() != parent.resource_version()
+        })
     }
 }
 

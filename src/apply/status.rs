@@ -82,9 +82,9 @@ impl Applier {
             ..self.params()
         };
         // Recorded before the request goes: its watch event may arrive before its response.
-        ledger
-            .objects
-            .update(ledger.parent, |s| s.sent.written(target.clone(), &seen_rv, hash));
+        ledger.objects.update(ledger.parent, |s| {
+            s.sent.written(target.clone(), &seen_rv, hash)
+        });
         let sent = write::patch(&self.client, to, &params, &Patch::Merge(&patch)).await;
         if sent.is_err() {
             ledger

@@ -64,9 +64,10 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
             if !c.deleted {
                 // A write of the object's status sent from another version has arrived.
                 let rv = o.resource_version().unwrap_or_default();
-                ctx.objects.update_existing(&crate::object::ObjectKey::of(o), |s| {
-                    s.sent.shown_object(&rv)
-                });
+                ctx.objects
+                    .update_existing(&crate::object::ObjectKey::of(o), |s| {
+                        s.sent.shown_object(&rv)
+                    });
                 return;
             }
             // A real deletion comes with no finalizer left: one that still carries this

@@ -270,7 +270,10 @@ impl Sent {
 
     /// How many echoes are expected.
     pub fn echoes(&self) -> usize {
-        self.records.iter().filter(|(_, r)| r.echo.is_some()).count()
+        self.records
+            .iter()
+            .filter(|(_, r)| r.echo.is_some())
+            .count()
     }
 
     /// Whether nothing is kept.
@@ -370,7 +373,10 @@ mod tests {
         let t = Target::Child(child("a"));
         s.written(t.clone(), "", 1);
         s.shown(&t, "");
-        assert!(s.already_written(&t, "", 1), "the cache still shows the old version");
+        assert!(
+            s.already_written(&t, "", 1),
+            "the cache still shows the old version"
+        );
         s.shown(&t, "5");
         assert!(s.is_empty(), "the write arrived: nothing left to remember");
         s.written(t.clone(), "5", 1);
