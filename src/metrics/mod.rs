@@ -23,6 +23,8 @@ pub(crate) use record::{
     script_limit_abort, status_written, watch_restarted, watch_started, webhook_request,
 };
 pub(crate) use shard::{cached_objects, shard_drained, shard_moved, shard_objects};
+#[cfg(test)]
+pub(crate) use tally::in_tally;
 pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;
