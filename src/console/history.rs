@@ -116,7 +116,7 @@ impl History {
         &self,
         key: impl Into<Arc<ObjectKey>>,
         uid: &str,
-        phase: Option<String>,
+        phase: Option<&str>,
         mut turn: Turn,
     ) -> usize {
         if let Some(e) = &mut turn.error
@@ -166,7 +166,9 @@ impl History {
         if object.uid != uid {
             uid.clone_into(&mut object.uid);
         }
-        object.phase = phase;
+        if object.phase.as_deref() != phase {
+            object.phase = phase.map(str::to_string);
+        }
         if object.turns.len() == TURNS_PER_OBJECT {
             object.turns.pop_front();
         }
@@ -367,7 +369,7 @@ mod tests {
         h.record(
             key("a"),
             "u",
-            Some("Ready".into()),
+            Some("Ready"),
             turn(1_000, Some("x.rhai:3: nope")),
         );
         let mut paused = turn(2_000, None);

@@ -112,10 +112,10 @@ impl Console {
 
     /// The turn [`begin`](Self::begin) started ended as `turn` says: recorded and announced.
     fn end(&self, key: Arc<ObjectKey>, obj: &DynamicObject, turn: Turn) {
-        let phase = obj.data["status"]["phase"].as_str().map(str::to_string);
-        let uid = obj.uid().unwrap_or_default();
+        let phase = obj.data["status"]["phase"].as_str();
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
         let result = turn.result;
-        let bytes = self.history.record(Arc::clone(&key), &uid, phase, turn);
+        let bytes = self.history.record(Arc::clone(&key), uid, phase, turn);
         crate::metrics::console_history_bytes(bytes);
         self.announce(Change::Turn { key, result });
     }
