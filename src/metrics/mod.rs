@@ -23,8 +23,6 @@ pub(crate) use record::{
     script_limit_abort, status_written, watch_restarted, watch_started, webhook_request,
 };
 pub(crate) use shard::{cached_objects, shard_drained, shard_moved, shard_objects};
-#[cfg(test)]
-pub(crate) use tally::in_tally;
 pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;
@@ -460,6 +458,10 @@ pub(crate) fn not_ready() -> Option<&'static str> {
         None
     }
 }
+
+// Below the registry: tests/docs.rs reads this file up to its first test-only item.
+#[cfg(test)]
+pub(crate) use tally::in_tally;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
