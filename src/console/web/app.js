@@ -219,10 +219,14 @@ async function render() {
   }
 }
 
+// A change shows 250 ms later (a burst rides along), and the view is read again at most once a
+// second while changes keep coming: a person reads no faster, and khai serves less.
 let pending = null;
+let shown = 0;
 function soon() {
   if (pending) return;
-  pending = setTimeout(() => { pending = null; render(); }, 250);
+  const wait = Math.max(250, shown + 1000 - Date.now());
+  pending = setTimeout(() => { pending = null; shown = Date.now(); render(); }, wait);
 }
 
 function changed(data) {
