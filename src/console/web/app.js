@@ -274,6 +274,12 @@ function connect() {
   });
 }
 
-window.addEventListener("hashchange", render);
+// A new view renders at once; a refresh still pending for the old one would only redo it, or
+// in the playground reset the script being edited.
+window.addEventListener("hashchange", () => {
+  clearTimeout(pending);
+  pending = null;
+  render();
+});
 render();
 connect();
