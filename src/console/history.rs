@@ -66,7 +66,7 @@ struct Inner {
     order: BTreeMap<u64, Arc<ObjectKey>>,
     clock: u64,
     bytes: usize,
-    controllers: BTreeMap<String, Recent>,
+    controllers: BTreeMap<String, Recent<ObjectKey>>,
 }
 
 /// The record; one per console.

@@ -5,9 +5,9 @@
 //!
 //! Lives as long as the controller is named by the running config; [`super::history`] owns it.
 
-use super::history::ObjectKey;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::sync::Arc;
 
 /// Latencies kept per controller for its percentiles.
@@ -39,9 +39,9 @@ pub(crate) struct Counts {
     pub(crate) damped: usize,
 }
 
-/// One controller's recent turns and the states of its objects.
-#[derive(Debug, Default)]
-pub(super) struct Recent {
+/// One controller's recent turns and the states of its objects, each named by a `K`.
+#[derive(Debug)]
+pub(super) struct Recent<K> {
     /// `(second, turns, errors)`, one slot per second of the window.
     seconds: Vec<(u64, u32, u32)>,
     latencies: VecDeque<f64>,
@@ -51,16 +51,28 @@ pub(super) struct Recent {
     failing: usize,
     /// Objects paused for a hot loop: when, and whether their last turn failed. At most one
     /// entry per object held; entries past [`DAMPED_FOR_MS`] go when the counts are read.
-    hot: HashMap<Arc<ObjectKey>, (u64, bool)>,
+    hot: HashMap<Arc<K>, (u64, bool)>,
 }
 
-impl Recent {
+impl<K> Default for Recent<K> {
+    fn default() -> Self {
+        Self {
+            seconds: Vec::new(),
+            latencies: VecDeque::new(),
+            objects: 0,
+            failing: 0,
+            hot: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq> Recent<K> {
     /// A turn of `key` ended at `at_ms` after `took_ms`, failed or not, pausing it for a hot
     /// loop or not. `was` is whether the previous turn held of the object failed, `None` for an
     /// object not held until now.
     pub(super) fn add(
         &mut self,
-        key: &Arc<ObjectKey>,
+        key: &Arc<K>,
         (at_ms, took_ms): (u64, f64),
         failed: bool,
         hot_loop: bool,
@@ -94,7 +106,7 @@ impl Recent {
     }
 
     /// An object held is forgotten; its last turn failed or not.
-    pub(super) fn forget(&mut self, key: &ObjectKey, failed: bool) {
+    pub(super) fn forget(&mut self, key: &K, failed: bool) {
         self.objects -= 1;
         self.failing -= usize::from(failed);
         self.hot.remove(key);
