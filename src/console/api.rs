@@ -138,8 +138,7 @@ fn overview(console: &Console) -> Value {
         .controllers
         .iter()
         .map(|c| {
-            let objects = console.history.objects(&c.name, now);
-            let count = |state: &str| objects.iter().filter(|s| s.state == state).count();
+            let counts = console.history.counts(&c.name, now);
             let (depth, busy) = crate::metrics::queue_now(&c.name);
             json!({
                 "name": c.name,
@@ -149,9 +148,9 @@ fn overview(console: &Console) -> Value {
                 "concurrency": c.concurrency,
                 "queue_depth": depth,
                 "busy": busy,
-                "objects": objects.len(),
-                "backoff": count("backoff"),
-                "damped": count("damped"),
+                "objects": counts.objects,
+                "backoff": counts.backoff,
+                "damped": counts.damped,
                 "rates": console.history.rates(&c.name, now),
             })
         })

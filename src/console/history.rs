@@ -1,30 +1,25 @@
 //! The console's bounded record of reconciles ("turns"): the last [`TURNS_PER_OBJECT`] of each
-//! object, and per controller the turns and errors of the last minute and the latencies of its
-//! last [`LATENCIES`] turns.
+//! object, and per controller its [`Recent`] numbers, kept as turns are recorded so the overview
+//! reads them without going through the objects.
 //!
 //! Nothing here grows with the cluster beyond a cap: when the turns held reach `max_bytes` (an
 //! estimate of what they hold in memory, exported as `khai_console_history_bytes`), the object
 //! whose last turn is oldest is forgotten first. Controllers are only kept while the running
 //! config names them. The record lives as long as the process; it is not persisted.
 
+use super::recent::{self, Counts, DAMPED_FOR_MS, Rates, Recent};
 use super::trigger::{Named, Trigger, Triggers};
 use crate::metrics::Tally;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Turns kept per object; older ones are dropped first.
 pub(crate) const TURNS_PER_OBJECT: usize = 20;
 /// The default cap on the bytes the whole record holds.
 pub(crate) const MAX_BYTES: usize = 8 << 20;
-/// Latencies kept per controller for its percentiles.
-pub(crate) const LATENCIES: usize = 256;
 /// The longest error text kept for one turn, in characters.
 const MAX_ERROR_CHARS: usize = 2048;
-/// How long after a hot-loop pause an object is shown as damped: khai's longest cooldown.
-const DAMPED_FOR_MS: u64 = 5 * 60 * 1000;
-/// The window the rates are counted over, in seconds.
-const WINDOW_SECS: u64 = 60;
 
 /// One reconcile of one object, as it ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -53,6 +48,8 @@ pub(crate) struct ObjectKey {
 
 #[derive(Debug)]
 struct Object {
+    /// The key it is held under, shared with [`Inner::order`].
+    key: Arc<ObjectKey>,
     uid: String,
     phase: Option<String>,
     turns: VecDeque<Turn>,
@@ -62,64 +59,14 @@ struct Object {
     hot_loop_at: Option<u64>,
 }
 
-/// A controller's recent turns: per-second counts over the last minute, and latencies.
-#[derive(Debug, Default)]
-struct Recent {
-    /// `(second, turns, errors)`, one slot per second of the window.
-    seconds: Vec<(u64, u32, u32)>,
-    latencies: VecDeque<f64>,
-}
-
-impl Recent {
-    fn add(&mut self, at_ms: u64, took_ms: f64, error: bool) {
-        if self.seconds.is_empty() {
-            self.seconds = vec![(0, 0, 0); WINDOW_SECS as usize];
-        }
-        let second = at_ms / 1000;
-        let slot = &mut self.seconds[(second % WINDOW_SECS) as usize];
-        if slot.0 != second {
-            *slot = (second, 0, 0);
-        }
-        slot.1 += 1;
-        slot.2 += u32::from(error);
-        if self.latencies.len() == LATENCIES {
-            self.latencies.pop_front();
-        }
-        self.latencies.push_back(took_ms);
-    }
-
-    /// Turns and errors within the minute before `now_ms`.
-    fn last_minute(&self, now_ms: u64) -> (u32, u32) {
-        let now = now_ms / 1000;
-        self.seconds
-            .iter()
-            .filter(|(s, _, _)| *s + WINDOW_SECS > now && *s <= now)
-            .fold((0, 0), |(t, e), (_, st, se)| (t + st, e + se))
-    }
-
-    /// The `q` quantile (0..=1) of the latencies held, by nearest rank.
-    fn quantile(&self, q: f64) -> Option<f64> {
-        let mut sorted: Vec<f64> = self.latencies.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        let last = sorted.len().checked_sub(1)?;
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let rank = ((last as f64) * q).round() as usize;
-        sorted.get(rank.min(last)).copied()
-    }
-}
-
 #[derive(Debug, Default)]
 struct Inner {
-    objects: HashMap<ObjectKey, Object>,
+    objects: HashMap<Arc<ObjectKey>, Object>,
     /// Objects by when their last turn was recorded, oldest first: the eviction order.
-    order: BTreeMap<u64, ObjectKey>,
+    order: BTreeMap<u64, Arc<ObjectKey>>,
     clock: u64,
     bytes: usize,
-    controllers: BTreeMap<String, Recent>,
+    controllers: BTreeMap<String, Recent<ObjectKey>>,
 }
 
 /// The record; one per console.
@@ -152,17 +99,6 @@ pub(crate) struct ObjectTurns {
     pub(crate) history: Vec<Turn>,
 }
 
-/// A controller's numbers over its recent turns.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct Rates {
-    pub(crate) reconciles_last_minute: u32,
-    pub(crate) errors_last_minute: u32,
-    /// Latency percentiles of the last [`LATENCIES`] turns, in milliseconds.
-    pub(crate) p50_ms: Option<f64>,
-    pub(crate) p90_ms: Option<f64>,
-    pub(crate) p99_ms: Option<f64>,
-}
-
 impl History {
     pub(crate) fn new(max_bytes: usize) -> Self {
         Self {
@@ -178,9 +114,9 @@ impl History {
     /// Records a turn of `key`; returns the bytes the record holds now.
     pub(crate) fn record(
         &self,
-        key: ObjectKey,
+        key: impl Into<Arc<ObjectKey>>,
         uid: &str,
-        phase: Option<String>,
+        phase: Option<&str>,
         mut turn: Turn,
     ) -> usize {
         if let Some(e) = &mut turn.error
@@ -188,33 +124,51 @@ impl History {
         {
             *e = e.chars().take(MAX_ERROR_CHARS).collect::<String>() + "…";
         }
+        let key = key.into();
+        let failed = turn.result == "error";
         let mut inner = self.lock();
         let inner = &mut *inner;
         inner.clock += 1;
         let clock = inner.clock;
-        inner
-            .controllers
-            .entry(key.controller.clone())
-            .or_default()
-            .add(turn.at_ms, turn.took_ms, turn.error.is_some());
-        let object = inner.objects.entry(key.clone()).or_insert_with(|| Object {
-            uid: String::new(),
-            phase: None,
-            turns: VecDeque::with_capacity(TURNS_PER_OBJECT),
-            bytes: 0,
-            touched: 0,
-            hot_loop_at: None,
-        });
+        let object = match inner.objects.get_mut(&*key) {
+            Some(object) => object,
+            None => inner
+                .objects
+                .entry(Arc::clone(&key))
+                .or_insert_with(|| Object {
+                    key: Arc::clone(&key),
+                    uid: String::new(),
+                    phase: None,
+                    turns: VecDeque::with_capacity(TURNS_PER_OBJECT),
+                    bytes: 0,
+                    touched: 0,
+                    hot_loop_at: None,
+                }),
+        };
+        let was = object.turns.back().map(|t| t.result == "error");
+        let recent = match inner.controllers.get_mut(&key.controller) {
+            Some(recent) => recent,
+            None => inner.controllers.entry(key.controller.clone()).or_default(),
+        };
+        recent.add(
+            &object.key,
+            (turn.at_ms, turn.took_ms),
+            failed,
+            turn.writes.hot_loop,
+            was,
+        );
         inner.order.remove(&object.touched);
         object.touched = clock;
-        inner.order.insert(clock, key.clone());
+        inner.order.insert(clock, Arc::clone(&object.key));
         if turn.writes.hot_loop {
             object.hot_loop_at = Some(turn.at_ms);
         }
         if object.uid != uid {
             uid.clone_into(&mut object.uid);
         }
-        object.phase = phase;
+        if object.phase.as_deref() != phase {
+            object.phase = phase.map(str::to_string);
+        }
         if object.turns.len() == TURNS_PER_OBJECT {
             object.turns.pop_front();
         }
@@ -230,6 +184,10 @@ impl History {
             };
             if let Some(gone) = inner.objects.remove(&oldest) {
                 inner.bytes -= gone.bytes;
+                let failed = gone.turns.back().is_some_and(|t| t.result == "error");
+                if let Some(recent) = inner.controllers.get_mut(&oldest.controller) {
+                    recent.forget(&oldest, failed);
+                }
             }
         }
         inner.bytes
@@ -255,7 +213,7 @@ impl History {
         let mut inner = self.lock();
         let inner = &mut *inner;
         inner.controllers.retain(|name, _| names.contains(name));
-        let gone: Vec<ObjectKey> = inner
+        let gone: Vec<Arc<ObjectKey>> = inner
             .objects
             .keys()
             .filter(|k| !names.contains(&k.controller))
@@ -295,17 +253,19 @@ impl History {
 
     /// `controller`'s rates and latencies over its recent turns.
     pub(crate) fn rates(&self, controller: &str, now_ms: u64) -> Rates {
-        let inner = self.lock();
-        let recent = inner.controllers.get(controller);
-        let (turns, errors) = recent.map_or((0, 0), |r| r.last_minute(now_ms));
-        let q = |q| recent.and_then(|r| r.quantile(q));
-        Rates {
-            reconciles_last_minute: turns,
-            errors_last_minute: errors,
-            p50_ms: q(0.5),
-            p90_ms: q(0.9),
-            p99_ms: q(0.99),
-        }
+        self.lock()
+            .controllers
+            .get(controller)
+            .map_or_else(recent::none, |r| r.rates(now_ms))
+    }
+
+    /// How many objects of `controller` are held, and how many of them are in backoff or
+    /// damped at `now_ms`, without going through them.
+    pub(crate) fn counts(&self, controller: &str, now_ms: u64) -> Counts {
+        self.lock()
+            .controllers
+            .get_mut(controller)
+            .map_or_else(Counts::default, |r| r.counts(now_ms))
     }
 }
 
@@ -409,7 +369,7 @@ mod tests {
         h.record(
             key("a"),
             "u",
-            Some("Ready".into()),
+            Some("Ready"),
             turn(1_000, Some("x.rhai:3: nope")),
         );
         let mut paused = turn(2_000, None);
@@ -454,6 +414,45 @@ mod tests {
         assert_eq!(h.scheduled(&key("a")), Trigger::Timer.into());
         h.record(key("a"), "u", None, turn(3, None));
         assert!(h.scheduled(&key("a")).is_empty());
+    }
+
+    #[test]
+    fn counts_kept_per_turn_match_the_objects_held_through_failures_hot_loops_and_eviction() {
+        let scanned = |h: &History, now| {
+            let objects = h.objects("cache", now);
+            let count = |state| objects.iter().filter(|o| o.state == state).count();
+            Counts {
+                objects: objects.len(),
+                backoff: count("backoff"),
+                damped: count("damped"),
+            }
+        };
+        let one = {
+            let h = History::new(MAX_BYTES);
+            h.record(key("x"), "u", None, turn(1, Some("boom")))
+        };
+        let h = History::new(one * 4);
+        let mut hot = turn(1_000, Some("boom"));
+        hot.writes.hot_loop = true;
+        let steps = [
+            ("a", turn(1_000, Some("boom"))),
+            ("b", turn(1_000, None)),
+            ("c", hot),
+            ("a", turn(2_000, None)),
+            ("c", turn(3_000, None)),
+            ("b", turn(4_000, Some("boom"))),
+            ("d", turn(5_000, Some("boom"))),
+            ("e", turn(6_000, Some("boom"))),
+            ("f", turn(7_000, None)),
+        ];
+        for (name, t) in steps {
+            h.record(key(name), "u", None, t);
+            assert_eq!(h.counts("cache", 8_000), scanned(&h, 8_000), "after {name}");
+        }
+        let later = 1_000 + DAMPED_FOR_MS;
+        assert_eq!(h.counts("cache", later), scanned(&h, later));
+        assert!(h.object(&key("a"), 9_000).is_none(), "a should be evicted");
+        assert_eq!(h.counts("other", 9_000), Counts::default());
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod auth;
 mod history;
 mod overview;
 mod playground;
+mod recent;
 mod server;
 mod sse;
 mod trigger;
@@ -29,14 +30,16 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use overview::Overview;
+use sse::Change;
 use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
 
-/// Updates an SSE client may fall behind by before it is told it missed some.
-const FEED_CAPACITY: usize = 256;
+/// Changes an SSE client may fall behind by before it is told it missed some: what its stream
+/// takes in at most every [`sse::BATCH_EVERY`].
+const FEED_CAPACITY: usize = 1024;
 
 /// Everything the console serves from.
 pub(crate) struct Console {
@@ -47,8 +50,8 @@ pub(crate) struct Console {
     auth: Option<auth::Auth>,
     /// What runs the playground's requests against the running config, once it runs.
     playground: Mutex<Option<Arc<dyn Playground>>>,
-    /// One JSON line per change (a turn, a config load or failure), for the SSE clients.
-    feed: broadcast::Sender<Arc<str>>,
+    /// Each change (a turn, a config load or failure), for the SSE clients.
+    feed: broadcast::Sender<Change>,
 }
 
 impl std::fmt::Debug for Console {
@@ -77,9 +80,44 @@ impl Console {
         crate::sync::lock(&self.playground).clone()
     }
 
-    fn announce(&self, change: &serde_json::Value) {
+    fn announce(&self, change: Change) {
         // No receiver (no SSE client) is not an error.
-        let _ = self.feed.send(Arc::from(change.to_string()));
+        let _ = self.feed.send(change);
+    }
+
+    /// A turn of `obj` by `controller` starts: its key and what triggered it (`triggers` as
+    /// queued, else read from how its last turn ended).
+    fn begin(
+        &self,
+        controller: &str,
+        obj: &DynamicObject,
+        triggers: Triggers,
+    ) -> (Arc<ObjectKey>, trigger::Named) {
+        let key = Arc::new(ObjectKey {
+            controller: controller.to_string(),
+            namespace: obj.namespace(),
+            name: obj.name_any(),
+        });
+        let triggers = match triggers.is_empty() {
+            true => self.history.scheduled(&key),
+            false => triggers,
+        };
+        let reloaded = triggers.contains(Trigger::Start)
+            && crate::sync::lock(&self.overview)
+                .reloads
+                .iter()
+                .any(|r| r.result == "reloaded");
+        (key, trigger::Named { triggers, reloaded })
+    }
+
+    /// The turn [`begin`](Self::begin) started ended as `turn` says: recorded and announced.
+    fn end(&self, key: Arc<ObjectKey>, obj: &DynamicObject, turn: Turn) {
+        let phase = obj.data["status"]["phase"].as_str();
+        let uid = obj.metadata.uid.as_deref().unwrap_or_default();
+        let result = turn.result;
+        let bytes = self.history.record(Arc::clone(&key), uid, phase, turn);
+        crate::metrics::console_history_bytes(bytes);
+        self.announce(Change::Turn { key, result });
     }
 }
 
@@ -114,20 +152,7 @@ where
     let Some(console) = CONSOLE.get() else {
         return reconcile.await;
     };
-    let key = ObjectKey {
-        controller: controller.to_string(),
-        namespace: obj.namespace(),
-        name: obj.name_any(),
-    };
-    let triggers = match triggers.is_empty() {
-        true => console.history.scheduled(&key),
-        false => triggers,
-    };
-    let reloaded = triggers.contains(Trigger::Start)
-        && crate::sync::lock(&console.overview)
-            .reloads
-            .iter()
-            .any(|r| r.result == "reloaded");
+    let (key, triggers) = console.begin(controller, &obj, triggers);
     let started = std::time::Instant::now();
     let (result, writes) = crate::metrics::tallied(reconcile).await;
     let (label, error) = match &result {
@@ -135,25 +160,15 @@ where
         Ok(_) => ("requeue", None),
         Err(e) => ("error", Some(e.to_string())),
     };
-    let phase = obj.data["status"]["phase"].as_str().map(str::to_string);
     let turn = Turn {
         at_ms: now_ms(),
         took_ms: started.elapsed().as_secs_f64() * 1000.0,
-        triggers: trigger::Named { triggers, reloaded },
+        triggers,
         result: label,
         error,
         writes,
     };
-    let uid = obj.uid().unwrap_or_default();
-    let bytes = console.history.record(key.clone(), &uid, phase, turn);
-    crate::metrics::console_history_bytes(bytes);
-    console.announce(&serde_json::json!({
-        "type": "turn",
-        "controller": key.controller,
-        "namespace": key.namespace,
-        "name": key.name,
-        "result": label,
-    }));
+    console.end(key, &obj, turn);
     result
 }
 
@@ -185,7 +200,7 @@ pub(crate) fn config_loaded(op: &crate::operator::Operator, hash: u64) {
     };
     let bytes = console.history.keep_controllers(&names);
     crate::metrics::console_history_bytes(bytes);
-    console.announce(&serde_json::json!({"type": "config", "result": "loaded"}));
+    console.announce(Change::Config { result: "loaded" });
 }
 
 /// A new config version failed to load with `error`; the last good one keeps running.
@@ -194,5 +209,39 @@ pub(crate) fn reload_failed(error: &str) {
         return;
     };
     crate::sync::lock(&console.overview).failed(error, now_ms());
-    console.announce(&serde_json::json!({"type": "config", "result": "failed"}));
+    console.announce(Change::Config { result: "failed" });
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[tokio::test]
+    async fn with_the_console_off_a_turn_is_the_reconcile_alone() {
+        // No unit test turns the console on: only `khai run --console` does.
+        assert!(!enabled());
+        let obj = Arc::new(DynamicObject {
+            types: None,
+            metadata: kube::api::ObjectMeta {
+                name: Some("a".into()),
+                ..Default::default()
+            },
+            data: serde_json::Value::Null,
+        });
+        let wrapped = Cell::new(None);
+        let result = turn("cache", obj, Trigger::Parent.into(), async {
+            wrapped.set(Some(crate::metrics::in_tally()));
+            Err::<Action, _>("boom")
+        })
+        .await;
+        assert_eq!(result, Err("boom"));
+        assert_eq!(
+            wrapped.get(),
+            Some(false),
+            "the reconcile should run as is, with no tally kept for a console"
+        );
+        assert!(CONSOLE.get().is_none(), "nothing should be recorded");
+    }
 }

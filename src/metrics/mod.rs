@@ -463,6 +463,10 @@ pub(crate) fn not_ready() -> Option<&'static str> {
     }
 }
 
+// Below the registry: tests/docs.rs reads this file up to its first test-only item.
+#[cfg(test)]
+pub(crate) use tally::in_tally;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

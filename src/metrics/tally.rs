@@ -41,6 +41,13 @@ pub(super) fn add(f: impl FnOnce(&mut Tally)) {
     let _ = TALLY.try_with(|t| f(&mut t.borrow_mut()));
 }
 
+/// Whether this task runs inside [`tallied`]: what a test checks to see a reconcile was not
+/// wrapped.
+#[cfg(test)]
+pub(crate) fn in_tally() -> bool {
+    TALLY.try_with(|_| ()).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -219,10 +219,14 @@ async function render() {
   }
 }
 
+// A change shows 250 ms later (a burst rides along), and the view is read again at most once a
+// second while changes keep coming: a person reads no faster, and khai serves less.
 let pending = null;
+let shown = 0;
 function soon() {
   if (pending) return;
-  pending = setTimeout(() => { pending = null; render(); }, 250);
+  const wait = Math.max(250, shown + 1000 - Date.now());
+  pending = setTimeout(() => { pending = null; shown = Date.now(); render(); }, wait);
 }
 
 function changed(data) {
@@ -270,6 +274,12 @@ function connect() {
   });
 }
 
-window.addEventListener("hashchange", render);
+// A new view renders at once; a refresh still pending for the old one would only redo it, or
+// in the playground reset the script being edited.
+window.addEventListener("hashchange", () => {
+  clearTimeout(pending);
+  pending = null;
+  render();
+});
 render();
 connect();
