@@ -33,119 +33,121 @@ pub(crate) async fn reconcile_one(
         && obj.labels().contains_key(&shard.drain_label())
     {
         // No other reconcile of the object runs now: letting go here cannot overlap one.
-        return super::drain::acknowledge(&obj, &ctx, shard)
-            .instrument(span)
-            .await;
+        return Box::pin(super::drain::acknowledge(&obj, &ctx, shard).instrument(span)).await;
     }
     let started = std::time::Instant::now();
     let result = crate::console::turn(
         &controller,
         Arc::clone(&obj),
         triggers,
-        async move {
-            let key = ObjectKey::of(&obj);
-            // The echoes expected from the last reconcile go: what this one reads is not known yet,
-            // and a child's event meanwhile must queue the object again.
-            ctx.objects
-                .update_existing(&key, |s| s.sent.forget_echoes());
-            // A finalizer of khai's that no controller of this kind uses any more (the config
-            // changed) goes first, or the object would hang on deletion for ever.
-            let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
-            if !stale.is_empty() {
-                let result = release_finalizers(&obj, &ctx, &stale)
-                    .await
-                    .map(|()| Action::await_change());
-                if let Err(e) = &result {
-                    report_failure(&obj, &ctx, e).await;
-                }
-                return result;
-            }
-            let ours = obj
-                .finalizers()
-                .iter()
-                .any(|f| *f == ctx.spec.finalizer_name);
-            if !ours {
-                // The cache shows the finalizer gone: a later one is a new hold, to be let go again.
-                ctx.objects.update_existing(&key, |s| s.released = false);
-            }
-            match selected(&obj, &ctx, ours).await {
-                Ok(true) => {}
-                // An object that stops matching is let go: cleaned up as for a deletion, and its
-                // finalizer removed, so it never hangs on deletion after khai stops caring.
-                Ok(false) if ours => {
-                    let result = let_go(&obj, &ctx).await;
-                    if let Err(e) = &result {
-                        report_failure(&obj, &ctx, e).await;
-                    }
-                    return result;
-                }
-                Ok(false) => {
-                    tracing::debug!("not selected by the controller's filters");
-                    return Ok(Action::await_change());
-                }
-                Err(e) => {
-                    report_failure(&obj, &ctx, &e).await;
-                    return Err(e);
-                }
-            }
-            // khai deleting children itself (unowned ones, or in order) holds the object with its
-            // finalizer too: it is what makes a parent deleted while khai was down wait for khai.
-            let needs_finalizer = ctx.spec.finalize.is_some()
-                || ctx.spec.children.deletes_children()
-                || holds_for_handlers(&obj, &ctx).await?;
-            let own = std::slice::from_ref(&ctx.spec.finalizer_name);
-            let deleting = obj.metadata.deletion_timestamp.is_some();
-            let result = match needs_finalizer {
-                // Cleaned up and let go already; the cache does not show it yet (another controller
-                // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
-                // or the delete handlers twice.
-                true if deleting && ctx.objects.read(&key, |s| s.is_some_and(|s| s.released)) => {
-                    Ok(Action::await_change())
-                }
-                true => {
-                    let api = watch::api(
-                        &ctx.services.client,
-                        &ctx.spec.kind,
-                        obj.namespace().as_deref(),
-                    );
-                    finalizer(&api, &ctx.spec.finalizer_name, obj.clone(), |event| async {
-                        match event {
-                            FinalizerEvent::Apply(o) => turn(&o, &ctx).await,
-                            FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
-                        }
-                    })
-                    .await
-                    .map_err(ReconcileError::from_finalizer)
-                    .inspect(|_| {
-                        if deleting {
-                            ctx.objects.update(&key, |s| s.released = true);
-                        }
-                    })
-                }
-                // The script no longer defines finalize, and no delete handler holds the object (an
-                // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
-                // more, so it goes, or the object would hang on deletion for ever.
-                false if ours => match release_finalizers(&obj, &ctx, own).await {
-                    Ok(()) if obj.metadata.deletion_timestamp.is_some() => {
-                        Ok(Action::await_change())
-                    }
-                    Ok(()) => turn(&obj, &ctx).await,
-                    Err(e) => Err(e),
-                },
-                // Without finalize there is nothing to do for an object on its way out; its children
-                // go with it through their ownerReferences.
-                false if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
-                false => turn(&obj, &ctx).await,
-            };
-            if let Err(e) = &result {
-                report_failure(&obj, &ctx, e).await;
-            }
-            result
-        }
-        .instrument(span),
+        // Boxed, as the drain above: kube-runtime keeps each reconcile in flight in an
+        // allocation of this future's size, and the console's wrapper holds its future more
+        // than once, so inline the work would be carried several times over.
+        Box::pin(checked(obj.clone(), ctx.clone()).instrument(span)),
     )
     .await;
     crate::metrics::reconcile_finished(&controller, result_label(&result), started.elapsed());
+    result
+}
+
+/// One reconcile past the drain check: the controller's filters and finalizer, then the turn.
+/// Failures are reported (Event, `Ready=False`) before they are returned.
+async fn checked(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let key = ObjectKey::of(&obj);
+    // The echoes expected from the last reconcile go: what this one reads is not known yet,
+    // and a child's event meanwhile must queue the object again.
+    ctx.objects
+        .update_existing(&key, |s| s.sent.forget_echoes());
+    // A finalizer of khai's that no controller of this kind uses any more (the config
+    // changed) goes first, or the object would hang on deletion for ever.
+    let stale = ctx.spec.finalizers.stale(&ctx.spec.operator, &obj);
+    if !stale.is_empty() {
+        let result = release_finalizers(&obj, &ctx, &stale)
+            .await
+            .map(|()| Action::await_change());
+        if let Err(e) = &result {
+            report_failure(&obj, &ctx, e).await;
+        }
+        return result;
+    }
+    let ours = obj
+        .finalizers()
+        .iter()
+        .any(|f| *f == ctx.spec.finalizer_name);
+    if !ours {
+        // The cache shows the finalizer gone: a later one is a new hold, to be let go again.
+        ctx.objects.update_existing(&key, |s| s.released = false);
+    }
+    match selected(&obj, &ctx, ours).await {
+        Ok(true) => {}
+        // An object that stops matching is let go: cleaned up as for a deletion, and its
+        // finalizer removed, so it never hangs on deletion after khai stops caring.
+        Ok(false) if ours => {
+            let result = let_go(&obj, &ctx).await;
+            if let Err(e) = &result {
+                report_failure(&obj, &ctx, e).await;
+            }
+            return result;
+        }
+        Ok(false) => {
+            tracing::debug!("not selected by the controller's filters");
+            return Ok(Action::await_change());
+        }
+        Err(e) => {
+            report_failure(&obj, &ctx, &e).await;
+            return Err(e);
+        }
+    }
+    // khai deleting children itself (unowned ones, or in order) holds the object with its
+    // finalizer too: it is what makes a parent deleted while khai was down wait for khai.
+    let needs_finalizer = ctx.spec.finalize.is_some()
+        || ctx.spec.children.deletes_children()
+        || holds_for_handlers(&obj, &ctx).await?;
+    let own = std::slice::from_ref(&ctx.spec.finalizer_name);
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    let result = match needs_finalizer {
+        // Cleaned up and let go already; the cache does not show it yet (another controller
+        // of the kind wrote to the object meanwhile). Cleaning up again would run `finalize`
+        // or the delete handlers twice.
+        true if deleting && ctx.objects.read(&key, |s| s.is_some_and(|s| s.released)) => {
+            Ok(Action::await_change())
+        }
+        true => {
+            let api = watch::api(
+                &ctx.services.client,
+                &ctx.spec.kind,
+                obj.namespace().as_deref(),
+            );
+            finalizer(&api, &ctx.spec.finalizer_name, obj.clone(), |event| async {
+                match event {
+                    FinalizerEvent::Apply(o) => turn(&o, &ctx).await,
+                    FinalizerEvent::Cleanup(o) => cleanup(&o, &ctx).await,
+                }
+            })
+            .await
+            .map_err(ReconcileError::from_finalizer)
+            .inspect(|_| {
+                if deleting {
+                    ctx.objects.update(&key, |s| s.released = true);
+                }
+            })
+        }
+        // The script no longer defines finalize, and no delete handler holds the object (an
+        // edit or a reload since the finalizer was added): nothing needs khai's finalizer any
+        // more, so it goes, or the object would hang on deletion for ever.
+        false if ours => match release_finalizers(&obj, &ctx, own).await {
+            Ok(()) if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+            Ok(()) => turn(&obj, &ctx).await,
+            Err(e) => Err(e),
+        },
+        // Without finalize there is nothing to do for an object on its way out; its children
+        // go with it through their ownerReferences.
+        false if obj.metadata.deletion_timestamp.is_some() => Ok(Action::await_change()),
+        false => turn(&obj, &ctx).await,
+    };
+    if let Err(e) = &result {
+        report_failure(&obj, &ctx, e).await;
+    }
     result
 }
 

@@ -92,3 +92,16 @@ async fn a_turn_over_a_cache_that_caught_up_writes_only_what_changed() {
     );
     assert_eq!(h.configmaps()["w-cm"]["data"]["size"], "4");
 }
+
+/// kube-runtime keeps each reconcile in flight (up to the controller's concurrency) in an
+/// allocation of its future's size, so the future must not carry its rare branches and the
+/// console's wrapper inline: together they made it four times the size of the turn itself.
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_in_flight_holds_the_turn_boxed_not_inline() {
+    let h = widgets();
+    let ctx = h.ctx().await;
+    let obj = std::sync::Arc::new(serde_json::from_value(h.widget("w").unwrap()).unwrap());
+    let reconcile = crate::controller::reconcile::reconcile_one(obj, ctx.clone());
+    let size = std::mem::size_of_val(&reconcile);
+    assert!(size <= 1024, "a reconcile in flight is {size} bytes inline");
+}
