@@ -22,11 +22,10 @@ pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why the console cannot start.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Error {
-    #[error("--console {addr}: failed to listen: {source}")]
+    #[error("--console {addr}: failed to listen: {cause}")]
     Bind {
         addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -39,7 +38,7 @@ pub(crate) async fn bind(
 ) -> Result<(TcpListener, Arc<Console>), Error> {
     let listener = TcpListener::bind(addr)
         .await
-        .map_err(|source| Error::Bind { addr, source })?;
+        .map_err(|cause| Error::Bind { addr, cause })?;
     Ok((listener, enable(client, !addr.ip().is_loopback())))
 }
 
@@ -50,4 +49,25 @@ pub(crate) async fn serve(listener: TcpListener, console: Arc<Console>) {
         async move { api::handle(&console, req).await }
     };
     crate::serve::serve_plain(listener, "console", MAX_CONNECTIONS, HEADER_TIMEOUT, handle).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_taken_port_is_named_with_its_cause_once() {
+        let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = taken.local_addr().unwrap();
+        let client = crate::fake_api::FakeApi::default().client();
+        let Err(e) = bind(addr, client).await else {
+            panic!("bound a taken port")
+        };
+        let chain = format!("{:#}", anyhow::Error::from(e));
+        assert!(
+            chain.starts_with(&format!("--console {addr}: failed to listen: ")),
+            "{chain}"
+        );
+        assert_eq!(chain.matches("in use").count(), 1, "{chain}");
+    }
 }
