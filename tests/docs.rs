@@ -670,6 +670,59 @@ fn metric_name(s: &str) -> Option<&str> {
     (METRIC_PREFIXES.iter().any(|p| name.starts_with(p)) && name.len() > 8).then_some(name)
 }
 
+/// A source file without its unit-test modules (`#[cfg(test)] mod ... { ... }`, up to the
+/// matching brace); a `#[cfg(test)]` on any other item leaves the rest of the file in place.
+fn without_unit_tests(src: &str) -> String {
+    let mut out = String::new();
+    let mut rest = src;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let item = after.trim_start();
+        if !item.starts_with("mod ") {
+            out.push_str(&rest[..at + "#[cfg(test)]".len()]);
+            rest = after;
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        let Some(open) = item.find('{') else {
+            return out;
+        };
+        let mut depth = 0usize;
+        let mut end = item.len();
+        for (i, c) in item[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i + 1;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn unit_test_modules_are_cut_out_of_a_source_and_nothing_else() {
+    let src =
+        "a\n#[cfg(test)]\nfn helper() {}\nb\n#[cfg(test)]\nmod tests {\n fn t() { x }\n}\nc\n";
+    let code = without_unit_tests(src);
+    assert!(
+        code.contains('a') && code.contains('b') && code.contains('c'),
+        "{code}"
+    );
+    assert!(
+        code.contains("fn helper") && !code.contains("fn t()"),
+        "{code}"
+    );
+}
+
 /// Every metric family registered in src/metrics: each `"name"` literal with a known prefix
 /// outside the unit tests, without the `_bucket`/`_count` series of histograms.
 fn registered_metrics() -> BTreeSet<String> {
@@ -680,13 +733,7 @@ fn registered_metrics() -> BTreeSet<String> {
         "src/metrics/rollout.rs",
     ]
     .iter()
-    .map(|f| {
-        read(Path::new(f))
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap()
-            .to_string()
-    })
+    .map(|f| without_unit_tests(&read(Path::new(f))))
     .collect();
     code.split('"')
         .skip(1)
@@ -699,8 +746,7 @@ fn registered_metrics() -> BTreeSet<String> {
 /// The families of `registered_metrics` that are histograms: those made by `histogram(&r, …)` or
 /// `histogram_with(&r, …)`, whose series end in `_bucket`, `_sum` and `_count`.
 fn registered_histograms() -> BTreeSet<String> {
-    let src = read(Path::new("src/metrics/mod.rs"));
-    let code = src.split("#[cfg(test)]").next().unwrap();
+    let code = without_unit_tests(&read(Path::new("src/metrics/mod.rs")));
     let pieces: Vec<&str> = code.split("&r,").collect();
     pieces
         .windows(2)
