@@ -33,6 +33,8 @@ pub struct ShardRun {
     pub peak_rss_mib: Vec<(String, f64)>,
     /// CPU seconds of all shards together over create, idle and update.
     pub cpu_s: f64,
+    /// The same, per shard, by shard id.
+    pub cpu_s_by_shard: Vec<(String, f64)>,
     /// The shard holding the sharder Lease, and its CPU seconds and peak RSS over the same span.
     pub sharder: String,
     pub sharder_cpu_s: f64,
@@ -74,11 +76,12 @@ pub async fn bench(settings: &Settings<'_>, shards: usize) -> Result<()> {
             );
             let r = run_sharded(settings, shards, n, rep).await?;
             eprintln!(
-                "bench: {shards} shards N={n} run {rep}: create {:.2}s, peak RSS {:?} MiB, CPU {:.2}s, \
+                "bench: {shards} shards N={n} run {rep}: create {:.2}s, peak RSS {:?} MiB, CPU {:.2}s {:?}, \
                  sharder {} ({:.2}s CPU, {:.1} MiB), assignment {} label patches, rebalance moved {} with {}",
                 r.create_s,
                 r.peak_rss_mib,
                 r.cpu_s,
+                r.cpu_s_by_shard,
                 r.sharder,
                 r.sharder_cpu_s,
                 r.sharder_peak_rss_mib,
@@ -225,7 +228,7 @@ async fn phases(
     let sharder = holder(&leases, &format!("khai-{OPERATOR}-sharder"))
         .await
         .ok_or_else(|| anyhow!("nobody holds the sharder Lease"))?;
-    let mut peak_rss_mib = Vec::new();
+    let (mut peak_rss_mib, mut cpu_s_by_shard) = (Vec::new(), Vec::new());
     let (mut sharder_cpu_s, mut sharder_peak_rss_mib) = (0.0, 0.0);
     for ((id, p), (c0, c1)) in procs.iter().zip(cpu0.iter().zip(&cpu1)) {
         let rss = mib(contender::usage(p.pid(), settings.clock_ticks)?.peak_rss);
@@ -233,6 +236,7 @@ async fn phases(
             (sharder_cpu_s, sharder_peak_rss_mib) = (c1 - c0, rss);
         }
         peak_rss_mib.push((id.clone(), rss));
+        cpu_s_by_shard.push((id.clone(), c1 - c0));
     }
 
     // One rebalance: shard K joins; done when every Cache is labelled, none is draining, and
@@ -255,7 +259,8 @@ async fn phases(
         shards: k,
         create_s: created.all_ready_s,
         peak_rss_mib,
-        cpu_s: cpu1.iter().zip(&cpu0).map(|(a, b)| a - b).sum(),
+        cpu_s: cpu_s_by_shard.iter().map(|(_, c)| c).sum(),
+        cpu_s_by_shard,
         sharder,
         sharder_cpu_s,
         sharder_peak_rss_mib,
@@ -356,4 +361,47 @@ fn markdown(
         ));
     }
     md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_a_row_per_n_with_the_largest_shard_and_the_rebalance_writes() {
+        let run = ShardRun {
+            n: 3000,
+            rep: 1,
+            shards: 3,
+            create_s: 1.0,
+            peak_rss_mib: vec![("s0".into(), 80.0), ("s1".into(), 60.0)],
+            cpu_s: 5.0,
+            cpu_s_by_shard: vec![("s0".into(), 3.0), ("s1".into(), 2.0)],
+            sharder: "s0".into(),
+            sharder_cpu_s: 3.0,
+            sharder_peak_rss_mib: 80.0,
+            create_writes: Writes::new(),
+            assignment_patches: 3000,
+            rebalance_moved: 755,
+            rebalance_writes: Writes::from([("PATCH caches".into(), 2265)]),
+            rebalance_s: 36.7,
+        };
+        let md = markdown("c", 3, &[100, 3000], &[], &[run]);
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| 3")).collect();
+        assert_eq!(rows.len(), 1, "{md}");
+        assert!(
+            rows[0].starts_with("| 3000 | — | 80.0 | — |"),
+            "{}",
+            rows[0]
+        );
+        assert!(
+            rows[0].ends_with("| 3000 | 755 | PATCH caches 2265 | 36.7 |"),
+            "{}",
+            rows[0]
+        );
+        assert!(
+            !md.contains("| 100 |"),
+            "no row for an N without runs: {md}"
+        );
+    }
 }
