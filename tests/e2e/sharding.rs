@@ -2,12 +2,10 @@
 //! Each owns about a third, caches only its share (parents and their children), and when one is
 //! killed the sharder moves its parents to the live shards, which reconcile them.
 
-use crate::support::audit;
 use crate::support::metrics::{http_get, metrics_until, sample, sum, wait_for_metric};
-use crate::support::{self, Khai, TestNamespace, custom_api};
-use futures::StreamExt;
-use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::{Api, ResourceExt};
+use crate::support::shards::{LEASE, Sharded, assert_no_shard_writes_in_turn, ready, shard_of};
+use crate::support::{self, audit};
+use kube::api::ListParams;
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,153 +19,19 @@ fn objects() -> usize {
         .unwrap_or(600)
 }
 
-/// Short, so a killed shard's parents move soon; long enough that a shard renewing on a busy
-/// machine (two cores, several test processes) is not taken for dead.
-const LEASE: Duration = Duration::from_secs(10);
-
-fn operator(dir: &std::path::Path, name: &str, group: &str) -> std::path::PathBuf {
-    std::fs::write(
-        dir.join("operator.toml"),
-        format!(
-            r#"[operator]
-name = "{name}"
-
-[[crd]]
-group = "{group}"
-kind = "Part"
-versions = ["v1"]
-spec.n = {{ type = "integer" }}
-status.n = {{ type = "integer" }}
-
-[[controller]]
-for = "Part"
-owns = ["v1/ConfigMap"]
-script = "part.rhai"
-"#
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("part.rhai"),
-        r#"fn reconcile(obj, ctx) {
-    #{ children: [#{ apiVersion: "v1", kind: "ConfigMap", metadata: #{ name: obj.metadata.name },
-                     data: #{ n: `${obj.spec.n}` } }],
-       status: #{ n: obj.spec.n } }
-}
-"#,
-    )
-    .unwrap();
-    dir.to_path_buf()
-}
-
-/// The shard label of every object `api` lists, by name.
-async fn shard_of(api: &Api<DynamicObject>, label: &str) -> BTreeMap<String, Option<String>> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|o| (o.name_any(), o.labels().get(label).cloned()))
-        .collect()
-}
-
-/// Starts one khai per shard id and waits until each holds its shard Lease; their metrics
-/// addresses, in the same order.
-async fn start_shards(
-    config: &std::path::Path,
-    ns: &str,
-    flags: &[&str],
-    ids: &[&str],
-    operator: &str,
-) -> (Vec<Khai>, Vec<String>) {
-    let shards: Vec<Khai> = ids
-        .iter()
-        .map(|s| Khai::start_with_env(config, ns, flags, &[("POD_NAME", s)]))
-        .collect();
-    let mut addrs = Vec::new();
-    for (k, s) in shards.iter().zip(ids) {
-        let addr = k.metrics_addr().await;
-        let lease = format!("khai-{operator}-shard-{s}");
-        let labels = [("name", lease.as_str())];
-        let holding = "the shard holding its Lease";
-        wait_for_metric(
-            &addr,
-            holding,
-            "leader_election_master_status",
-            &labels,
-            |v| v == 1.0,
-        )
-        .await;
-        addrs.push(addr);
-    }
-    (shards, addrs)
-}
-
-/// The shard holding the sharder Lease of `operator`.
-async fn sharder_of(client: &kube::Client, ns: &str, operator: &str) -> String {
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(client.clone(), ns);
-    let lease = leases
-        .get(&format!("khai-{operator}-sharder"))
-        .await
-        .unwrap();
-    lease.spec.and_then(|s| s.holder_identity).unwrap()
-}
-
-fn ready(o: &DynamicObject) -> bool {
-    o.data["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
-}
-
 #[tokio::test]
 async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_live_ones() {
     let client = support::client().await;
-    let ns = TestNamespace::new(&client, "shard").await;
-    let dir = tempfile::tempdir().unwrap();
-    let id = support::nanos_u64() % 0xffff_ffff;
-    let name = format!("shard{id:x}");
-    let group = format!("shard{id:x}.khai.dev");
-    let config = operator(dir.path(), &name, &group);
-    let label = format!("shard.khai.dev/{name}");
-    let lease = format!("{}s", LEASE.as_secs());
-    let flags = [
-        "--shards",
-        "--leader-elect-namespace",
-        &ns.name,
-        "--leader-elect-lease-duration",
-        &lease,
-        "--leader-elect-renew-deadline",
-        "7s",
-        "--leader-elect-retry-period",
-        "1s",
-        "--log-format",
-        "json",
-    ];
+    let op = Sharded::new(&client, "shard").await;
+    let (ns, label) = (&op.ns, &op.label);
     let ids = ["s0", "s1", "s2"];
-    let (mut shards, mut addrs) = start_shards(&config, &ns.name, &flags, &ids, &name).await;
+    let (mut shards, mut addrs) = op.start(&ids).await;
     // Every shard is live before the first parent exists: each sync sees all three.
-    support::wait_for_crd(&client, &format!("parts.{group}")).await;
-    let parts = custom_api(&client, &ns.name, &group, "Part", "parts");
+    support::wait_for_crd(&client, &format!("parts.{}", op.group)).await;
+    let parts = op.parts(&client);
     let n = objects();
     let started = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let parts = parts.clone();
-            let group = group.clone();
-            async move {
-                let o: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": format!("{group}/v1"), "kind": "Part",
-                    "metadata": { "name": format!("p{i}") }, "spec": { "n": i },
-                }))
-                .unwrap();
-                parts.create(&PostParams::default(), &o).await.unwrap();
-            }
-        })
-        .buffer_unordered(32)
-        .collect::<Vec<()>>()
-        .await;
+    op.create_parts(&client, n).await;
     let created = started.elapsed();
     let deadline = Instant::now() + Duration::from_secs(60 + n as u64 / 10);
     loop {
@@ -188,8 +52,8 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     let all_ready = started.elapsed();
 
     // Each shard owns a third ± 20%, and its caches hold exactly its parents and their children.
-    let owners = shard_of(&parts, &label).await;
-    let cms = shard_of(&support::configmaps(&client, &ns.name), &label).await;
+    let owners = shard_of(&parts, label).await;
+    let cms = shard_of(&support::configmaps(&client, &ns.name), label).await;
     let mut owned: BTreeMap<String, usize> = BTreeMap::new();
     for (part, shard) in &owners {
         let shard = shard
@@ -229,10 +93,10 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     }
     let mark = audit::mark();
     let restarted = Instant::now();
-    (shards, addrs) = start_shards(&config, &ns.name, &flags, &ids, &name).await;
+    (shards, addrs) = op.start(&ids).await;
     // The replica holding the sharder Lease says when its first sync that may move objects is
     // done; nothing may have been written by then, nor once every shard is idle.
-    let holder = sharder_of(&client, &ns.name, &name).await;
+    let holder = op.sharder(&client).await;
     let sharder = ids.iter().position(|s| *s == holder).unwrap();
     let settled = json!({ "settled": true });
     shards[sharder]
@@ -265,7 +129,7 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     );
 
     // kill -9 a shard that is not the sharder: its parents move after its Lease expires.
-    let sharder = sharder_of(&client, &ns.name, &name).await;
+    let sharder = op.sharder(&client).await;
     let victim = ids.iter().position(|s| *s != sharder).unwrap();
     let dead = ids[victim];
     let theirs: Vec<String> = owners
@@ -279,8 +143,8 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     // Polled every half second: listing thousands of objects every 50 ms would slow the very
     // API server whose writes are being timed.
     loop {
-        let parts_now = shard_of(&parts, &label).await;
-        let cms_now = shard_of(&cm_api, &label).await;
+        let parts_now = shard_of(&parts, label).await;
+        let cms_now = shard_of(&cm_api, label).await;
         let done = theirs.iter().all(|p| {
             let s = parts_now.get(p).cloned().flatten();
             s.as_deref().is_some_and(|s| s != dead) && cms_now.get(p).cloned().flatten() == s
@@ -324,11 +188,12 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     // before it takes the parents over; no child is written by two shards in turn twice.
     let mark = audit::mark();
     let rejoined = Instant::now();
-    shards[victim] = Khai::start_with_env(&config, &ns.name, &flags, &[("POD_NAME", dead)]);
-    let addr = shards[victim].metrics_addr().await;
+    let (mut back_again, mut addr) = op.start(&[dead]).await;
+    shards[victim] = back_again.remove(0);
+    let addr = addr.remove(0);
     let back = loop {
-        let parts_now = shard_of(&parts, &label).await;
-        let cms_now = shard_of(&cm_api, &label).await;
+        let parts_now = shard_of(&parts, label).await;
+        let cms_now = shard_of(&cm_api, label).await;
         let back = parts_now
             .values()
             .filter(|s| s.as_deref() == Some(dead))
@@ -361,38 +226,7 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         e["objectRef"]["namespace"] == ns.name.as_str()
             && e["objectRef"]["resource"] == "configmaps"
     });
-    let mut by_object: BTreeMap<String, Vec<(jiff::Timestamp, String)>> = BTreeMap::new();
-    for e in &writers {
-        let agent = e["userAgent"].as_str().unwrap_or_default();
-        let who = agent
-            .split_once(" (")
-            .map_or(agent, |(_, w)| w.trim_end_matches(')'));
-        by_object
-            .entry(
-                e["objectRef"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            )
-            .or_default()
-            .push((
-                audit::timestamp(e, "requestReceivedTimestamp"),
-                who.to_string(),
-            ));
-    }
-    for (object, mut w) in by_object {
-        w.sort();
-        let mut turns: Vec<&str> = Vec::new();
-        for (_, who) in &w {
-            if turns.last() != Some(&who.as_str()) {
-                assert!(
-                    !turns.contains(&who.as_str()),
-                    "ConfigMap {object} written by {w:?}: two shards in turn"
-                );
-                turns.push(who);
-            }
-        }
-    }
+    assert_no_shard_writes_in_turn(&writers);
     eprintln!(
         "sharding: {dead} rejoined and holds {back} parents (caching {cached}) after {rejoin:?}; drains acknowledged by the others: {drained}; ConfigMap writes since: {}",
         writers.len()

@@ -134,6 +134,11 @@ pub struct Args {
     /// regression check).
     #[arg(long)]
     pub smoke_check: bool,
+    /// Run the cache workload with this many khai shards (`khai run --shards`) beside one khai
+    /// replica, and report each side's memory and CPU, the sharder's, and the label writes of
+    /// the initial assignment and of one rebalance (shards.md, shards.json).
+    #[arg(long)]
+    pub shards: Option<usize>,
     /// The command line to print in the report (scripts/bench passes its own).
     #[arg(long, default_value = "khai-bench")]
     pub command: String,

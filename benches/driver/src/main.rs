@@ -10,6 +10,7 @@ mod memory;
 mod report;
 mod restart;
 mod run;
+mod shards;
 mod timer;
 mod timer_report;
 mod track;
@@ -63,6 +64,10 @@ async fn run(args: Args) -> Result<ExitCode> {
         clock_ticks: contender::clock_ticks(),
         tag: std::process::id().to_string(),
     };
+    if let Some(k) = args.shards {
+        shards::bench(&settings, k).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
     for &n in &args.n {
         for rep in 1..=args.reps {
             for &c in &args.contenders {

@@ -330,7 +330,7 @@ impl<'a> Meter<'a> {
 
 /// Proves the contender works before anything is counted: one Cache reconciled and deleted,
 /// and its ConfigMap removed (no garbage collector would).
-async fn warm_up(wl: &Workload, tracker: &Tracker, timeout: Duration) -> Result<()> {
+pub async fn warm_up(wl: &Workload, tracker: &Tracker, timeout: Duration) -> Result<()> {
     wl.create(WARMUP, 1).await?;
     let key = (WARMUP.to_string(), 1);
     tracker
@@ -350,14 +350,14 @@ async fn warm_up(wl: &Workload, tracker: &Tracker, timeout: Duration) -> Result<
     Ok(())
 }
 
-struct Created {
-    all_ready_s: f64,
-    lag_s: f64,
-    latencies_ms: Vec<f64>,
+pub struct Created {
+    pub all_ready_s: f64,
+    pub lag_s: f64,
+    pub latencies_ms: Vec<f64>,
 }
 
 /// (a) Creates n Caches (size 1) and waits until every one is Ready at generation 1.
-async fn create_phase(
+pub async fn create_phase(
     wl: &Workload,
     tracker: &Tracker,
     n: usize,
@@ -405,7 +405,7 @@ async fn create_phase(
 
 /// (c) Sets every size to 2 and waits until every ConfigMap shows it and every Cache is Ready at
 /// generation 2 (so the status writes belong to this phase too).
-async fn update_phase(
+pub async fn update_phase(
     wl: &Workload,
     tracker: &Tracker,
     n: usize,
@@ -425,7 +425,7 @@ async fn update_phase(
 }
 
 /// (d) Deletes every Cache and waits until the watch saw each one go.
-async fn delete_phase(
+pub async fn delete_phase(
     wl: &Workload,
     tracker: &Tracker,
     n: usize,

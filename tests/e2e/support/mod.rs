@@ -14,6 +14,7 @@ pub mod dedicated;
 pub mod helm;
 pub mod kubelet;
 pub mod metrics;
+pub mod shards;
 mod widget;
 
 pub use widget::{create_widget, widget_crd, widgets};
