@@ -145,13 +145,24 @@ pub(crate) async fn run(
         informers: &informers,
         candidate: candidate.as_ref(),
     };
-    // Schedules run beside the controllers, so on the leader only, and stop with them.
-    let schedules = crate::handler::schedule::run_all(
+    // Schedules run beside the controllers, so on the leader only, and stop with them;
+    // sharded, on the replica holding the sharder Lease only, so each runs once per time.
+    let (holding, held) = tokio::sync::watch::channel(false);
+    let (entries, effects) = (
         op.handlers.schedules.clone(),
-        operator.clone(),
         schedule_effects(&op, &client),
-        shutdown.clone(),
     );
+    let run_schedules = |stop: CancellationToken| {
+        let (entries, effects) = (entries.clone(), effects.clone());
+        crate::handler::schedule::run_all(entries, operator.clone(), effects, stop)
+    };
+    let schedules = async {
+        if opts.shards.is_some() {
+            crate::shard::single::while_holding(held, &shutdown, run_schedules).await;
+        } else {
+            run_schedules(shutdown.clone()).await;
+        }
+    };
     let rollout = candidate.as_ref().and_then(|c| c.rollout.clone());
     let controllers = async {
         // Where the rollout stands is read before any object is reconciled, on the leader.
@@ -177,6 +188,7 @@ pub(crate) async fn run(
                 client.clone(),
                 (**shard).clone(),
                 parents,
+                holding,
                 shutdown.clone(),
             );
             let cached = count_cached(&informers);
