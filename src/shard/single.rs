@@ -1,6 +1,7 @@
 //! Work that runs on one replica of all the shards: only while this replica holds the sharder
 //! Lease, stopped the moment it loses it, and started again should it take the Lease back.
-//! `[[schedule]]`s run this way, so a schedule runs once per time, not once per shard.
+//! `[[schedule]]`s run this way, so a schedule runs once per time, not once per shard, and so
+//! does the labelling of related objects ([`super::related`]).
 
 use std::future::Future;
 use tokio::sync::watch;
@@ -21,13 +22,13 @@ pub(crate) async fn while_holding<F, Fut>(
             held = holding.wait_for(|h| *h) => if held.is_err() { return },
             () = shutdown.cancelled() => return,
         }
-        tracing::info!("holding the sharder lease: running the schedules here");
+        tracing::debug!("holding the sharder lease: the work of one replica runs here");
         let stop = shutdown.child_token();
         let mut lost = holding.clone();
         tokio::select! {
             () = work(stop.clone()) => {}
             _ = lost.wait_for(|h| !*h) => {
-                tracing::info!("lost the sharder lease: the schedules stop here");
+                tracing::debug!("lost the sharder lease: the work of one replica stops here");
             }
             () = shutdown.cancelled() => {}
         }

@@ -1,8 +1,9 @@
 //! `khai run --shards` with the assignment webhook: two shards on loopback, one reachable by
 //! the API server. A parent comes back from its create already labelled for its shard and is
 //! reconciled; a Secret naming its parent by label comes back labelled for the parent's shard
-//! and is cached there only, while a `shared = true` kind is cached in full on both; the
-//! `[[schedule]]` runs on the shard holding the sharder Lease only.
+//! and is cached there only (one labelled for no live shard is moved there), while a
+//! `shared = true` kind is cached in full on both; the `[[schedule]]` runs on the shard holding
+//! the sharder Lease only.
 
 use crate::support::metrics::{http_get, sum, wait_for_metric};
 use crate::support::{self, Khai, TestNamespace, custom_api};
@@ -189,6 +190,28 @@ async fn admission_labels_parents_and_their_related_objects_and_one_shard_runs_t
             "a shared kind is left alone"
         );
     }
+    // A related object labelled for no live shard is moved to its parent's by the sharder's
+    // replica (the webhook leaves labelled objects alone).
+    let (parent, shard) = shard_of.iter().next().unwrap();
+    let stray = json!({ "metadata": {
+        "name": "stray", "labels": { format!("{group}/part"): parent, label.as_str(): "nowhere" },
+    } });
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(stray).unwrap(),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while secrets.get("stray").await.unwrap().labels().get(&label) != Some(shard) {
+        assert!(
+            Instant::now() < deadline,
+            "the stray Secret never followed {parent} to {shard}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    *secrets_on.entry(shard.as_str()).or_default() += 1;
     // Every parent is reconciled by its shard.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
