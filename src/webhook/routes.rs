@@ -2,9 +2,10 @@
 //! answers to bad requests.
 //!
 //! `POST /validate/<name>`, `/mutate/<name>` and `/convert/<name>`, where `<name>` is a
-//! `[[webhook]]`'s name. Anything else is a JSON error: 404 for an unknown path, 405 for a
-//! method other than POST, 413 for a body larger than `max_body_bytes`, 400 for a body that is
-//! not a review, 503 when too many reviews already wait. Admission and conversion reviews take
+//! `[[webhook]]`'s name; with `khai run --shards`, `POST /shard/assign` labels an object for its
+//! shard ([`crate::shard::assign`]). Anything else is a JSON error: 404 for an unknown path, 405
+//! for a method other than POST, 413 for a body larger than `max_body_bytes`, 400 for a body that
+//! is not a review, 503 when too many reviews already wait. Admission and conversion reviews take
 //! turns at separate gates ([`super::gate`]), so slow conversions of long lists never hold up
 //! admission. Nothing a client sends can panic the server.
 
