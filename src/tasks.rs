@@ -16,12 +16,12 @@ use tracing::Instrument;
 
 /// The tasks of one run.
 #[derive(Debug, Clone, Default)]
-pub struct Tasks {
+pub(crate) struct Tasks {
     tracker: TaskTracker,
 }
 
 /// What a task ends with: nothing, or a result whose error is worth logging.
-pub trait Outcome {
+pub(crate) trait Outcome {
     /// The failure to report, if the task failed.
     fn failure(&self) -> Option<String>;
 }
@@ -39,14 +39,14 @@ impl<E: std::fmt::Display> Outcome for Result<(), E> {
 }
 
 impl Tasks {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Tasks::default()
     }
 
     /// Spawns `task` as `name`: tracked, in a span `task{name}`, its failure or panic logged at
     /// `error`. The handle yields the task's own output (a panic resumes as the handle's
     /// `JoinError`), for tasks whose failure the caller acts on.
-    pub fn spawn<F>(&self, name: &'static str, task: F) -> JoinHandle<F::Output>
+    pub(crate) fn spawn<F>(&self, name: &'static str, task: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Outcome + Send + 'static,
@@ -73,7 +73,7 @@ impl Tasks {
 
     /// Takes no more tasks and waits up to `grace` for the running ones to end; returns how
     /// many were still running (and logs it when any were).
-    pub async fn stop(&self, grace: Duration) -> usize {
+    pub(crate) async fn stop(&self, grace: Duration) -> usize {
         self.tracker.close();
         if tokio::time::timeout(grace, self.tracker.wait())
             .await

@@ -155,6 +155,9 @@ pub(crate) struct WebhooksArgs {
     /// A PEM CA certificate file to put in every caBundle.
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
+    /// Also the shard assignment webhook's configuration, for `khai run --shards`.
+    #[arg(long)]
+    pub shards: bool,
     /// Write `<kind>.yaml` per configuration into this directory instead of printing.
     #[arg(long, short = 'o', value_name = "DIR")]
     pub output: Option<PathBuf>,
@@ -364,7 +367,16 @@ fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let docs = manifests::configurations(model, &target, ca.as_deref());
+    let mut docs = manifests::configurations(model, &target, ca.as_deref());
+    if args.shards {
+        let label = crate::shard::label_of(&model.operator.name);
+        docs.push(crate::manifest::sharding::configuration(
+            model,
+            &label,
+            &target,
+            ca.as_deref(),
+        ));
+    }
     if docs.is_empty() {
         anyhow::bail!(
             "{}: no [[webhook]] declares validate or mutate",
@@ -373,7 +385,13 @@ fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {
     }
     let named = docs
         .into_iter()
-        .map(|d| (d["kind"].as_str().unwrap_or_default().to_lowercase(), d))
+        .map(|d| {
+            let kind = d["kind"].as_str().unwrap_or_default().to_lowercase();
+            match d["metadata"]["name"].as_str() {
+                Some(n) if n.ends_with("-shard") => (format!("{kind}-shard"), d),
+                _ => (kind, d),
+            }
+        })
         .collect::<Vec<_>>();
     match &args.output {
         None => print!("{}", to_yaml(named.iter().map(|(_, m)| m))?),

@@ -179,7 +179,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
             reload::Updates { versions, failures }
         });
         let reloads = updates.as_ref().map(|u| u.versions.clone());
-        let webhooks = args.webhooks.start(&op, &client, reloads, &shutdown, &tasks).await?;
+        let webhooks =
+            args.webhooks.start(&op, &client, reloads, opts.shards.as_ref(), &shutdown, &tasks).await?;
         let grace = opts.shutdown_grace;
         let ran = daemon::run(op, client, opts, updates, shutdown.clone()).await;
         // However the daemon ended, the signal task must not keep the tasks waiting.

@@ -1,5 +1,5 @@
 //! The webhook flags of `khai run`: where the HTTPS server listens and the URL the API server
-//! reaches it at, and starting the server when the config declares webhooks.
+//! reaches it at, and starting the server when the config declares webhooks or khai is sharded.
 
 use crate::operator::Operator;
 use crate::reload::Versions;
@@ -29,18 +29,32 @@ pub(crate) struct WebhookFlags {
 }
 
 impl WebhookFlags {
-    /// Starts the webhook server if the operator has webhooks; `None` otherwise. With
-    /// `reloads`, the server follows each new version of the config. The task ends with an
-    /// error if the server failed (khai is then shutting down).
+    /// Starts the webhook server if the operator has webhooks, or is sharded and the API
+    /// server can reach khai (the shard assignment webhook); `None` otherwise. With `reloads`,
+    /// the server follows each new version of the config. The task ends with an error if the
+    /// server failed (khai is then shutting down).
     pub(crate) async fn start(
         &self,
         op: &Operator,
         client: &kube::Client,
         reloads: Option<Versions>,
+        shards: Option<&std::sync::Arc<crate::shard::Settings>>,
         shutdown: &CancellationToken,
         tasks: &crate::tasks::Tasks,
     ) -> anyhow::Result<Option<JoinHandle<Result<(), webhook::Error>>>> {
-        if op.webhooks.is_empty() {
+        let server = &op.config.model.webhook_server;
+        // Only a URL, a Service or certificate files let the API server call khai; without one,
+        // the sharder's sync assigns every object.
+        let reachable = self.webhook_url.is_some()
+            || server.service.is_some()
+            || server.tls == crate::config::webhook::TlsMode::Files;
+        let assign = shards
+            .filter(|_| reachable)
+            .map(|s| webhook::routes::Assign {
+                rules: crate::shard::assign::Rules::of(&op.config.model, s.label()),
+                ring: crate::shard::view::start(client.clone(), s, tasks, shutdown.clone()),
+            });
+        if op.webhooks.is_empty() && assign.is_none() {
             return Ok(None);
         }
         let settings = Settings {
@@ -52,6 +66,7 @@ impl WebhookFlags {
             client.clone(),
             settings,
             reloads,
+            assign,
             shutdown.clone(),
             tasks,
         )

@@ -351,14 +351,16 @@ impl Env<'_> {
                 owned.push(inf);
             }
         }
+        // A watched kind whose objects name their parent by a label is cached per shard too;
+        // the assignment webhook labels them for their parent's shard (docs/scaling.md).
+        let watched = |k: &Kind, w: &Watch, ns: Option<&str>| match self.shard {
+            Some(_) if w.sharded() => informers.filtered(k, ns, &owned_filter),
+            _ => informers.informer(k, ns),
+        };
         let related: Vec<_> = kinds
             .watched
             .iter()
-            .flat_map(|(k, w)| {
-                spread
-                    .iter()
-                    .map(|ns| (informers.informer(k, *ns), w.clone()))
-            })
+            .flat_map(|(k, w)| spread.iter().map(|ns| (watched(k, w, *ns), w.clone())))
             .collect();
         let mut visible: Vec<_> = std::iter::once(primary.clone())
             .chain(owned.iter().cloned())
@@ -377,7 +379,7 @@ impl Env<'_> {
                         .iter()
                         .map(|k| informers.filtered(k, ns, &owned_filter)),
                 );
-                visible.extend(kinds.watched.iter().map(|(k, _)| informers.informer(k, ns)));
+                visible.extend(kinds.watched.iter().map(|(k, w)| watched(k, w, ns)));
             }
         }
         let mut unique: Vec<Arc<Informer>> = Vec::with_capacity(visible.len());

@@ -145,13 +145,35 @@ pub(crate) async fn run(
         informers: &informers,
         candidate: candidate.as_ref(),
     };
-    // Schedules run beside the controllers, so on the leader only, and stop with them.
-    let schedules = crate::handler::schedule::run_all(
+    // Schedules run beside the controllers, so on the leader only, and stop with them;
+    // sharded, on the replica holding the sharder Lease only, so each runs once per time.
+    let (holding, held) = tokio::sync::watch::channel(false);
+    let (entries, effects) = (
         op.handlers.schedules.clone(),
-        operator.clone(),
         schedule_effects(&op, &client),
-        shutdown.clone(),
     );
+    let run_schedules = |stop: CancellationToken| {
+        let (entries, effects) = (entries.clone(), effects.clone());
+        crate::handler::schedule::run_all(entries, operator.clone(), effects, stop)
+    };
+    // Sharded, the same replica keeps related objects on their parents' shards.
+    let links = related_links(&prepared);
+    let schedules = async {
+        match &opts.shards {
+            Some(shard) => {
+                use crate::shard::single::while_holding;
+                let relabel = |stop| {
+                    let settings = (**shard).clone();
+                    crate::shard::related::run(client.clone(), settings, links.clone(), stop)
+                };
+                futures::join!(
+                    while_holding(held.clone(), &shutdown, run_schedules),
+                    while_holding(held, &shutdown, relabel)
+                );
+            }
+            None => run_schedules(shutdown.clone()).await,
+        }
+    };
     let rollout = candidate.as_ref().and_then(|c| c.rollout.clone());
     let controllers = async {
         // Where the rollout stands is read before any object is reconciled, on the leader.
@@ -177,6 +199,7 @@ pub(crate) async fn run(
                 client.clone(),
                 (**shard).clone(),
                 parents,
+                holding,
                 shutdown.clone(),
             );
             let cached = count_cached(&informers);
@@ -218,6 +241,29 @@ fn parent_kinds(prepared: &[Prepared]) -> Vec<(crate::watch::Kind, Option<String
         }
     }
     kinds
+}
+
+/// The sharded `watches` entries of the prepared controllers, each once: what the sharder's
+/// replica keeps on its parents' shards.
+fn related_links(prepared: &[Prepared]) -> Vec<crate::shard::related::Link> {
+    let mut links = Vec::new();
+    for p in prepared {
+        for (informer, w) in p.related.iter().filter(|(_, w)| w.sharded()) {
+            let crate::config::model::Parents::Label(label) = &w.parents else {
+                continue;
+            };
+            let link = crate::shard::related::Link {
+                related: informer.kind.clone(),
+                label: label.clone(),
+                parent: p.primary.kind.clone(),
+                namespace: informer.namespace.clone(),
+            };
+            if !links.contains(&link) {
+                links.push(link);
+            }
+        }
+    }
+    links
 }
 
 /// Exports how many objects the caches of each kind hold (`khai_cached_objects`), every

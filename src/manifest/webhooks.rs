@@ -22,7 +22,7 @@ pub(crate) enum Target {
 
 impl Target {
     /// `clientConfig` for `path` (`/validate/cache`), with `ca_bundle` (PEM) when known.
-    fn client_config(&self, path: &str, ca_bundle: Option<&str>) -> Value {
+    pub(super) fn client_config(&self, path: &str, ca_bundle: Option<&str>) -> Value {
         let mut cc = match self {
             Target::Url(base) => json!({ "url": format!("{}{path}", base.trim_end_matches('/')) }),
             Target::Service(s) => json!({ "service": {

@@ -1,10 +1,17 @@
 //! Sharding across replicas (`khai run --shards`): every replica holds a shard Lease and
 //! reconciles the objects labelled for it; the replica holding the sharder Lease assigns
 //! objects to the live shards on a consistent-hash ring ([`ring`]) and moves them when the
-//! membership changes ([`sharder`]). docs/scaling.md describes the protocol.
+//! membership changes ([`sharder`]). Every replica also follows the ring itself ([`view`]) to
+//! label objects at admission ([`assign`]); work that must run once, `[[schedule]]`s and
+//! keeping related objects on their parent's shard ([`related`]), runs on the sharder's replica
+//! ([`single`]). docs/scaling.md describes the protocol.
 
+pub(crate) mod assign;
+pub(crate) mod related;
 pub(crate) mod ring;
 pub(crate) mod sharder;
+pub(crate) mod single;
+pub(crate) mod view;
 
 use crate::config::selector::{label_value, qualified_name};
 use std::collections::BTreeMap;
@@ -18,6 +25,11 @@ const DRAIN_PREFIX: &str = "drain.shard.khai.dev/";
 pub(crate) const LEASE_OPERATOR: &str = "lease.shard.khai.dev/operator";
 /// Label of every shard Lease: the shard's id.
 pub(crate) const LEASE_SHARD: &str = "lease.shard.khai.dev/shard";
+
+/// The label naming an object's shard among `operator`'s shards.
+pub(crate) fn label_of(operator: &str) -> String {
+    format!("{LABEL_PREFIX}{operator}")
+}
 
 /// Whether `key` is a shard label (of any operator): children carry their parent's.
 pub(crate) fn is_shard_label(key: &str) -> bool {
@@ -79,7 +91,7 @@ impl Settings {
 
     /// The label naming an object's shard.
     pub(crate) fn label(&self) -> String {
-        format!("{LABEL_PREFIX}{}", self.operator)
+        label_of(&self.operator)
     }
 
     /// The label asking the object's shard to let go of it.

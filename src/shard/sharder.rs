@@ -43,25 +43,30 @@ pub(crate) enum Move {
 /// The membership as the sharder sees it: each shard Lease's record and when this replica first
 /// saw it, so expiry is judged by the local clock, as leader election judges it.
 #[derive(Default)]
-struct Members {
+pub(super) struct Members {
     seen: HashMap<String, (Option<String>, Option<String>, Instant)>,
     /// When the first live shard's Lease expires unless renewed: the sharder looks again then.
-    next_expiry: Option<Instant>,
+    pub(super) next_expiry: Option<Instant>,
 }
 
 /// One shard Lease, read.
-struct Member {
+pub(super) struct Member {
     lease: String,
-    shard: String,
+    pub(super) shard: String,
     /// Holds its own Lease and renewed it within the Lease's duration.
-    live: bool,
+    pub(super) live: bool,
     /// Expired while still naming the shard as holder: must be taken over before its objects
     /// move.
     expired: bool,
 }
 
 impl Members {
-    fn observe(&mut self, leases: &[Lease], default: Duration, now: Instant) -> Vec<Member> {
+    pub(super) fn observe(
+        &mut self,
+        leases: &[Lease],
+        default: Duration,
+        now: Instant,
+    ) -> Vec<Member> {
         let mut out = Vec::new();
         let mut seen = HashMap::new();
         self.next_expiry = None;
@@ -132,11 +137,13 @@ pub(crate) fn decide(
     }
 }
 
-/// Runs the sharder while this replica holds the sharder Lease, until `shutdown`.
+/// Runs the sharder while this replica holds the sharder Lease, until `shutdown`; `holding`
+/// says whether it does.
 pub(crate) async fn run(
     client: kube::Client,
     settings: Settings,
     kinds: Vec<(Kind, Option<String>)>,
+    holding: tokio::sync::watch::Sender<bool>,
     shutdown: CancellationToken,
 ) {
     let mut elector = crate::leader::Elector::new(client.clone(), settings.sharder_lease());
@@ -145,6 +152,7 @@ pub(crate) async fn run(
         () = shutdown.cancelled() => return,
     }
     tracing::info!(shard = %settings.id, "holding the sharder lease; assigning objects to shards");
+    holding.send_replace(true);
     let changed = Arc::new(Notify::new());
     let mut watches = tokio::task::JoinSet::new();
     let parents: Vec<Parents> = kinds
@@ -176,6 +184,7 @@ pub(crate) async fn run(
         why = elector.hold() => tracing::warn!(reason = %why, "lost the sharder lease; another replica assigns objects now"),
         () = shutdown.cancelled() => {}
     }
+    holding.send_replace(false);
     watches.abort_all();
     elector.release().await;
 }

@@ -24,10 +24,11 @@ pub(crate) async fn run(
     model: Model,
     target: Target,
     ca: String,
+    shard_label: Option<String>,
     shutdown: CancellationToken,
 ) {
     loop {
-        let attempt = apply_all(&client, &model, &target, &ca);
+        let attempt = apply_all(&client, &model, &target, &ca, shard_label.as_deref());
         let result = tokio::select! {
             () = shutdown.cancelled() => return,
             r = attempt => r,
@@ -51,8 +52,20 @@ async fn apply_all(
     model: &Model,
     target: &Target,
     ca: &str,
+    shard_label: Option<&str>,
 ) -> Result<(), kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    if let Some(label) = shard_label {
+        let manifest = crate::manifest::sharding::configuration(model, label, target, Some(ca));
+        let name = crate::manifest::sharding::configuration_name(model);
+        let gvk = GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+        );
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+        api.patch(&name, &params, &Patch::Apply(&manifest)).await?;
+    }
     let name = manifests::configuration_name(model);
     let wanted = manifests::configurations(model, target, Some(ca));
     for kind in [

@@ -80,11 +80,12 @@ pub enum Error {
 /// and, for a self-signed certificate, the install of khai's own configurations). Returns the
 /// server task, which ends when `shutdown` is cancelled, or with an error when the server
 /// failed (after cancelling `shutdown`).
-pub async fn start<T: Served>(
+pub(crate) async fn start<T: Served>(
     op: &T,
     client: kube::Client,
     settings: Settings,
     reloads: Option<Versions<T>>,
+    assign: Option<routes::Assign>,
     shutdown: CancellationToken,
     tasks: &crate::tasks::Tasks,
 ) -> Result<JoinHandle<Result<(), Error>>, Error> {
@@ -139,7 +140,12 @@ pub async fn start<T: Served>(
         .unwrap_or_default();
     tracing::info!(%addr, webhooks = op.handlers().len(), "serving webhooks over HTTPS");
     let installer = match (ca, target) {
-        (Some(ca), Some(target)) => Some(Installer { client, target, ca }),
+        (Some(ca), Some(target)) => Some(Installer {
+            client,
+            target,
+            ca,
+            shard_label: assign.as_ref().map(|a| a.rules.label().to_string()),
+        }),
         (Some(_), None) => {
             tracing::warn!(
                 "not installing webhook configurations: pass --webhook-url or set [webhook_server] service"
@@ -157,6 +163,7 @@ pub async fn start<T: Served>(
     let routes = Arc::new(routes::Routes::new(
         op.handlers().to_vec(),
         routes::Limits::of(server, timeout),
+        assign,
     ));
     if let Some(versions) = reloads {
         let follow = follow(
@@ -207,6 +214,8 @@ struct Installer {
     client: kube::Client,
     target: Target,
     ca: String,
+    /// The shard label, when khai serves the shard assignment webhook.
+    shard_label: Option<String>,
 }
 
 impl Installer {
@@ -220,6 +229,7 @@ impl Installer {
             model,
             self.target.clone(),
             self.ca.clone(),
+            self.shard_label.clone(),
             shutdown,
         )
     }

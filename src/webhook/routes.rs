@@ -2,9 +2,10 @@
 //! answers to bad requests.
 //!
 //! `POST /validate/<name>`, `/mutate/<name>` and `/convert/<name>`, where `<name>` is a
-//! `[[webhook]]`'s name. Anything else is a JSON error: 404 for an unknown path, 405 for a
-//! method other than POST, 413 for a body larger than `max_body_bytes`, 400 for a body that is
-//! not a review, 503 when too many reviews already wait. Admission and conversion reviews take
+//! `[[webhook]]`'s name; with `khai run --shards`, `POST /shard/assign` labels an object for its
+//! shard ([`crate::shard::assign`]). Anything else is a JSON error: 404 for an unknown path, 405
+//! for a method other than POST, 413 for a body larger than `max_body_bytes`, 400 for a body that
+//! is not a review, 503 when too many reviews already wait. Admission and conversion reviews take
 //! turns at separate gates ([`super::gate`]), so slow conversions of long lists never hold up
 //! admission. Nothing a client sends can panic the server.
 
@@ -48,9 +49,10 @@ impl Limits {
 
 /// Every webhook by name, and the limits. The handlers can be replaced while the server runs
 /// (hot reload); a request keeps the set it started with.
-#[derive(Debug)]
 pub(crate) struct Routes {
     handlers: RwLock<Handlers>,
+    /// The shard assignment webhook (`khai run --shards`), at [`ASSIGN_PATH`].
+    assign: Option<Assign>,
     limits: Limits,
     admissions: Gate,
     conversions: Gate,
@@ -64,10 +66,30 @@ enum Call {
     Convert,
 }
 
+/// The path of the shard assignment webhook.
+pub(crate) const ASSIGN_PATH: &str = crate::manifest::sharding::ASSIGN_PATH;
+
+/// What the shard assignment webhook answers from: the config's rules and the ring this
+/// replica sees.
+pub(crate) struct Assign {
+    pub(crate) rules: crate::shard::assign::Rules,
+    pub(crate) ring: crate::shard::view::RingView,
+}
+
+impl std::fmt::Debug for Routes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Routes")
+            .field("limits", &self.limits)
+            .field("assign", &self.assign.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Routes {
-    pub(crate) fn new(handlers: Vec<Handler>, limits: Limits) -> Self {
+    pub(crate) fn new(handlers: Vec<Handler>, limits: Limits, assign: Option<Assign>) -> Self {
         Self {
             handlers: RwLock::new(by_name(handlers)),
+            assign,
             admissions: Gate::new(limits.admissions, limits.queued),
             conversions: Gate::new(limits.conversions, limits.queued),
             refusals: Mutex::new(crate::serve::Throttle::new(Duration::from_secs(10))),
@@ -130,6 +152,9 @@ impl Routes {
         let deadline = std::time::Instant::now() + self.limits.timeout;
         let path = req.uri().path().to_string();
         let handlers = self.current();
+        if let Some(assign) = self.assign.as_ref().filter(|_| path == ASSIGN_PATH) {
+            return self.assign(assign, req).await;
+        }
         let Some((name, call)) = Self::route(&handlers, &path) else {
             return error(StatusCode::NOT_FOUND, format!("no webhook at {path}"));
         };
@@ -204,6 +229,44 @@ impl Routes {
                 }
             }
         }
+    }
+}
+
+impl Routes {
+    /// Labels the object of an AdmissionReview for its shard; never refuses it.
+    async fn assign(&self, assign: &Assign, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        if req.method() != Method::POST {
+            return error(StatusCode::METHOD_NOT_ALLOWED, "POST only".into());
+        }
+        let max = self.limits.max_body;
+        if declared_length(&req).is_some_and(|n| n > max) {
+            return too_large(max);
+        }
+        let Ok(turn) = self.admissions.enter().await else {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many admission reviews in progress; try again".into(),
+            );
+        };
+        let body = match read_body(req.into_body(), max).await {
+            Ok(body) => body,
+            Err(res) => return res,
+        };
+        let review = match admission::parse(&body) {
+            Ok(r) => r,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.0),
+        };
+        drop(body);
+        let ring = assign.ring.borrow().clone();
+        let answer = admission::answer(review, |request| {
+            let patch = assign.rules.patch(request, &ring);
+            if let Some(p) = &patch {
+                tracing::debug!(patch = ?p, "labelled an object for its shard at admission");
+            }
+            patch
+        });
+        drop(turn);
+        reply(StatusCode::OK, &answer)
     }
 }
 

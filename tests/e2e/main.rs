@@ -52,6 +52,7 @@ mod rollouts;
 mod schedules;
 mod servers;
 mod sharding;
+mod sharding_admission;
 mod sharding_scale;
 mod side_effects;
 mod stdlib;

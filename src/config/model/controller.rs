@@ -93,6 +93,18 @@ fn default_concurrency() -> u16 {
 pub struct Watch {
     pub kind: KindRef,
     pub parents: Parents,
+    /// `shared = true`: cached in full on every shard (`khai run --shards`), never narrowed to
+    /// the shard's own objects.
+    pub shared: bool,
+}
+
+impl Watch {
+    /// Whether a shard caches only the objects labelled for it: a `label` names the parent, so
+    /// the object's shard is its parent's, and `shared` does not keep it whole. A `map` function
+    /// can name any parent, so its kind is cached in full.
+    pub fn sharded(&self) -> bool {
+        !self.shared && matches!(self.parents, Parents::Label(_))
+    }
 }
 
 /// How a related object names the parents it re-triggers.
@@ -114,6 +126,8 @@ struct WatchEntry {
     label: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     map: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    shared: bool,
 }
 
 impl TryFrom<WatchEntry> for Watch {
@@ -131,6 +145,7 @@ impl TryFrom<WatchEntry> for Watch {
         Ok(Self {
             kind: w.kind,
             parents,
+            shared: w.shared,
         })
     }
 }
@@ -145,6 +160,7 @@ impl From<Watch> for WatchEntry {
             kind: w.kind,
             label,
             map,
+            shared: w.shared,
         }
     }
 }
