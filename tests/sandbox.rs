@@ -1,8 +1,8 @@
-//! What a script cannot do (issue 17): reach files, the environment, the network or other
+//! What a script cannot do: reach files, the environment, the network or other
 //! processes, or escape its limits; and what any input object gives it (unicode keys, nulls,
 //! missing fields, deep nesting): a value or a clear error for that call, never a crash.
 //!
-//! The one way out, the `http` module (issue 14), reaches only what `[operator.http] allow`
+//! The one way out, the `http` module, reaches only what `[operator.http] allow`
 //! lists: an unlisted host, loopback, the metadata address, `file://`, a listed name that
 //! resolves to loopback and a redirect to an unlisted host are all refused, and the servers
 //! behind them see nothing.

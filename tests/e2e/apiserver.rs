@@ -1,7 +1,7 @@
 //! End to end against the test kube-apiserver itself: it behaves like a real 1.20 server where
 //! khai depends on it. Built from Debian's source with a newer Go than 1.20 was released with,
 //! it once validated an empty string `""` in a custom resource as `null` and rejected the write
-//! with 422 `must be of type string: "null"` (issue 11; the fix is in `scripts/cluster build`).
+//! with 422 `must be of type string: "null"` (the fix is in `scripts/cluster build`).
 
 use crate::support::{Khai, TestNamespace, wait_for};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};

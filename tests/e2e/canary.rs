@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, ListParams};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-/// Caches created: the 500; `KHAI_TEST_CANARY_OBJECTS` overrides.
+/// Caches created: 500 by default; `KHAI_TEST_CANARY_OBJECTS` overrides.
 fn objects() -> usize {
     std::env::var("KHAI_TEST_CANARY_OBJECTS")
         .ok()

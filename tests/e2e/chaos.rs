@@ -1,4 +1,4 @@
-//! Chaos (issue 17): khai loses nothing when it is killed, when the API server or etcd restarts,
+//! Chaos: khai loses nothing when it is killed, when the API server or etcd restarts,
 //! when watches expire, when the API server freezes, or when the leader of two replicas dies.
 //!
 //! Every scenario runs on a cluster of its own ([`support::dedicated`]), one at a time, over N

@@ -452,7 +452,7 @@ async fn the_reference_crd_example_installs_with_its_columns_and_scale() {
     }
 }
 
-/// Restarting khai (issue 16) must not write its CRDs again when the cluster already holds them
+/// Restarting khai must not write its CRDs again when the cluster already holds them
 /// as khai would apply them; a CRD edited by hand is applied again.
 #[tokio::test]
 async fn installing_an_up_to_date_crd_again_writes_nothing_and_a_hand_edit_is_reverted() {

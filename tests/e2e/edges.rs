@@ -1,4 +1,4 @@
-//! Hostile input at the API server's edges (issue 17): names at 253 characters, objects near the
+//! Hostile input at the API server's edges: names at 253 characters, objects near the
 //! size limit, children with other owners, children in a terminating namespace. Each case must
 //! end in the desired state or in a clear error on the object it concerns, in the API server's
 //! words, while khai goes on reconciling everything else.

@@ -1,4 +1,4 @@
-//! Kopf's handler model on khai (issue 13), end to end on the real API server with
+//! Kopf's handler model on khai, end to end on the real API server with
 //! `examples/notes`: create, field and delete handlers with change records, a spy, a timer
 //! reading an index, a daemon with state and a stop, the startup hook filling the memo; and the
 //! bookkeeping's cost in writes, across a restart too.
@@ -1060,7 +1060,7 @@ fn resumed(obj, ctx, change) { log_info(`resumed ${obj.metadata.name}`); }
 /// The bookkeeping's cost, measured: N Notes (`KHAI_HANDLER_COST_N`, 200 by default) with an
 /// update handler that writes nothing itself, each updated once, cost at most one write each
 /// (the `last-handled` annotation), and nothing while idle afterwards
-/// (`KHAI_HANDLER_COST_IDLE_SECS`, 5 by default). By hand at issue 13's size:
+/// (`KHAI_HANDLER_COST_IDLE_SECS`, 5 by default). By hand at 1,000 Notes:
 /// `KHAI_HANDLER_COST_N=1000 KHAI_HANDLER_COST_IDLE_SECS=20 cargo test --test e2e
 /// handlers::an_update_handler_costs -- --nocapture`.
 #[tokio::test]

@@ -24,7 +24,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// How soon a `helm upgrade` must reach the running daemon's reconciles (issue 15).
+/// How soon a `helm upgrade` must reach the running daemon's reconciles.
 const RELOAD_BUDGET: Duration = Duration::from_secs(2);
 
 /// A copy of examples/cache whose operator name and API group are this test's own, so its CRD,

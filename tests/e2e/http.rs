@@ -1,4 +1,4 @@
-//! The `http` module and `ctx.secret` against a real API server (issue 14).
+//! The `http` module and `ctx.secret` against a real API server.
 //!
 //! Each test starts its own REST service on loopback (a small hyper server that records every
 //! request), allow-lists exactly it, and asserts the requests it saw: `examples/bucket` goes

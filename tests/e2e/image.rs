@@ -319,8 +319,8 @@ async fn image_runs_examples_hello_as_65532_with_the_config_read_only() {
     );
 }
 
-/// The issue-15 regression: the Dockerfile copied Cargo.toml but not the workspace members it
-/// names (benches/*), so Cargo could not load the manifest in the build stage.
+/// The Dockerfile copies the workspace members Cargo.toml names (benches/*) with it, or Cargo
+/// cannot load the manifest in the build stage.
 #[test]
 fn dockerfile_copies_what_cargo_needs_to_load_the_workspace() {
     let text = dockerfile();

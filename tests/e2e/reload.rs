@@ -1,4 +1,4 @@
-//! End to end against a real kube-apiserver: hot reload of the config directory (issue 5). Each
+//! End to end against a real kube-apiserver: hot reload of the config directory. Each
 //! test runs the real `khai run --watch` on an operator of its own, in its own namespace and CRD
 //! group, edits the directory and waits, through watches with a deadline, for the new behaviour.
 

@@ -1,5 +1,5 @@
 //! End to end: khai's two HTTP servers (metrics and probes; webhooks over TLS) under hostile
-//! load, on real sockets, with the real `khai` binary against a real API server (issue 17).
+//! load, on real sockets, with the real `khai` binary against a real API server.
 //!
 //! Running out of file descriptors must not make an accept loop spin; slow or silent clients
 //! must not lock out `/healthz` or admission reviews; conversion reviews of long lists must take

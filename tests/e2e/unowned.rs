@@ -1,4 +1,4 @@
-//! Children khai cannot own and deletes itself: `examples/access` (issue 14).
+//! Children khai cannot own and deletes itself: `examples/access`.
 //!
 //! A namespaced ReadAccess makes a ClusterRole and a ClusterRoleBinding, which cannot carry an
 //! ownerReference to it. There is no garbage collector on the test cluster, so everything that
