@@ -3,8 +3,13 @@
 //! objects to the live shards on a consistent-hash ring ([`ring`]) and moves them when the
 //! membership changes ([`sharder`]). docs/scaling.md describes the protocol.
 
+mod members;
+mod moves;
+mod passes;
 pub(crate) mod ring;
 pub(crate) mod sharder;
+
+pub(crate) use passes::Sharded;
 
 use crate::config::selector::{label_value, qualified_name};
 use std::collections::BTreeMap;
