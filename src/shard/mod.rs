@@ -3,6 +3,8 @@
 //! objects to the live shards on a consistent-hash ring ([`ring`]) and moves them when the
 //! membership changes ([`sharder`]). docs/scaling.md describes the protocol.
 
+#[cfg(test)]
+mod fake;
 mod members;
 mod moves;
 mod passes;

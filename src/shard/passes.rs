@@ -320,3 +320,147 @@ fn key(kind: &Kind, o: &Meta) -> String {
         o.metadata.name.as_deref().unwrap_or_default(),
     )
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::shard::fake::Fake;
+    use kube::core::{ApiResource, GroupVersionKind};
+    use serde_json::json;
+
+    pub(crate) const PARTS: &str = "/apis/x.dev/v1/namespaces/ns/parts";
+    pub(crate) const CMS: &str = "/api/v1/namespaces/ns/configmaps";
+
+    pub(crate) fn kinds() -> Sharded {
+        let part = Kind {
+            resource: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("x.dev", "v1", "Part"),
+                "parts",
+            ),
+            namespaced: true,
+        };
+        Sharded {
+            parents: vec![(part, Some("ns".into()))],
+            children: vec![(Kind::configmaps(), Some("ns".into()))],
+        }
+    }
+
+    fn passes<'a>(client: &'a kube::Client, kinds: &'a Sharded, page: u32) -> Passes<'a> {
+        Passes {
+            client,
+            kinds,
+            label: "shard.khai.dev/op".into(),
+            drain: "drain.shard.khai.dev/op".into(),
+            page,
+        }
+    }
+
+    fn patches(fake: &Fake) -> Vec<String> {
+        fake.log()
+            .into_iter()
+            .filter(|l| l.starts_with("PATCH"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_pass_reads_the_next_page_only_once_the_last_is_written() {
+        let fake = Fake::default();
+        for i in 0..25 {
+            fake.add(PARTS, &format!("p{i:02}"), json!({}), json!({}));
+        }
+        let (client, kinds) = (fake.client(), kinds());
+        let ring = Ring::new(["a"]);
+        let t = passes(&client, &kinds, 10).unassigned(&ring).await.unwrap();
+        assert_eq!(
+            t,
+            Tally {
+                written: 25,
+                stale: 0
+            }
+        );
+        let log = fake.log();
+        let shape: Vec<&str> = log.iter().filter_map(|l| l.split(' ').next()).collect();
+        let mut expected = Vec::new();
+        for n in [10, 10, 5] {
+            expected.push("LIST");
+            expected.extend(std::iter::repeat_n("PATCH", n));
+        }
+        assert_eq!(shape, expected, "{log:#?}");
+        assert_eq!(log[0], format!("LIST {PARTS} !shard.khai.dev/op "));
+        assert_eq!(log[11], format!("LIST {PARTS} !shard.khai.dev/op p09"));
+    }
+
+    #[tokio::test]
+    async fn a_dead_shards_children_are_relabelled_for_their_parents_shard_before_the_parents() {
+        let fake = Fake::default();
+        let dead = json!({ "shard.khai.dev/op": "gone" });
+        for i in 0..3 {
+            let name = format!("p{i}");
+            fake.add(PARTS, &name, dead.clone(), json!({}));
+            let owner = json!({ "ownerReferences": [{ "apiVersion": "x.dev/v1", "kind": "Part",
+                "name": name, "uid": format!("uid-{name}"), "controller": true }] });
+            fake.add(CMS, &name, dead.clone(), owner);
+        }
+        // No sharded parent controls this one: it is left alone.
+        fake.add(CMS, "stray", dead.clone(), json!({}));
+        fake.add(
+            PARTS,
+            "kept",
+            json!({ "shard.khai.dev/op": "a" }),
+            json!({}),
+        );
+        let (client, kinds) = (fake.client(), kinds());
+        let ring = Ring::new(["a", "b"]);
+        let t = passes(&client, &kinds, 500)
+            .dead(&ring, "gone")
+            .await
+            .unwrap();
+        assert_eq!(t.written, 6);
+        let sent = patches(&fake);
+        assert!(
+            sent[..3].iter().all(|p| p.contains("/configmaps/")),
+            "{sent:#?}"
+        );
+        assert!(sent[3..].iter().all(|p| p.contains("/parts/")), "{sent:#?}");
+        for i in 0..3 {
+            let key = crate::shard::key("x.dev", "Part", Some("ns"), &format!("p{i}"));
+            let to = ring.owner(&key).unwrap();
+            let child = json!({ "shard.khai.dev/op": to });
+            let parent = json!({ "shard.khai.dev/op": to, "drain.shard.khai.dev/op": null });
+            assert!(
+                sent.contains(&format!("PATCH {CMS}/p{i} {child}")),
+                "{sent:#?}"
+            );
+            assert!(
+                sent.contains(&format!("PATCH {PARTS}/p{i} {parent}")),
+                "{sent:#?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_parent_let_go_of_has_its_children_relabelled_before_it_is_assigned() {
+        let fake = Fake::default();
+        let drained = json!({ "drain.shard.khai.dev/op": "true" });
+        fake.add(PARTS, "p", drained, json!({}));
+        let theirs = json!({ "shard.khai.dev/op": "old", "khai.dev/owner": "uid-p" });
+        fake.add(CMS, "p", theirs, json!({}));
+        let another = json!({ "shard.khai.dev/op": "old", "khai.dev/owner": "uid-q" });
+        fake.add(CMS, "q", another, json!({}));
+        let (client, kinds) = (fake.client(), kinds());
+        let ring = Ring::new(["a"]);
+        passes(&client, &kinds, 500)
+            .unassigned(&ring)
+            .await
+            .unwrap();
+        let child = json!({ "shard.khai.dev/op": "a" });
+        let parent = json!({ "shard.khai.dev/op": "a", "drain.shard.khai.dev/op": null });
+        assert_eq!(
+            patches(&fake),
+            [
+                format!("PATCH {CMS}/p {child}"),
+                format!("PATCH {PARTS}/p {parent}")
+            ]
+        );
+    }
+}

@@ -183,6 +183,9 @@ async fn step(
         .cleared
         .retain(|c| seen.iter().any(|m| !m.live && m.shard == *c));
     let mut dead = Vec::new();
+    // A shard whose expired Lease could not be taken over may still be reconciling: none of
+    // its objects moves, by any pass, until the Lease is taken over.
+    let mut held = false;
     for m in seen.iter().filter(|m| !m.live && may_move) {
         if state.cleared.contains(&m.shard) {
             continue;
@@ -194,6 +197,7 @@ async fn step(
                 crate::leader::take_over(client, &s.namespace, &m.lease, &s.id, s.lease_duration)
                     .await;
             if let Err(e) = taken {
+                held = true;
                 tracing::warn!(shard = %m.shard, error = %crate::client::ApiError::from(e), "cannot take over the Lease of a dead shard");
                 continue;
             }
@@ -230,21 +234,95 @@ async fn step(
         }
     }
     let changed = state.ring.as_deref() != Some(ring.shards());
-    if may_move && (changed || now >= state.full_due) {
+    if held {
+        // Try the take-over again after a retry period.
+        state.full_due = now + s.retry_period;
+    } else if may_move && (changed || now >= state.full_due) {
         match passes.full(&ring).await {
             Ok((owned, _)) => {
                 crate::metrics::shard_objects(&owned);
                 state.ring = Some(ring.shards().to_vec());
                 state.full_due = Instant::now() + RESYNC;
             }
-            Err(e) => fail("full", e),
+            Err(e) => {
+                state.full_due = now + s.retry_period;
+                fail("full", e);
+            }
         }
     }
-    if may_move && !failed && !state.announced {
+    if may_move && !failed && !held && !state.announced {
         state.announced = true;
         tracing::info!(
             settled = true,
             "sharder settled: every parent is on its shard or being moved to it"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::fake::Fake;
+    use crate::shard::passes::tests::{PARTS, kinds};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::runtime::reflector::store::Writer;
+    use serde_json::json;
+
+    fn lease(shard: &str, holder: Option<&str>) -> Lease {
+        serde_json::from_value(json!({
+            "metadata": { "name": format!("l-{shard}"), "labels": { crate::shard::LEASE_SHARD: shard } },
+            "spec": { "holderIdentity": holder, "leaseDurationSeconds": 3600,
+                      "renewTime": "2026-01-01T00:00:00.000000Z" },
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_released_lease_moves_its_shards_objects_without_waiting_for_a_retry_period() {
+        let ring = Ring::new(["a", "b"]);
+        let name = (0..100)
+            .map(|i| format!("p{i}"))
+            .find(|n| ring.owner(&crate::shard::key("x.dev", "Part", Some("ns"), n)) == Some("b"))
+            .unwrap();
+        let fake = Fake::default();
+        fake.add(PARTS, &name, json!({ "shard.khai.dev/op": "b" }), json!({}));
+        let client = fake.client();
+        let mut s = crate::shard::tests::settings("op", "a");
+        s.lease_duration = Duration::from_secs(10);
+        s.retry_period = Duration::from_secs(3600);
+        let mut writer: Writer<Lease> = Writer::default();
+        let store = writer.as_reader();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitApply(lease("a", Some("a"))));
+        writer.apply_watcher_event(&watcher::Event::InitApply(lease("b", Some("b"))));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (leases, unassigned) = (Notify::new(), Notify::new());
+        let kinds = kinds();
+        let wake = Wake {
+            leases: &leases,
+            unassigned: &unassigned,
+        };
+        let work = sync_loop(&client, &s, &kinds, &store, wake);
+        tokio::pin!(work);
+        // Past the first Lease duration: the sharder may move objects, and has looked at all.
+        tokio::select! {
+            () = &mut work => unreachable!("the sync loop ends only when dropped"),
+            () = tokio::time::sleep(Duration::from_secs(11)) => {}
+        }
+        let moved = format!("PATCH {PARTS}/{name}");
+        assert!(!fake.log().iter().any(|l| l.starts_with(&moved)));
+        // Shard b stops and releases its Lease.
+        writer.apply_watcher_event(&watcher::Event::Apply(lease("b", None)));
+        leases.notify_one();
+        tokio::select! {
+            () = &mut work => unreachable!("the sync loop ends only when dropped"),
+            () = tokio::time::sleep(Duration::from_millis(1)) => {}
+        }
+        let log = fake.log();
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with(&moved) && l.contains(r#""shard.khai.dev/op":"a""#)),
+            "{log:#?}"
         );
     }
 }
