@@ -301,10 +301,25 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         reconciled >= n as f64,
         "{reconciled} reconciles after the restart, fewer than {n} parents"
     );
-    assert!(
-        writes.is_empty(),
-        "restarting the shards over a steady cluster wrote {writes:?}"
-    );
+    if !writes.is_empty() {
+        let what: Vec<String> = audit::entries(mark, |e| {
+            e["objectRef"]["namespace"] == ns.name.as_str()
+                && e["objectRef"]["resource"] != "leases"
+        })
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["userAgent"], e["requestURI"], e["requestReceivedTimestamp"]
+            )
+        })
+        .collect();
+        let tails: Vec<String> = shards.iter().map(|k| k.tail(40)).collect();
+        panic!(
+            "restarting the shards over a steady cluster wrote {writes:?}: {what:#?}\n{}",
+            tails.join("\n---\n")
+        );
+    }
 
     // kill -9 a shard that is not the sharder, during churn: new parents keep coming and some
     // parents, a few of the dead shard's among them, keep changing. The dead shard's parents
@@ -342,9 +357,12 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         })
         .collect();
     eprintln!("sharding: {n} parents; resident memory {rss:?}");
+    let at_sharder = ids.iter().position(|s| *s == sharder).unwrap();
+    let logged = shards[at_sharder].log_len();
     let mark = audit::mark();
     shards[victim].kill();
     let killed = Instant::now();
+    let killed_at = jiff::Timestamp::now();
     let churning = tokio_util::sync::CancellationToken::new();
     let churn = tokio::spawn(churn(
         parts.clone(),
@@ -354,31 +372,54 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         churning.clone(),
     ));
     let cm_api = support::configmaps(&client, &ns.name);
-    // Polled every half second: listing thousands of objects every 50 ms would slow the very
-    // API server whose writes are being timed.
+    // Done when no Part or ConfigMap is labelled for the dead shard any more and the parents
+    // changed meanwhile are reconciled: label-selected lists and five reads, every 200 ms, so
+    // that watching does not slow the API server whose writes are being timed.
+    let on_dead = ListParams::default().labels(&format!("{label}={dead}"));
     loop {
-        let listed = parts.list(&ListParams::default()).await.unwrap().items;
-        let cms_now = shard_of(&cm_api, &label).await;
-        let by_name: BTreeMap<String, &DynamicObject> =
-            listed.iter().map(|o| (o.name_any(), o)).collect();
-        let moved = |p: &String| {
-            let s = by_name.get(p).and_then(|o| o.labels().get(&label));
-            s.is_some_and(|s| s != dead) && cms_now.get(p).cloned().flatten().as_ref() == s
-        };
-        let current = |p: &String| by_name.get(p).is_some_and(|o| up_to_date(o));
-        let none_dead = listed
-            .iter()
-            .all(|o| o.labels().get(&label).map(String::as_str) != Some(dead));
-        if none_dead && theirs.iter().all(moved) && touched.iter().all(current) {
+        let parts_left = parts.list(&on_dead).await.unwrap().items.len();
+        let cms_left = cm_api.list(&on_dead).await.unwrap().items.len();
+        let mut current = true;
+        for p in &touched {
+            current &= up_to_date(&parts.get(p).await.unwrap());
+        }
+        if parts_left == 0 && cms_left == 0 && current {
             break;
         }
         assert!(
             killed.elapsed() < LEASE + Duration::from_secs(60),
             "{dead}'s parents not relabelled and reconciled by live shards a minute past its lease"
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let moved = killed.elapsed();
+    let parts_now = shard_of(&parts, &label).await;
+    let cms_now = shard_of(&cm_api, &label).await;
+    for p in &theirs {
+        let s = parts_now.get(p).cloned().flatten();
+        assert!(s.is_some(), "{p} has no shard after the move");
+        assert_eq!(
+            cms_now.get(p),
+            Some(&s),
+            "{p}'s ConfigMap is not on its shard"
+        );
+    }
+    // When the sharder took the dead shard's Lease over and had relabelled its objects.
+    let since_kill = |line: serde_json::Value| {
+        let at: jiff::Timestamp = line["timestamp"].as_str().unwrap().parse().unwrap();
+        Duration::try_from(at - killed_at).unwrap_or_default()
+    };
+    let s = &shards[at_sharder];
+    let taken = json!({ "shard": dead, "lease": format!("khai-{name}-shard-{dead}") });
+    let taken = since_kill(
+        s.wait_for_json_log(logged, "the Lease taken over", taken)
+            .await,
+    );
+    let relabelled = json!({ "shard": dead, "left": 0 });
+    let relabelled = since_kill(
+        s.wait_for_json_log(logged, "the objects moved", relabelled)
+            .await,
+    );
     churning.cancel();
     let churned = churn.await.unwrap();
     // Every parent, those made during the churn too, ends Ready at its latest generation.
@@ -445,7 +486,8 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     eprintln!(
         "sharding: {n} parents created in {created:?}, all Ready after {all_ready:?}; owned {owned:?}; \
          {} parents of {dead} moved and reconciled {moved:?} after kill -9 (lease {LEASE:?}) \
-         during churn ({churned} writes); moves counted {moves}",
+         during churn ({churned} writes): Lease taken over after {taken:?}, objects relabelled \
+         after {relabelled:?}; moves counted {moves}",
         theirs.len()
     );
     for p in &still {
