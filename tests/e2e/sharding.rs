@@ -1,6 +1,8 @@
 //! `khai run --shards`: three khai processes on loopback share the parents of one operator.
 //! Each owns about a third, caches only its share (parents and their children), and when one is
-//! killed the sharder moves its parents to the live shards, which reconcile them.
+//! killed during churn the sharder moves its parents and their children to the live shards
+//! within the lease + 5 s, one label patch per object, and the live shards reconcile them
+//! without writing.
 
 use crate::support::audit;
 use crate::support::metrics::{http_get, metrics_until, sample, sum, wait_for_metric};
