@@ -50,12 +50,6 @@ pub(super) fn own(child: &mut Value, parent: &DynamicObject, parent_kind: &Kind,
     }
     meta["labels"][MANAGED_BY.0] = json!(MANAGED_BY.1);
     meta["labels"][OWNER_LABEL] = json!(parent.uid().unwrap_or_default());
-    // A sharded parent's children are labelled for its shard, so they are cached with it.
-    for (k, v) in parent.labels() {
-        if crate::shard::is_shard_label(k) {
-            meta["labels"][k.as_str()] = json!(v);
-        }
-    }
     if !meta["annotations"].is_object() {
         meta["annotations"] = json!({});
     }
@@ -76,6 +70,14 @@ pub(super) fn own(child: &mut Value, parent: &DynamicObject, parent_kind: &Kind,
     meta["annotations"][APPLIED_HASH] = json!("");
     let hash = content_hash(child);
     child["metadata"]["annotations"][APPLIED_HASH] = json!(hash);
+    // A sharded parent's children are labelled for its shard, so they are cached with it. The
+    // label is left out of the hash: the sharder relabels a child when its parent moves, and
+    // the new shard then finds it as it would write it, hash included, and writes nothing.
+    for (k, v) in parent.labels() {
+        if crate::shard::is_shard_label(k) {
+            child["metadata"]["labels"][k.as_str()] = json!(v);
+        }
+    }
 }
 
 /// Whether `child` was applied by the parent with `uid`: its owner label must name that parent,
@@ -174,6 +176,24 @@ mod tests {
             .keys()
             .collect();
         assert_eq!(annotations, [APPLIED_HASH]);
+    }
+
+    /// The sharder relabels a moved parent's children; the new shard must find them as it
+    /// would write them, hash included.
+    #[test]
+    fn a_childs_applied_hash_does_not_depend_on_its_parents_shard() {
+        let (mut p, k) = parent();
+        let mut hashes = Vec::new();
+        for shard in ["s0", "s1"] {
+            p.labels_mut()
+                .insert("shard.khai.dev/op".into(), shard.into());
+            let mut child = json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": "c" }, "data": { "k": "v" } });
+            own(&mut child, &p, &k, Mark::default());
+            assert_eq!(child["metadata"]["labels"]["shard.khai.dev/op"], shard);
+            hashes.push(child["metadata"]["annotations"][APPLIED_HASH].clone());
+        }
+        assert_eq!(hashes[0], hashes[1]);
     }
 
     /// Pruning must never take an object someone labelled like khai's child for one.

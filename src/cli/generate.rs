@@ -370,9 +370,11 @@ fn webhooks(args: &WebhooksArgs) -> anyhow::Result<ExitCode> {
     let mut docs = manifests::configurations(model, &target, ca.as_deref());
     if args.shards {
         let label = crate::shard::label_of(&model.operator.name);
+        let drain = crate::shard::drain_label_of(&model.operator.name);
         docs.push(crate::manifest::sharding::configuration(
             model,
             &label,
+            &drain,
             &target,
             ca.as_deref(),
         ));

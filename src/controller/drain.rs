@@ -1,5 +1,6 @@
 //! A shard letting go of an object the sharder moves to another shard (`khai run --shards`):
-//! it removes the object's shard and drain labels in one write, which acknowledges the drain;
+//! it removes the object's shard label (keeping the drain label) in one write, which
+//! acknowledges the drain;
 //! the object then leaves this shard's label-selected watch and its record is forgotten as for
 //! a deletion, daemons stopped, while the object itself and its finalizers are left alone.
 
@@ -22,9 +23,9 @@ pub(super) async fn acknowledge(
         &ctx.spec.kind,
         obj.namespace().as_deref(),
     );
-    let patch = json!({ "metadata": { "labels": {
-        shard.label(): null, shard.drain_label(): null,
-    }}});
+    // The drain label stays: it tells the sharder the parent was let go of, so it relabels
+    // the parent's children for the new shard before the parent itself.
+    let patch = json!({ "metadata": { "labels": { shard.label(): null }}});
     match api
         .patch(
             &obj.name_any(),

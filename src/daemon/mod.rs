@@ -230,14 +230,20 @@ pub(crate) async fn run(
     result
 }
 
-/// The parent kinds of the prepared controllers and where they are watched, each once: what
-/// the sharder assigns to shards.
-fn parent_kinds(prepared: &[Prepared]) -> Vec<(crate::watch::Kind, Option<String>)> {
-    let mut kinds: Vec<(crate::watch::Kind, Option<String>)> = Vec::new();
+/// The parent and owned kinds of the prepared controllers and where they are watched, each
+/// once: what the sharder assigns to shards.
+fn parent_kinds(prepared: &[Prepared]) -> crate::shard::Sharded {
+    let mut kinds = crate::shard::Sharded::default();
     for p in prepared {
         let k = (p.primary.kind.clone(), p.primary.namespace.clone());
-        if !kinds.contains(&k) {
-            kinds.push(k);
+        if !kinds.parents.contains(&k) {
+            kinds.parents.push(k);
+        }
+        for o in &p.ctx.caches.owned {
+            let k = (o.kind.clone(), o.namespace.clone());
+            if !kinds.children.contains(&k) {
+                kinds.children.push(k);
+            }
         }
     }
     kinds

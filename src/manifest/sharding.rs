@@ -1,8 +1,8 @@
 //! The MutatingWebhookConfiguration of the shard assignment webhook (`khai run --shards`): the
 //! API server sends every parent kind and every sharded `watches` kind there at CREATE and
 //! UPDATE while the object has no shard label (an `objectSelector` on the label missing), and
-//! goes on without the label should khai not answer (`failurePolicy: Ignore`): the sharder's
-//! next sync labels it then.
+//! goes on without the label should khai not answer (`failurePolicy: Ignore`): the sharder
+//! labels it then. Objects being moved (the drain label) are the sharder's alone.
 
 use super::webhooks::{Target, resource};
 use crate::config::model::Model;
@@ -16,10 +16,12 @@ pub(crate) fn configuration_name(model: &Model) -> String {
     format!("khai-{}-shard", model.operator.name)
 }
 
-/// The configuration for shard label `label`, reached at `target`.
+/// The configuration for shard label `label` (and drain label `drain`: an object being moved
+/// is the sharder's to assign), reached at `target`.
 pub(crate) fn configuration(
     model: &Model,
     label: &str,
+    drain: &str,
     target: &Target,
     ca_bundle: Option<&str>,
 ) -> Value {
@@ -53,13 +55,16 @@ pub(crate) fn configuration(
             "admissionReviewVersions": ["v1"],
             "clientConfig": target.client_config(ASSIGN_PATH, ca_bundle),
             "rules": rules,
-            // Never refuses: unreachable, an object is labelled by the sharder's next sync.
+            // Never refuses: unreachable, an object is labelled by the sharder, about 200 ms later.
             "failurePolicy": "Ignore",
             "sideEffects": "None",
             "timeoutSeconds": 5,
             "matchPolicy": "Equivalent",
             "reinvocationPolicy": "Never",
-            "objectSelector": { "matchExpressions": [{ "key": label, "operator": "DoesNotExist" }] },
+            "objectSelector": { "matchExpressions": [
+                { "key": label, "operator": "DoesNotExist" },
+                { "key": drain, "operator": "DoesNotExist" },
+            ] },
         }],
     })
 }
@@ -92,6 +97,7 @@ watches = [
         let c = configuration(
             &model,
             "shard.khai.dev/cache",
+            "drain.shard.khai.dev/cache",
             &Target::Url("https://127.0.0.1:9443".into()),
             None,
         );
@@ -105,6 +111,10 @@ watches = [
         assert_eq!(
             hook["objectSelector"]["matchExpressions"][0],
             json!({ "key": "shard.khai.dev/cache", "operator": "DoesNotExist" })
+        );
+        assert_eq!(
+            hook["objectSelector"]["matchExpressions"][1],
+            json!({ "key": "drain.shard.khai.dev/cache", "operator": "DoesNotExist" })
         );
         let resources: Vec<&Value> = hook["rules"]
             .as_array()

@@ -36,6 +36,8 @@ struct Related {
 pub(crate) struct Rules {
     /// The shard label, `shard.khai.dev/<operator>`.
     label: String,
+    /// The drain label: an object being moved between shards is the sharder's to assign.
+    drain: String,
     parents: Vec<Parent>,
     related: Vec<Related>,
 }
@@ -72,6 +74,7 @@ impl Rules {
         }
         Self {
             label,
+            drain: super::drain_label_of(&model.operator.name),
             parents,
             related,
         }
@@ -132,10 +135,12 @@ impl Rules {
     }
 
     /// The JSON Patch labelling the object of `request` for its shard on `ring`; `None` when it
-    /// already has a shard label, is not sharded, or no shard is live.
+    /// already has a shard label, is being moved (its drain label: the shard letting go of it
+    /// removes its shard label, and the sharder relabels its children before assigning it), is
+    /// not sharded, or no shard is live.
     pub(crate) fn patch(&self, request: &Value, ring: &Ring) -> Option<json_patch::Patch> {
         let labels = request.pointer("/object/metadata/labels");
-        if labels.and_then(|l| l.get(&self.label)).is_some() {
+        if labels.is_some_and(|l| l.get(&self.label).is_some() || l.get(&self.drain).is_some()) {
             return None;
         }
         let shard = ring.owner(&self.key(request)?)?;
@@ -241,7 +246,7 @@ watches = [
     }
 
     #[test]
-    fn labelled_shared_unrelated_and_unnamed_objects_are_left_alone() {
+    fn labelled_moving_shared_unrelated_and_unnamed_objects_are_left_alone() {
         let r = rules();
         let ring = Ring::new(["a", "b"]);
         let labelled = request(
@@ -250,6 +255,14 @@ watches = [
             json!({ "name": "web", "labels": { "shard.khai.dev/cache": "z" } }),
         );
         assert_eq!(r.patch(&labelled, &ring), None);
+        // A shard letting go of a parent removes its shard label and keeps the drain label: the
+        // sharder assigns it, after its children, not the webhook in the same write.
+        let let_go = request(
+            "examples.khai.dev",
+            "Cache",
+            json!({ "name": "web", "labels": { "drain.shard.khai.dev/cache": "true" } }),
+        );
+        assert_eq!(r.patch(&let_go, &ring), None, "being moved");
         let shared = request(
             "",
             "Service",

@@ -7,11 +7,18 @@
 //! ([`single`]). docs/scaling.md describes the protocol.
 
 pub(crate) mod assign;
+#[cfg(test)]
+mod fake;
+mod members;
+mod moves;
+mod passes;
 pub(crate) mod related;
 pub(crate) mod ring;
 pub(crate) mod sharder;
 pub(crate) mod single;
 pub(crate) mod view;
+
+pub(crate) use passes::Sharded;
 
 use crate::config::selector::{label_value, qualified_name};
 use std::collections::BTreeMap;
@@ -29,6 +36,11 @@ pub(crate) const LEASE_SHARD: &str = "lease.shard.khai.dev/shard";
 /// The label naming an object's shard among `operator`'s shards.
 pub(crate) fn label_of(operator: &str) -> String {
     format!("{LABEL_PREFIX}{operator}")
+}
+
+/// The label asking a shard of `operator` to let go of an object.
+pub(crate) fn drain_label_of(operator: &str) -> String {
+    format!("{DRAIN_PREFIX}{operator}")
 }
 
 /// Whether `key` is a shard label (of any operator): children carry their parent's.
@@ -96,7 +108,7 @@ impl Settings {
 
     /// The label asking the object's shard to let go of it.
     pub(crate) fn drain_label(&self) -> String {
-        format!("{DRAIN_PREFIX}{}", self.operator)
+        drain_label_of(&self.operator)
     }
 
     /// The label selector of this shard's watches.

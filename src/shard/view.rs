@@ -1,16 +1,15 @@
 //! Every replica's view of the ring: a watch on the operator's shard Leases, judged live by the
-//! sharder's own rule ([`super::sharder::Members`]), published as a [`Ring`] each time the
+//! sharder's own rule ([`super::members::Members`]), published as a [`Ring`] each time the
 //! membership changes. The assignment webhook reads it; it holds one Lease per shard.
 
 use super::Settings;
+use super::members::{self, Members};
 use super::ring::Ring;
-use super::sharder::Members;
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::reflector::{self, store::Writer};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -26,53 +25,32 @@ pub(crate) fn start(
     shutdown: CancellationToken,
 ) -> RingView {
     let (tx, rx) = watch::channel(Ring::default());
-    let api: kube::Api<Lease> = kube::Api::namespaced(client, &settings.namespace);
-    let config = watcher::Config::default().labels(&settings.lease_selector());
+    let changed = Arc::new(Notify::new());
+    let (leases, watching) = members::watch(&client, settings, changed.clone());
     let duration = settings.lease_duration;
     tasks.spawn("shard ring view", async move {
-        shutdown
-            .run_until_cancelled(follow(api, config, duration, tx))
-            .await;
+        let following = async {
+            tokio::join!(watching, follow(leases, changed, duration, tx));
+        };
+        shutdown.run_until_cancelled(following).await;
     });
     rx
 }
 
 /// Judges the Leases again on each change, and when the first live one would expire.
 async fn follow(
-    api: kube::Api<Lease>,
-    config: watcher::Config,
+    leases: Store<Lease>,
+    changed: Arc<Notify>,
     duration: Duration,
     tx: watch::Sender<Ring>,
 ) {
-    let writer = Writer::default();
-    let store = writer.as_reader();
-    let mut events =
-        std::pin::pin!(reflector::reflector(writer, watcher(api, config)).default_backoff());
+    // Nothing is judged before the first list: an empty ring until then.
+    if leases.wait_until_ready().await.is_err() {
+        return;
+    }
     let mut members = Members::default();
-    let mut listed = false;
     loop {
-        let wake = members
-            .next_expiry
-            .map_or(Instant::now() + duration, |e| e + Duration::from_millis(10));
-        tokio::select! {
-            event = events.next() => match event {
-                // The store holds the whole list from `InitDone` on.
-                Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => continue,
-                Some(Ok(_)) => listed = true,
-                Some(Err(e)) => {
-                    tracing::debug!(error = %e, "shard Lease watch failed; retrying");
-                    continue;
-                }
-                None => return,
-            },
-            () = tokio::time::sleep_until(wake) => {}
-        }
-        if !listed {
-            // Nothing seen yet: no Lease, or the first list is still on its way.
-            continue;
-        }
-        let leases: Vec<Lease> = store.state().iter().map(|l| (**l).clone()).collect();
-        let seen = members.observe(&leases, duration, Instant::now());
+        let seen = members.observe(&leases.state(), duration, Instant::now());
         let ring = Ring::new(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
         tx.send_if_modified(|r| {
             let changed = *r != ring;
@@ -81,5 +59,12 @@ async fn follow(
             }
             changed
         });
+        let wake = members
+            .next_expiry
+            .map_or(Instant::now() + duration, |e| e + Duration::from_millis(10));
+        tokio::select! {
+            () = changed.notified() => {}
+            () = tokio::time::sleep_until(wake) => {}
+        }
     }
 }

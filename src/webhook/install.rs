@@ -56,7 +56,9 @@ async fn apply_all(
 ) -> Result<(), kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     if let Some(label) = shard_label {
-        let manifest = crate::manifest::sharding::configuration(model, label, target, Some(ca));
+        let drain = crate::shard::drain_label_of(&model.operator.name);
+        let manifest =
+            crate::manifest::sharding::configuration(model, label, &drain, target, Some(ca));
         let name = crate::manifest::sharding::configuration_name(model);
         let gvk = GroupVersionKind::gvk(
             "admissionregistration.k8s.io",

@@ -1,16 +1,23 @@
 //! `khai run --shards`: three khai processes on loopback share the parents of one operator.
 //! Each owns about a third, caches only its share (parents and their children), and when one is
-//! killed the sharder moves its parents to the live shards, which reconcile them.
+//! killed during churn the sharder moves its parents and their children to the live shards
+//! within the lease + 5 s, one label patch per object, and the live shards reconcile them
+//! without writing.
 
+mod setup;
+
+use crate::support::audit;
 use crate::support::metrics::{http_get, metrics_until, sample, sum, wait_for_metric};
-use crate::support::shards::{LEASE, Sharded, assert_no_shard_writes_in_turn, ready, shard_of};
-use crate::support::{self, audit};
+use crate::support::shards::{LEASE, Sharded, ready, shard_of};
+use crate::support::{self, Khai};
+use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
+use setup::{churn, up_to_date};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Parents created; `KHAI_TEST_SHARD_OBJECTS` overrides. The issue asks for 3,000, which takes
+/// Parents created; `KHAI_TEST_SHARD_OBJECTS` overrides. 3,000 takes
 /// minutes on two busy cores with debug builds; 600 keeps the test near a minute.
 fn objects() -> usize {
     std::env::var("KHAI_TEST_SHARD_OBJECTS")
@@ -23,11 +30,11 @@ fn objects() -> usize {
 async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_live_ones() {
     let client = support::client().await;
     let op = Sharded::new(&client, "shard").await;
-    let (ns, label) = (&op.ns, &op.label);
+    let (ns, name, group, label) = (&op.ns, &op.name, &op.group, &op.label);
     let ids = ["s0", "s1", "s2"];
     let (mut shards, mut addrs) = op.start(&ids).await;
     // Every shard is live before the first parent exists: each sync sees all three.
-    support::wait_for_crd(&client, &format!("parts.{}", op.group)).await;
+    support::wait_for_crd(&client, &format!("parts.{group}")).await;
     let parts = op.parts(&client);
     let n = objects();
     let started = Instant::now();
@@ -52,8 +59,8 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     let all_ready = started.elapsed();
 
     // Each shard owns a third ± 20%, and its caches hold exactly its parents and their children.
-    let owners = shard_of(&parts, label).await;
-    let cms = shard_of(&support::configmaps(&client, &ns.name), label).await;
+    let owners = shard_of(&parts, &label).await;
+    let cms = shard_of(&support::configmaps(&client, &ns.name), &label).await;
     let mut owned: BTreeMap<String, usize> = BTreeMap::new();
     for (part, shard) in &owners {
         let shard = shard
@@ -87,8 +94,16 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
 
     // Restarting every shard over the steady cluster writes nothing: labels already match the
     // ring, children their parents' shard, status its answer.
-    for k in shards.drain(..) {
-        let (code, _) = k.terminate().await;
+    // Every shard stops at once, the sharder first, as when every pod is deleted: a shard
+    // stopping while the sharder runs releases its Lease, and its objects move at once.
+    let holder = op.sharder(&client).await;
+    let first = ids.iter().position(|s| *s == holder).unwrap();
+    let mut stopping: Vec<Khai> = std::mem::take(&mut shards);
+    let sharder_first = stopping.remove(first);
+    let stopped = std::iter::once(sharder_first)
+        .chain(stopping)
+        .map(Khai::terminate);
+    for (code, _) in futures::future::join_all(stopped).await {
         assert_eq!(code, Some(0));
     }
     let mark = audit::mark();
@@ -123,12 +138,29 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         reconciled >= n as f64,
         "{reconciled} reconciles after the restart, fewer than {n} parents"
     );
-    assert!(
-        writes.is_empty(),
-        "restarting the shards over a steady cluster wrote {writes:?}"
-    );
+    if !writes.is_empty() {
+        let what: Vec<String> = audit::entries(mark, |e| {
+            e["objectRef"]["namespace"] == ns.name.as_str()
+                && e["objectRef"]["resource"] != "leases"
+        })
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["userAgent"], e["requestURI"], e["requestReceivedTimestamp"]
+            )
+        })
+        .collect();
+        let tails: Vec<String> = shards.iter().map(|k| k.tail(40)).collect();
+        panic!(
+            "restarting the shards over a steady cluster wrote {writes:?}: {what:#?}\n{}",
+            tails.join("\n---\n")
+        );
+    }
 
-    // kill -9 a shard that is not the sharder: its parents move after its Lease expires.
+    // kill -9 a shard that is not the sharder, during churn: new parents keep coming and some
+    // parents, a few of the dead shard's among them, keep changing. The dead shard's parents
+    // must be moved, children with them, and reconciled within the lease + 5 s.
     let sharder = op.sharder(&client).await;
     let victim = ids.iter().position(|s| *s != sharder).unwrap();
     let dead = ids[victim];
@@ -137,28 +169,115 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         .filter(|(_, s)| s.as_deref() == Some(dead))
         .map(|(p, _)| p.clone())
         .collect();
+    // Changed while their shard is dead: these must be reconciled by a live one.
+    let touched: Vec<String> = theirs.iter().take(5).cloned().collect();
+    let others: Vec<String> = owners
+        .keys()
+        .filter(|p| !theirs.contains(p))
+        .take(20)
+        .cloned()
+        .collect();
+    // Resident memory of each shard now, the sharder's included, for the figures in
+    // docs/scaling.md.
+    let rss: Vec<String> = ids
+        .iter()
+        .zip(&shards)
+        .map(|(s, k)| {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", k.pid()));
+            let rss = status.ok().and_then(|t| {
+                t.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .map(|l| l.trim_start_matches("VmRSS:").trim().to_string())
+            });
+            let role = if *s == sharder { " (sharder)" } else { "" };
+            format!("{s}{role}: {}", rss.unwrap_or_default())
+        })
+        .collect();
+    eprintln!("sharding: {n} parents; resident memory {rss:?}");
+    let at_sharder = ids.iter().position(|s| *s == sharder).unwrap();
+    let logged = shards[at_sharder].log_len();
+    let mark = audit::mark();
     shards[victim].kill();
     let killed = Instant::now();
+    let killed_at = jiff::Timestamp::now();
+    let churning = tokio_util::sync::CancellationToken::new();
+    let churn = tokio::spawn(churn(
+        parts.clone(),
+        group.clone(),
+        touched.clone(),
+        others,
+        churning.clone(),
+    ));
     let cm_api = support::configmaps(&client, &ns.name);
-    // Polled every half second: listing thousands of objects every 50 ms would slow the very
-    // API server whose writes are being timed.
+    // Done when no Part or ConfigMap is labelled for the dead shard any more and the parents
+    // changed meanwhile are reconciled: label-selected lists and five reads, every 200 ms, so
+    // that watching does not slow the API server whose writes are being timed.
+    let on_dead = ListParams::default().labels(&format!("{label}={dead}"));
     loop {
-        let parts_now = shard_of(&parts, label).await;
-        let cms_now = shard_of(&cm_api, label).await;
-        let done = theirs.iter().all(|p| {
-            let s = parts_now.get(p).cloned().flatten();
-            s.as_deref().is_some_and(|s| s != dead) && cms_now.get(p).cloned().flatten() == s
-        });
-        if done {
+        let parts_left = parts.list(&on_dead).await.unwrap().items.len();
+        let cms_left = cm_api.list(&on_dead).await.unwrap().items.len();
+        let mut current = true;
+        for p in &touched {
+            current &= up_to_date(&parts.get(p).await.unwrap());
+        }
+        if parts_left == 0 && cms_left == 0 && current {
             break;
         }
         assert!(
             killed.elapsed() < LEASE + Duration::from_secs(60),
             "{dead}'s parents not relabelled and reconciled by live shards a minute past its lease"
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let moved = killed.elapsed();
+    let parts_now = shard_of(&parts, &label).await;
+    let cms_now = shard_of(&cm_api, &label).await;
+    for p in &theirs {
+        let s = parts_now.get(p).cloned().flatten();
+        assert!(s.is_some(), "{p} has no shard after the move");
+        assert_eq!(
+            cms_now.get(p),
+            Some(&s),
+            "{p}'s ConfigMap is not on its shard"
+        );
+    }
+    // When the sharder took the dead shard's Lease over and had relabelled its objects.
+    let since_kill = |line: serde_json::Value| {
+        let at: jiff::Timestamp = line["timestamp"].as_str().unwrap().parse().unwrap();
+        Duration::try_from(at - killed_at).unwrap_or_default()
+    };
+    let s = &shards[at_sharder];
+    let taken = json!({ "shard": dead, "lease": format!("khai-{name}-shard-{dead}") });
+    let taken = since_kill(
+        s.wait_for_json_log(logged, "the Lease taken over", taken)
+            .await,
+    );
+    let relabelled = json!({ "shard": dead, "left": 0 });
+    let relabelled = since_kill(
+        s.wait_for_json_log(logged, "the objects moved", relabelled)
+            .await,
+    );
+    churning.cancel();
+    let churned = churn.await.unwrap();
+    // Every parent, those made during the churn too, ends Ready at its latest generation.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = parts.list(&ListParams::default()).await.unwrap().items;
+        let behind: Vec<String> = listed
+            .iter()
+            .filter(|o| !up_to_date(o))
+            .map(|o| o.name_any())
+            .collect();
+        if behind.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} parents not Ready at their latest generation a minute after the churn: {behind:?}",
+            behind.len()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let live: Vec<&String> = addrs
         .iter()
         .enumerate()
@@ -170,14 +289,64 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         let (_, body) = http_get(addr, "/metrics").await;
         moves += sample(&body, "khai_shard_moves_total", &[("sort", "move")]).unwrap_or_default();
     }
+    // The move's writes to each of the dead shard's untouched parents and their ConfigMaps: one
+    // label patch each, from the sharder; the new shard finds them as it would write them.
+    let still: Vec<&String> = theirs.iter().filter(|p| !touched.contains(p)).collect();
+    let of_still = |e: &serde_json::Value| {
+        e["objectRef"]["namespace"] == ns.name.as_str()
+            && e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("khai/"))
+            && still.iter().any(|p| e["objectRef"]["name"] == p.as_str())
+    };
+    let mut per_object: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for e in audit::entries(mark, of_still) {
+        let r = &e["objectRef"];
+        let resource = match r["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or_default()),
+            None => r["resource"].as_str().unwrap_or_default().to_string(),
+        };
+        let name = r["name"].as_str().unwrap_or_default().to_string();
+        let uri = e["requestURI"].as_str().unwrap_or_default();
+        // Server-side apply names its field manager; the sharder's label patches do not.
+        let how = if uri.contains("fieldManager") {
+            "apply"
+        } else {
+            "merge"
+        };
+        let verb = e["verb"].as_str().unwrap_or_default();
+        per_object
+            .entry((resource, name))
+            .or_default()
+            .push(format!("{verb} {how}"));
+    }
     eprintln!(
         "sharding: {n} parents created in {created:?}, all Ready after {all_ready:?}; owned {owned:?}; \
-         {} parents of {dead} moved and reconciled {moved:?} after kill -9 (lease {LEASE:?}); moves counted {moves}",
+         {} parents of {dead} moved and reconciled {moved:?} after kill -9 (lease {LEASE:?}) \
+         during churn ({churned} writes): Lease taken over after {taken:?}, objects relabelled \
+         after {relabelled:?}; moves counted {moves}",
         theirs.len()
     );
-    // The issue's target is the lease + 5 s; on two cores shared with other builds the move
-    // of a few hundred parents alone takes 3 to 12 s, so the time is reported, and the wait
-    // above bounds it at the lease + 60 s.
+    for p in &still {
+        for resource in ["parts", "configmaps"] {
+            let key = (resource.to_string(), p.to_string());
+            assert_eq!(
+                per_object.get(&key).map(Vec::as_slice),
+                Some(&["patch merge".to_string()][..]),
+                "moving {resource} {p} took other writes than one label patch"
+            );
+        }
+        let status = ("parts/status".to_string(), p.to_string());
+        assert_eq!(
+            per_object.get(&status),
+            None,
+            "moving {p} rewrote its status"
+        );
+    }
+    assert!(
+        moved < LEASE + Duration::from_secs(5),
+        "{dead}'s parents moved and reconciled {moved:?} after kill -9, past the lease {LEASE:?} + 5 s"
+    );
     assert!(
         moves >= theirs.len() as f64,
         "the sharder counted {moves} moves for {} parents",
@@ -188,12 +357,12 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     // before it takes the parents over; no child is written by two shards in turn twice.
     let mark = audit::mark();
     let rejoined = Instant::now();
-    let (mut back_again, mut addr) = op.start(&[dead]).await;
-    shards[victim] = back_again.remove(0);
-    let addr = addr.remove(0);
+    let (mut back, mut back_addr) = op.start(&[dead]).await;
+    shards[victim] = back.remove(0);
+    let addr = back_addr.remove(0);
     let back = loop {
-        let parts_now = shard_of(&parts, label).await;
-        let cms_now = shard_of(&cm_api, label).await;
+        let parts_now = shard_of(&parts, &label).await;
+        let cms_now = shard_of(&cm_api, &label).await;
         let back = parts_now
             .values()
             .filter(|s| s.as_deref() == Some(dead))
@@ -226,7 +395,38 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         e["objectRef"]["namespace"] == ns.name.as_str()
             && e["objectRef"]["resource"] == "configmaps"
     });
-    assert_no_shard_writes_in_turn(&writers);
+    let mut by_object: BTreeMap<String, Vec<(jiff::Timestamp, String)>> = BTreeMap::new();
+    for e in &writers {
+        let agent = e["userAgent"].as_str().unwrap_or_default();
+        let who = agent
+            .split_once(" (")
+            .map_or(agent, |(_, w)| w.trim_end_matches(')'));
+        by_object
+            .entry(
+                e["objectRef"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+            .or_default()
+            .push((
+                audit::timestamp(e, "requestReceivedTimestamp"),
+                who.to_string(),
+            ));
+    }
+    for (object, mut w) in by_object {
+        w.sort();
+        let mut turns: Vec<&str> = Vec::new();
+        for (_, who) in &w {
+            if turns.last() != Some(&who.as_str()) {
+                assert!(
+                    !turns.contains(&who.as_str()),
+                    "ConfigMap {object} written by {w:?}: two shards in turn"
+                );
+                turns.push(who);
+            }
+        }
+    }
     eprintln!(
         "sharding: {dead} rejoined and holds {back} parents (caching {cached}) after {rejoin:?}; drains acknowledged by the others: {drained}; ConfigMap writes since: {}",
         writers.len()

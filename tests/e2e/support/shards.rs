@@ -132,7 +132,7 @@ impl Sharded {
     }
 }
 
-fn operator(dir: &Path, name: &str, group: &str) -> PathBuf {
+pub fn operator(dir: &Path, name: &str, group: &str) -> PathBuf {
     std::fs::write(
         dir.join("operator.toml"),
         format!(

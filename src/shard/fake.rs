@@ -1,0 +1,165 @@
+//! A stand-in API server for the sharder's unit tests: paged, label-selected lists of metadata
+//! and merge patches of labels, each logged in the order received, so a test can check what
+//! the sharder read and wrote, and in which order.
+
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone, Default)]
+pub(super) struct Fake {
+    inner: Arc<Mutex<State>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Objects by collection path (`/api/v1/namespaces/ns/configmaps`), in name order.
+    objects: BTreeMap<String, BTreeMap<String, Value>>,
+    /// `LIST <collection> <selector> <continue>` and `PATCH <collection>/<name> <labels>`.
+    log: Vec<String>,
+}
+
+impl Fake {
+    pub(super) fn client(&self) -> kube::Client {
+        let fake = self.clone();
+        let service = tower::service_fn(move |req: Request<Body>| {
+            let fake = fake.clone();
+            async move { Ok::<_, Infallible>(fake.handle(req).await) }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Adds an object named `name` labelled `labels` to `collection`, with `extra` metadata.
+    pub(super) fn add(&self, collection: &str, name: &str, labels: Value, extra: Value) {
+        let mut meta = json!({ "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+            "resourceVersion": "1", "labels": labels });
+        if let (Some(m), Value::Object(e)) = (meta.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        let obj = json!({ "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": meta });
+        let mut s = crate::sync::lock(&self.inner);
+        s.objects
+            .entry(collection.into())
+            .or_default()
+            .insert(name.into(), obj);
+    }
+
+    pub(super) fn log(&self) -> Vec<String> {
+        crate::sync::lock(&self.inner).log.clone()
+    }
+
+    async fn handle(&self, req: Request<Body>) -> Response<Body> {
+        let (parts, body) = req.into_parts();
+        let body = body.collect_bytes().await.unwrap_or_default();
+        let path = parts.uri.path().to_string();
+        let query: BTreeMap<String, String> = parts
+            .uri
+            .query()
+            .unwrap_or_default()
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), decode(v)))
+            .collect();
+        let mut s = crate::sync::lock(&self.inner);
+        let answer = if parts.method == http::Method::PATCH {
+            let (collection, name) = path.rsplit_once('/').unwrap_or_default();
+            let patch: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let labels = &patch["metadata"]["labels"];
+            s.log.push(format!("PATCH {path} {labels}"));
+            match s.objects.get_mut(collection).and_then(|c| c.get_mut(name)) {
+                Some(o) => {
+                    if let Some(l) = labels.as_object() {
+                        for (k, v) in l {
+                            match v {
+                                Value::Null => {
+                                    o["metadata"]["labels"].as_object_mut().map(|m| m.remove(k));
+                                }
+                                v => o["metadata"]["labels"][k] = v.clone(),
+                            }
+                        }
+                    }
+                    o.clone()
+                }
+                None => json!({}),
+            }
+        } else {
+            let selector = query.get("labelSelector").cloned().unwrap_or_default();
+            // As the API server's, the continue token names where the last page ended, so
+            // objects changed meanwhile neither shift nor repeat the pages.
+            let after = query.get("continue").cloned().unwrap_or_default();
+            let limit: usize = query
+                .get("limit")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(usize::MAX);
+            s.log.push(format!("LIST {path} {selector} {after}"));
+            let mut items: Vec<Value> = s
+                .objects
+                .get(&path)
+                .map(|c| {
+                    c.iter()
+                        .filter(|(name, o)| **name > after && matches(&selector, o))
+                        .map(|(_, o)| o.clone())
+                        .take(limit.saturating_add(1))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let cont = if items.len() > limit {
+                items.truncate(limit);
+                items
+                    .last()
+                    .and_then(|o| o["metadata"]["name"].as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            } else {
+                String::new()
+            };
+            json!({ "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                "metadata": { "continue": cont, "resourceVersion": "1" }, "items": items })
+        };
+        Response::new(Body::from(serde_json::to_vec(&answer).unwrap_or_default()))
+    }
+}
+
+/// Whether `o`'s labels match `selector` (`k=v`, `k!=v`, `k`, `!k`, comma-separated).
+fn matches(selector: &str, o: &Value) -> bool {
+    let labels = &o["metadata"]["labels"];
+    selector.split(',').filter(|t| !t.is_empty()).all(|t| {
+        if let Some((k, v)) = t.split_once("!=") {
+            labels[k].as_str() != Some(v)
+        } else if let Some((k, v)) = t.split_once('=') {
+            labels[k].as_str() == Some(v)
+        } else if let Some(k) = t.strip_prefix('!') {
+            labels.get(k).is_none()
+        } else {
+            labels.get(t).is_some()
+        }
+    })
+}
+
+/// Percent-decodes a query value.
+fn decode(v: &str) -> String {
+    let mut out = Vec::new();
+    let b = v.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], b.get(i + 1..i + 3)) {
+            (b'%', Some(h)) => {
+                let hex = std::str::from_utf8(h).unwrap_or("00");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,466 @@
+//! The sharder's passes over the objects, each a label-selected list of metadata only, read one
+//! page at a time and acted on before the next page is read, so the sharder never holds more
+//! than one page whatever the number of objects:
+//! - unassigned parents (`!shard.khai.dev/<op>`), every retry period and soon after one appears;
+//! - a dead shard's children, then its parents (`shard.khai.dev/<op>=<dead>`), once its Lease is
+//!   released or taken over;
+//! - every assigned parent, when the membership changed (joins drain) and every few minutes.
+
+use super::moves::{Move, PATCHES_AT_ONCE, Relabel, decide, send};
+use super::ring::Ring;
+use crate::watch::Kind;
+use futures::StreamExt;
+use kube::api::{DynamicObject, ListParams};
+use kube::core::PartialObjectMeta;
+use std::collections::BTreeMap;
+
+pub(super) type Meta = PartialObjectMeta<DynamicObject>;
+
+/// Objects per page of the sharder's lists.
+pub(super) const PAGE: u32 = 500;
+
+/// What the sharder assigns to shards, and where it looks for it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Sharded {
+    /// The controllers' parent kinds, each with the namespace it is watched in (`None`: all).
+    pub parents: Vec<(Kind, Option<String>)>,
+    /// The kinds the controllers own, likewise: their children follow their parent.
+    pub children: Vec<(Kind, Option<String>)>,
+}
+
+/// A label-selected list of metadata, one page at a time. The pages are read from the API
+/// server as they are asked for, so only the page in hand is in memory.
+pub(super) struct Pages {
+    api: kube::Api<DynamicObject>,
+    params: ListParams,
+    token: Option<String>,
+    done: bool,
+}
+
+impl Pages {
+    pub(super) fn new(api: kube::Api<DynamicObject>, selector: &str, limit: u32) -> Self {
+        Self {
+            api,
+            params: ListParams::default().labels(selector).limit(limit),
+            token: None,
+            done: false,
+        }
+    }
+
+    /// The next page, `None` past the last.
+    pub(super) async fn next(&mut self) -> Result<Option<Vec<Meta>>, kube::Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let params = match &self.token {
+            Some(t) => self.params.clone().continue_token(t),
+            None => self.params.clone(),
+        };
+        let page = self.api.list_metadata(&params).await?;
+        self.token = page.metadata.continue_.filter(|t| !t.is_empty());
+        self.done = self.token.is_none();
+        Ok(Some(page.items))
+    }
+}
+
+/// What a pass wrote: objects relabelled, and objects left because they changed or went
+/// since they were read (the next pass decides again).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tally {
+    pub written: usize,
+    pub stale: usize,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.written += other.written;
+        self.stale += other.stale;
+    }
+}
+
+impl From<(usize, usize)> for Tally {
+    fn from((written, stale): (usize, usize)) -> Self {
+        Self { written, stale }
+    }
+}
+
+/// The passes of one sharder.
+pub(super) struct Passes<'a> {
+    pub client: &'a kube::Client,
+    pub kinds: &'a Sharded,
+    /// `shard.khai.dev/<op>` and `drain.shard.khai.dev/<op>`.
+    pub label: String,
+    pub drain: String,
+    pub page: u32,
+}
+
+impl Passes<'_> {
+    fn api(&self, kind: &Kind, namespace: Option<&str>) -> kube::Api<DynamicObject> {
+        crate::watch::api(self.client, kind, namespace)
+    }
+
+    fn label_of<'m>(&self, o: &'m Meta) -> Option<&'m str> {
+        o.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(&self.label))
+            .map(String::as_str)
+    }
+
+    fn draining(&self, o: &Meta) -> bool {
+        o.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(&self.drain))
+    }
+
+    /// The ring key of the parent a child's controller ownerReference names, when that parent
+    /// is of a sharded kind.
+    fn parent_key(&self, child: &Meta) -> Option<String> {
+        let r = child
+            .metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|r| r.controller == Some(true))?;
+        let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let (kind, _) = self
+            .kinds
+            .parents
+            .iter()
+            .find(|(k, _)| k.resource.group == group && k.resource.kind == r.kind)?;
+        let ns = child
+            .metadata
+            .namespace
+            .as_deref()
+            .filter(|_| kind.namespaced);
+        Some(super::key(group, &r.kind, ns, &r.name))
+    }
+
+    /// The patch carrying `m` out on parent `o` of `kind`.
+    fn parent(&self, kind: &Kind, o: &Meta, m: &Move) -> Relabel {
+        Relabel::parent(
+            self.api(kind, o.metadata.namespace.as_deref()),
+            o.metadata.name.clone().unwrap_or_default(),
+            o.metadata.resource_version.clone(),
+            m,
+            &self.label,
+            &self.drain,
+        )
+    }
+
+    /// Moves the objects of `dead`, whose Lease is released or taken over, to the live shards:
+    /// every child first, then every parent.
+    pub(super) async fn dead(&self, ring: &Ring, dead: &str) -> Result<Tally, kube::Error> {
+        let selector = format!("{}={dead}", self.label);
+        let mut tally = Tally::default();
+        for (kind, ns) in &self.kinds.children {
+            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &selector, self.page);
+            while let Some(page) = pages.next().await? {
+                let patches = page
+                    .into_iter()
+                    .filter_map(|c| {
+                        let to = ring.owner(&self.parent_key(&c)?)?;
+                        Some(Relabel::child(
+                            self.api(kind, c.metadata.namespace.as_deref()),
+                            c.metadata.name?,
+                            c.metadata.resource_version,
+                            &self.label,
+                            to,
+                        ))
+                    })
+                    .collect();
+                tally.add(send(patches).await?.into());
+            }
+        }
+        for (kind, ns) in &self.kinds.parents {
+            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &selector, self.page);
+            while let Some(page) = pages.next().await? {
+                let patches = page
+                    .iter()
+                    .filter_map(|o| {
+                        let m = decide(ring, &key(kind, o), Some(dead), false, true)?;
+                        Some(self.parent(kind, o, &m))
+                    })
+                    .collect();
+                tally.add(send(patches).await?.into());
+            }
+        }
+        Ok(tally)
+    }
+
+    /// Assigns every unassigned parent; a parent its old shard let go of (it still carries the
+    /// drain label) has its children relabelled first.
+    pub(super) async fn unassigned(&self, ring: &Ring) -> Result<Tally, kube::Error> {
+        let selector = format!("!{}", self.label);
+        let mut tally = Tally::default();
+        for (kind, ns) in &self.kinds.parents {
+            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &selector, self.page);
+            while let Some(page) = pages.next().await? {
+                let mut drained = Vec::new();
+                let mut patches = Vec::new();
+                for o in &page {
+                    let Some(m) = decide(ring, &key(kind, o), None, false, false) else {
+                        continue;
+                    };
+                    if let (true, Move::Assign { to, .. }) = (self.draining(o), &m) {
+                        drained.push((o, to.clone()));
+                    }
+                    patches.push(self.parent(kind, o, &m));
+                }
+                tally.add(self.children_first(kind, drained).await?);
+                tally.add(send(patches).await?.into());
+            }
+        }
+        Ok(tally)
+    }
+
+    /// Every assigned parent: drains those the ring now gives to another live shard, moves
+    /// those of a shard without a Lease (children first). Also counts the parents per shard.
+    pub(super) async fn full(
+        &self,
+        ring: &Ring,
+    ) -> Result<(BTreeMap<String, i64>, Tally), kube::Error> {
+        let mut owned: BTreeMap<String, i64> =
+            ring.shards().iter().map(|s| (s.clone(), 0)).collect();
+        let mut tally = Tally::default();
+        for (kind, ns) in &self.kinds.parents {
+            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &self.label, self.page);
+            while let Some(page) = pages.next().await? {
+                let mut moved = Vec::new();
+                let mut patches = Vec::new();
+                for o in &page {
+                    let Some(current) = self.label_of(o) else {
+                        continue;
+                    };
+                    *owned.entry(current.to_string()).or_default() += 1;
+                    let draining = self.draining(o);
+                    let Some(m) = decide(ring, &key(kind, o), Some(current), draining, true) else {
+                        continue;
+                    };
+                    if let Move::Assign { to, .. } = &m {
+                        moved.push((o, to.clone()));
+                    }
+                    patches.push(self.parent(kind, o, &m));
+                }
+                tally.add(self.children_first(kind, moved).await?);
+                tally.add(send(patches).await?.into());
+            }
+        }
+        Ok((owned, tally))
+    }
+
+    /// Relabels the children of each of `parents` (of `kind`) for the parent's new shard,
+    /// found by the owner label khai gives every child it applies.
+    async fn children_first(
+        &self,
+        kind: &Kind,
+        parents: Vec<(&Meta, String)>,
+    ) -> Result<Tally, kube::Error> {
+        if parents.is_empty() {
+            return Ok(Tally::default());
+        }
+        let found: Vec<Result<Vec<Relabel>, kube::Error>> = futures::stream::iter(parents)
+            .map(|(p, to)| self.children_of(kind, p, to))
+            .buffer_unordered(PATCHES_AT_ONCE)
+            .collect()
+            .await;
+        let mut patches = Vec::new();
+        for f in found {
+            patches.extend(f?);
+        }
+        Ok(Tally::from(send(patches).await?))
+    }
+
+    /// The patches giving `parent`'s children, labelled for another shard than `to`, label `to`.
+    async fn children_of(
+        &self,
+        kind: &Kind,
+        parent: &Meta,
+        to: String,
+    ) -> Result<Vec<Relabel>, kube::Error> {
+        let Some(uid) = parent.metadata.uid.as_deref() else {
+            return Ok(Vec::new());
+        };
+        let label = &self.label;
+        let selector = format!(
+            "{}={uid},{label},{label}!={to}",
+            crate::watch::ownership::OWNER_LABEL
+        );
+        let mut out = Vec::new();
+        for (child, ns) in &self.kinds.children {
+            // The children of a namespaced parent live in its namespace.
+            let ns = match &parent.metadata.namespace {
+                Some(p) if kind.namespaced && child.namespaced => Some(p.as_str()),
+                _ => ns.as_deref(),
+            };
+            let mut pages = Pages::new(self.api(child, ns), &selector, self.page);
+            while let Some(page) = pages.next().await? {
+                out.extend(page.into_iter().filter_map(|c| {
+                    Some(Relabel::child(
+                        self.api(child, c.metadata.namespace.as_deref()),
+                        c.metadata.name?,
+                        c.metadata.resource_version,
+                        label,
+                        &to,
+                    ))
+                }));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The ring key of parent `o` of `kind`.
+fn key(kind: &Kind, o: &Meta) -> String {
+    super::key(
+        &kind.resource.group,
+        &kind.resource.kind,
+        o.metadata.namespace.as_deref(),
+        o.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::shard::fake::Fake;
+    use kube::core::{ApiResource, GroupVersionKind};
+    use serde_json::json;
+
+    pub(crate) const PARTS: &str = "/apis/x.dev/v1/namespaces/ns/parts";
+    pub(crate) const CMS: &str = "/api/v1/namespaces/ns/configmaps";
+
+    pub(crate) fn kinds() -> Sharded {
+        let part = Kind {
+            resource: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("x.dev", "v1", "Part"),
+                "parts",
+            ),
+            namespaced: true,
+        };
+        Sharded {
+            parents: vec![(part, Some("ns".into()))],
+            children: vec![(Kind::configmaps(), Some("ns".into()))],
+        }
+    }
+
+    fn passes<'a>(client: &'a kube::Client, kinds: &'a Sharded, page: u32) -> Passes<'a> {
+        Passes {
+            client,
+            kinds,
+            label: "shard.khai.dev/op".into(),
+            drain: "drain.shard.khai.dev/op".into(),
+            page,
+        }
+    }
+
+    fn patches(fake: &Fake) -> Vec<String> {
+        fake.log()
+            .into_iter()
+            .filter(|l| l.starts_with("PATCH"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_pass_reads_the_next_page_only_once_the_last_is_written() {
+        let fake = Fake::default();
+        for i in 0..25 {
+            fake.add(PARTS, &format!("p{i:02}"), json!({}), json!({}));
+        }
+        let (client, kinds) = (fake.client(), kinds());
+        let ring = Ring::new(["a"]);
+        let t = passes(&client, &kinds, 10).unassigned(&ring).await.unwrap();
+        assert_eq!(
+            t,
+            Tally {
+                written: 25,
+                stale: 0
+            }
+        );
+        let log = fake.log();
+        let shape: Vec<&str> = log.iter().filter_map(|l| l.split(' ').next()).collect();
+        let mut expected = Vec::new();
+        for n in [10, 10, 5] {
+            expected.push("LIST");
+            expected.extend(std::iter::repeat_n("PATCH", n));
+        }
+        assert_eq!(shape, expected, "{log:#?}");
+        assert_eq!(log[0], format!("LIST {PARTS} !shard.khai.dev/op "));
+        assert_eq!(log[11], format!("LIST {PARTS} !shard.khai.dev/op p09"));
+    }
+
+    #[tokio::test]
+    async fn a_dead_shards_children_are_relabelled_for_their_parents_shard_before_the_parents() {
+        let fake = Fake::default();
+        let dead = json!({ "shard.khai.dev/op": "gone" });
+        for i in 0..3 {
+            let name = format!("p{i}");
+            fake.add(PARTS, &name, dead.clone(), json!({}));
+            let owner = json!({ "ownerReferences": [{ "apiVersion": "x.dev/v1", "kind": "Part",
+                "name": name, "uid": format!("uid-{name}"), "controller": true }] });
+            fake.add(CMS, &name, dead.clone(), owner);
+        }
+        // No sharded parent controls this one: it is left alone.
+        fake.add(CMS, "stray", dead.clone(), json!({}));
+        fake.add(
+            PARTS,
+            "kept",
+            json!({ "shard.khai.dev/op": "a" }),
+            json!({}),
+        );
+        let (client, kinds) = (fake.client(), kinds());
+        let ring = Ring::new(["a", "b"]);
+        let t = passes(&client, &kinds, 500)
+            .dead(&ring, "gone")
+            .await
+            .unwrap();
+        assert_eq!(t.written, 6);
+        let sent = patches(&fake);
+        assert!(
+            sent[..3].iter().all(|p| p.contains("/configmaps/")),
+            "{sent:#?}"
+        );
+        assert!(sent[3..].iter().all(|p| p.contains("/parts/")), "{sent:#?}");
+        for i in 0..3 {
+            let key = crate::shard::key("x.dev", "Part", Some("ns"), &format!("p{i}"));
+            let to = ring.owner(&key).unwrap();
+            let child = json!({ "shard.khai.dev/op": to });
+            let parent = json!({ "shard.khai.dev/op": to, "drain.shard.khai.dev/op": null });
+            assert!(
+                sent.contains(&format!("PATCH {CMS}/p{i} {child}")),
+                "{sent:#?}"
+            );
+            assert!(
+                sent.contains(&format!("PATCH {PARTS}/p{i} {parent}")),
+                "{sent:#?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_parent_let_go_of_has_its_children_relabelled_before_it_is_assigned() {
+        let fake = Fake::default();
+        let drained = json!({ "drain.shard.khai.dev/op": "true" });
+        fake.add(PARTS, "p", drained, json!({}));
+        let theirs = json!({ "shard.khai.dev/op": "old", "khai.dev/owner": "uid-p" });
+        fake.add(CMS, "p", theirs, json!({}));
+        let another = json!({ "shard.khai.dev/op": "old", "khai.dev/owner": "uid-q" });
+        fake.add(CMS, "q", another, json!({}));
+        let (client, kinds) = (fake.client(), kinds());
+        let ring = Ring::new(["a"]);
+        passes(&client, &kinds, 500)
+            .unassigned(&ring)
+            .await
+            .unwrap();
+        let child = json!({ "shard.khai.dev/op": "a" });
+        let parent = json!({ "shard.khai.dev/op": "a", "drain.shard.khai.dev/op": null });
+        assert_eq!(
+            patches(&fake),
+            [
+                format!("PATCH {CMS}/p {child}"),
+                format!("PATCH {PARTS}/p {parent}")
+            ]
+        );
+    }
+}
