@@ -59,8 +59,8 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     let all_ready = started.elapsed();
 
     // Each shard owns a third ± 20%, and its caches hold exactly its parents and their children.
-    let owners = shard_of(&parts, &label).await;
-    let cms = shard_of(&support::configmaps(&client, &ns.name), &label).await;
+    let owners = shard_of(&parts, label).await;
+    let cms = shard_of(&support::configmaps(&client, &ns.name), label).await;
     let mut owned: BTreeMap<String, usize> = BTreeMap::new();
     for (part, shard) in &owners {
         let shard = shard
@@ -230,8 +230,8 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let moved = killed.elapsed();
-    let parts_now = shard_of(&parts, &label).await;
-    let cms_now = shard_of(&cm_api, &label).await;
+    let parts_now = shard_of(&parts, label).await;
+    let cms_now = shard_of(&cm_api, label).await;
     for p in &theirs {
         let s = parts_now.get(p).cloned().flatten();
         assert!(s.is_some(), "{p} has no shard after the move");
@@ -361,8 +361,8 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
     shards[victim] = back.remove(0);
     let addr = back_addr.remove(0);
     let back = loop {
-        let parts_now = shard_of(&parts, &label).await;
-        let cms_now = shard_of(&cm_api, &label).await;
+        let parts_now = shard_of(&parts, label).await;
+        let cms_now = shard_of(&cm_api, label).await;
         let back = parts_now
             .values()
             .filter(|s| s.as_deref() == Some(dead))
