@@ -5,6 +5,7 @@
 mod lifecycle;
 mod policies;
 mod running;
+mod sharded;
 
 use crate::controller::{self, Prepared};
 use crate::leader::Elector;
@@ -109,7 +110,7 @@ pub(crate) async fn run(
         opts.shards.as_ref(),
     )
     .await?;
-    let parents = parent_kinds(&prepared);
+    let parents = sharded::parent_kinds(&prepared);
     let candidate = match &opts.candidate {
         Some(c) => match Candidate::prepare(c, &op, &client, &opts, &informers).await {
             Ok(c) => Some(c),
@@ -157,7 +158,7 @@ pub(crate) async fn run(
         crate::handler::schedule::run_all(entries, operator.clone(), effects, stop)
     };
     // Sharded, the same replica keeps related objects on their parents' shards.
-    let links = related_links(&prepared);
+    let links = sharded::related_links(&prepared);
     let schedules = async {
         match &opts.shards {
             Some(shard) => {
@@ -228,48 +229,6 @@ pub(crate) async fn run(
     informers.shutdown();
     tracing::info!("all controllers stopped");
     result
-}
-
-/// The parent and owned kinds of the prepared controllers and where they are watched, each
-/// once: what the sharder assigns to shards.
-fn parent_kinds(prepared: &[Prepared]) -> crate::shard::Sharded {
-    let mut kinds = crate::shard::Sharded::default();
-    for p in prepared {
-        let k = (p.primary.kind.clone(), p.primary.namespace.clone());
-        if !kinds.parents.contains(&k) {
-            kinds.parents.push(k);
-        }
-        for o in &p.ctx.caches.owned {
-            let k = (o.kind.clone(), o.namespace.clone());
-            if !kinds.children.contains(&k) {
-                kinds.children.push(k);
-            }
-        }
-    }
-    kinds
-}
-
-/// The sharded `watches` entries of the prepared controllers, each once: what the sharder's
-/// replica keeps on its parents' shards.
-fn related_links(prepared: &[Prepared]) -> Vec<crate::shard::related::Link> {
-    let mut links = Vec::new();
-    for p in prepared {
-        for (informer, w) in p.related.iter().filter(|(_, w)| w.sharded()) {
-            let crate::config::model::Parents::Label(label) = &w.parents else {
-                continue;
-            };
-            let link = crate::shard::related::Link {
-                related: informer.kind.clone(),
-                label: label.clone(),
-                parent: p.primary.kind.clone(),
-                namespace: informer.namespace.clone(),
-            };
-            if !links.contains(&link) {
-                links.push(link);
-            }
-        }
-    }
-    links
 }
 
 /// Exports how many objects the caches of each kind hold (`khai_cached_objects`), every

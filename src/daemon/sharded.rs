@@ -1,0 +1,46 @@
+//! What a sharded replica (`khai run --shards`) hands the sharder's side, from the prepared
+//! controllers: the kinds it assigns, and the watched kinds it keeps on their parents' shards.
+
+use crate::controller::Prepared;
+
+/// The parent and owned kinds of the prepared controllers and where they are watched, each
+/// once: what the sharder assigns to shards.
+pub(super) fn parent_kinds(prepared: &[Prepared]) -> crate::shard::Sharded {
+    let mut kinds = crate::shard::Sharded::default();
+    for p in prepared {
+        let k = (p.primary.kind.clone(), p.primary.namespace.clone());
+        if !kinds.parents.contains(&k) {
+            kinds.parents.push(k);
+        }
+        for o in &p.ctx.caches.owned {
+            let k = (o.kind.clone(), o.namespace.clone());
+            if !kinds.children.contains(&k) {
+                kinds.children.push(k);
+            }
+        }
+    }
+    kinds
+}
+
+/// The sharded `watches` entries of the prepared controllers, each once: what the sharder's
+/// replica keeps on its parents' shards.
+pub(super) fn related_links(prepared: &[Prepared]) -> Vec<crate::shard::related::Link> {
+    let mut links = Vec::new();
+    for p in prepared {
+        for (informer, w) in p.related.iter().filter(|(_, w)| w.sharded()) {
+            let crate::config::model::Parents::Label(label) = &w.parents else {
+                continue;
+            };
+            let link = crate::shard::related::Link {
+                related: informer.kind.clone(),
+                label: label.clone(),
+                parent: p.primary.kind.clone(),
+                namespace: informer.namespace.clone(),
+            };
+            if !links.contains(&link) {
+                links.push(link);
+            }
+        }
+    }
+    links
+}
