@@ -20,17 +20,9 @@ const PARENTS: usize = 12;
 fn operator(dir: &std::path::Path, name: &str, group: &str) -> std::path::PathBuf {
     std::fs::write(
         dir.join("operator.toml"),
-        format!(
-            r#"[operator]
-name = "{name}"
-
-[[crd]]
-group = "{group}"
-kind = "Part"
-versions = ["v1"]
-spec.n = {{ type = "integer" }}
-status.n = {{ type = "integer" }}
-
+        crate::support::shards::part_operator(name, group)
+            + format!(
+                r#"
 [[controller]]
 for = "Part"
 script = "part.rhai"
@@ -45,7 +37,8 @@ script = "part.rhai"
 function = "tick"
 interval = "1s"
 "#
-        ),
+            )
+            .as_str(),
     )
     .unwrap();
     std::fs::write(

@@ -132,11 +132,11 @@ impl Sharded {
     }
 }
 
-pub fn operator(dir: &Path, name: &str, group: &str) -> PathBuf {
-    std::fs::write(
-        dir.join("operator.toml"),
-        format!(
-            r#"[operator]
+/// The head of a sharding test's operator.toml: operator `name` and its `Part` CRD in `group`
+/// (`spec.n`, `status.n`); the controller follows it.
+pub fn part_operator(name: &str, group: &str) -> String {
+    format!(
+        r#"[operator]
 name = "{name}"
 
 [[crd]]
@@ -145,13 +145,20 @@ kind = "Part"
 versions = ["v1"]
 spec.n = {{ type = "integer" }}
 status.n = {{ type = "integer" }}
+"#
+    )
+}
 
+pub fn operator(dir: &Path, name: &str, group: &str) -> PathBuf {
+    let controller = r#"
 [[controller]]
 for = "Part"
 owns = ["v1/ConfigMap"]
 script = "part.rhai"
-"#
-        ),
+"#;
+    std::fs::write(
+        dir.join("operator.toml"),
+        part_operator(name, group) + controller,
     )
     .unwrap();
     std::fs::write(
