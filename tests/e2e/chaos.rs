@@ -91,6 +91,11 @@ async fn expired_watches_relist_and_lose_nothing() {
     let mut scene = Scene::new("expired").await;
     let khai = scene.start(&[]);
     let expected = steady(&scene, &khai).await;
+    // A steady cluster writes nothing, so the second compaction asks for the revision the first
+    // compacted at: history already compacted (as the API server's own compactor leaves it) is
+    // what was asked for, not a failure of the scenario.
+    scene.cluster.compact().await;
+    scene.cluster.compact().await;
     let driver = Driver::start(&scene, &expected);
     tokio::time::sleep(scene.rng.millis(500, 2000)).await;
     scene.cluster.compact().await;
