@@ -70,6 +70,18 @@ pub(crate) struct Operations {
         value_parser = clap::value_parser!(u32).range(16..)
     )]
     pub(crate) scripts_memory: u32,
+    /// Threads running khai's async work: watches, reconciles, writes, the webhook and metrics
+    /// servers. Script calls past a short budget run on the blocking pool beside them. One
+    /// thread spends the least CPU on an operator's I/O-bound work (docs/benchmarks.md); more
+    /// help only when one replica's reconciles keep a core busy.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "KHAI_WORKER_THREADS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub(crate) worker_threads: u16,
 }
 
 pub(super) fn duration(s: &str) -> Result<Duration, crate::config::duration::ParseError> {
@@ -153,5 +165,37 @@ impl Operations {
         };
         settings.validate()?;
         Ok(Some(settings))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Run {
+        #[command(flatten)]
+        ops: Operations,
+    }
+
+    #[test]
+    fn one_worker_thread_unless_asked_for_more_and_never_none() {
+        let parse = |args: &[&str]| {
+            Run::try_parse_from(std::iter::once("khai").chain(args.iter().copied()))
+        };
+        assert_eq!(parse(&[]).unwrap().ops.worker_threads, 1);
+        assert_eq!(
+            parse(&["--worker-threads", "4"])
+                .unwrap()
+                .ops
+                .worker_threads,
+            4
+        );
+        let refused = parse(&["--worker-threads", "0"]).unwrap_err().to_string();
+        assert!(
+            refused.contains("--worker-threads") && refused.contains("0 is not in 1.."),
+            "{refused}"
+        );
     }
 }

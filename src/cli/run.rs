@@ -81,6 +81,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .worker_threads(usize::from(args.ops.worker_threads))
         // Script calls run on these threads, inline or on the blocking pool.
         .thread_stack_size(crate::script::stack::THREAD_STACK)
         .build()

@@ -3,7 +3,9 @@
 //! the K shards over a fresh namespace through create, idle and update (each shard's peak RSS,
 //! their CPU together, the sharder's own CPU and RSS, and the writes of the initial assignment),
 //! then one rebalance (a shard K+1 joins; the parents it takes over and the writes until the
-//! cluster is quiet), then delete. The report sets the medians side by side.
+//! cluster is quiet), then delete. The report sets the medians side by side. Shard s0 serves
+//! the assignment webhook and installs its configuration, as the chart's `webhook.enabled` does,
+//! so parents are labelled as they are created; the sharder labels only what it missed.
 
 use crate::cli::Contender;
 use crate::contender::{self, Launch, Process};
@@ -13,6 +15,7 @@ use crate::track::Tracker;
 use crate::workload::Workload;
 use crate::writes::{self, Writes};
 use anyhow::{Context, Result, anyhow, bail};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::ListParams;
 use serde::Serialize;
@@ -20,6 +23,8 @@ use std::time::{Duration, Instant};
 
 /// examples/bench-cache's `[operator] name`: its labels and Leases are named after it.
 const OPERATOR: &str = "bench-cache";
+/// The assignment webhook's configuration, named after the operator.
+const WEBHOOK: &str = "khai-bench-cache-shard";
 
 /// One sharded run.
 #[derive(Debug, Clone, Serialize)]
@@ -53,8 +58,10 @@ pub struct ShardRun {
 /// Runs the single replica and the K shards at every N and repetition; writes shards.md and
 /// shards.json into the output directory and prints the table.
 pub async fn bench(settings: &Settings<'_>, shards: usize) -> Result<()> {
-    if shards < 2 {
-        bail!("--shards {shards}: sharding needs at least 2 shards");
+    if shards < 1 {
+        bail!(
+            "--shards 0: at least one shard (one shard measures sharded mode's own cost, with nothing split)"
+        );
     }
     let args = settings.args;
     let mut singles = Vec::new();
@@ -120,24 +127,79 @@ async fn run_sharded(settings: &Settings<'_>, k: usize, n: usize, rep: usize) ->
             eprintln!("bench: stopping shard {id}: {e:#}");
         }
     }
+    // The assignment webhook's configuration is cluster-wide: left behind, it would send the
+    // next run's single replica's creates to a port nobody serves.
+    let hooks: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(settings.client.clone());
+    let removed = match hooks.delete(WEBHOOK, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e).context(format!("deleting MutatingWebhookConfiguration {WEBHOOK}")),
+    };
     let r = result?;
     cleaned?;
+    removed?;
     Ok(r)
 }
 
-/// Starts shard `id` with its Lease in the workload's namespace.
+/// A free port on loopback for shard s0's webhook server.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Waits until the assignment webhook's configuration points at shard s0's `port`.
+async fn installed(settings: &Settings<'_>, port: u16, timeout: Duration) -> Result<()> {
+    let hooks: kube::Api<MutatingWebhookConfiguration> = kube::Api::all(settings.client.clone());
+    let url = format!("https://127.0.0.1:{port}");
+    let deadline = Instant::now() + timeout;
+    loop {
+        let points = hooks
+            .get_opt(WEBHOOK)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|c| {
+                c.webhooks.unwrap_or_default().iter().any(|w| {
+                    w.client_config
+                        .url
+                        .as_deref()
+                        .is_some_and(|u| u.starts_with(&url))
+                })
+            });
+        if points {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("shard s0 did not install {WEBHOOK} pointing at {url} within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Starts shard `id` with its Lease in the workload's namespace. With `webhook`, the shard
+/// serves its webhooks on that loopback port and points the API server at it, as the chart's
+/// `webhook.enabled` does: its assignment webhook labels each parent as it is created.
 fn start(
     settings: &Settings<'_>,
     wl: &Workload,
     id: &str,
-    n: usize,
-    rep: usize,
+    webhook: Option<u16>,
+    (n, rep): (usize, usize),
 ) -> Result<Process> {
     let Launch::Run(mut cmd) = contender::launch(Contender::Khai, settings.args) else {
         bail!("khai is not built");
     };
     cmd.args(["--shards", "--leader-elect-namespace", &wl.namespace])
         .env("POD_NAME", id);
+    if let Some(port) = webhook {
+        let bind = format!("127.0.0.1:{port}");
+        cmd.args([
+            "--webhook-bind",
+            &bind,
+            "--webhook-url",
+            &format!("https://{bind}"),
+        ]);
+    }
     let log = settings
         .args
         .out
@@ -204,13 +266,16 @@ async fn phases(
     let args = settings.args;
     let timeout = args.phase_timeout;
     let leases: kube::Api<Lease> = kube::Api::namespaced(settings.client.clone(), &wl.namespace);
+    let port = free_port()?;
     for i in 0..k {
         let id = format!("s{i}");
-        procs.push((id.clone(), start(settings, wl, &id, n, rep)?));
+        let webhook = (i == 0).then_some(port);
+        procs.push((id.clone(), start(settings, wl, &id, webhook, (n, rep))?));
     }
     for (id, _) in procs.iter() {
         holding(wl, &leases, id, args.startup_timeout).await?;
     }
+    installed(settings, port, args.startup_timeout).await?;
     let tracker = Tracker::start(wl.caches.clone(), wl.configmaps.clone());
     tracker
         .wait("the bench client's watches", timeout, |s| s.synced >= 2)
@@ -245,7 +310,7 @@ async fn phases(
     wl.own.take();
     let joined = Instant::now();
     let id = format!("s{k}");
-    procs.push((id.clone(), start(settings, wl, &id, n, rep)?));
+    procs.push((id.clone(), start(settings, wl, &id, None, (n, rep))?));
     holding(wl, &leases, &id, args.startup_timeout).await?;
     let rebalance_moved = settled(wl, &id, timeout).await?;
     let rebalance_s = joined.elapsed().as_secs_f64();
