@@ -45,11 +45,12 @@ impl Link {
         if name.is_empty() {
             return None;
         }
-        let ns = o
-            .metadata
-            .namespace
-            .clone()
-            .filter(|_| self.parent.namespaced);
+        let ns = match (&o.metadata.namespace, self.parent.namespaced) {
+            (_, false) => None,
+            (Some(ns), true) => Some(ns.clone()),
+            // A namespaced parent has no name without a namespace.
+            (None, true) => return None,
+        };
         Some((ns, name.clone()))
     }
 
