@@ -157,20 +157,10 @@ pub(crate) async fn run(
         let (entries, effects) = (entries.clone(), effects.clone());
         crate::handler::schedule::run_all(entries, operator.clone(), effects, stop)
     };
-    // Sharded, the same replica keeps related objects on their parents' shards.
-    let links = sharded::related_links(&prepared);
     let schedules = async {
         match &opts.shards {
-            Some(shard) => {
-                use crate::shard::single::while_holding;
-                let relabel = |stop| {
-                    let settings = (**shard).clone();
-                    crate::shard::related::run(client.clone(), settings, links.clone(), stop)
-                };
-                futures::join!(
-                    while_holding(held.clone(), &shutdown, run_schedules),
-                    while_holding(held, &shutdown, relabel)
-                );
+            Some(_) => {
+                crate::shard::single::while_holding(held, &shutdown, run_schedules).await;
             }
             None => run_schedules(shutdown.clone()).await,
         }

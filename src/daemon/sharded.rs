@@ -1,10 +1,10 @@
 //! What a sharded replica (`khai run --shards`) hands the sharder's side, from the prepared
-//! controllers: the kinds it assigns, and the watched kinds it keeps on their parents' shards.
+//! controllers: the kinds it assigns, the watched kinds among them that follow their parents.
 
 use crate::controller::Prepared;
 
-/// The parent and owned kinds of the prepared controllers and where they are watched, each
-/// once: what the sharder assigns to shards.
+/// The parent, owned and sharded watched kinds of the prepared controllers and where they are
+/// watched, each once: what the sharder assigns to shards.
 pub(super) fn parent_kinds(prepared: &[Prepared]) -> crate::shard::Sharded {
     let mut kinds = crate::shard::Sharded::default();
     for p in prepared {
@@ -19,12 +19,13 @@ pub(super) fn parent_kinds(prepared: &[Prepared]) -> crate::shard::Sharded {
             }
         }
     }
+    kinds.related = related_links(prepared);
     kinds
 }
 
-/// The sharded `watches` entries of the prepared controllers, each once: what the sharder's
-/// replica keeps on its parents' shards.
-pub(super) fn related_links(prepared: &[Prepared]) -> Vec<crate::shard::related::Link> {
+/// The sharded `watches` entries of the prepared controllers, each once: their objects follow
+/// the parent their label names.
+fn related_links(prepared: &[Prepared]) -> Vec<crate::shard::related::Link> {
     let mut links = Vec::new();
     for p in prepared {
         for (informer, w) in p.related.iter().filter(|(_, w)| w.sharded()) {

@@ -22,7 +22,7 @@ impl ShardMetrics {
             moves: super::counter(
                 r,
                 "khai_shard_moves_total",
-                "Labels the sharder wrote, by sort: assign (an unassigned parent), move (off a dead shard), drain (asking a live shard to let go)",
+                "Labels the sharder wrote, by sort: assign (an unassigned parent), move (off a dead shard), drain (asking a live shard to let go), child (a moved parent's child), related (a related object following its parent)",
                 &["sort"],
             ),
             acks: super::counter(
@@ -50,7 +50,7 @@ pub(crate) fn shard_objects(owned: &std::collections::BTreeMap<String, i64>) {
     }
 }
 
-/// The sharder wrote a label of `sort` (`assign`, `move`, `drain`).
+/// The sharder wrote a label of `sort` (`assign`, `move`, `drain`, `child`, `related`).
 pub(crate) fn shard_moved(sort: &str) {
     super::METRICS.shard.moves.with_label_values(&[sort]).inc();
 }

@@ -1,9 +1,11 @@
-//! A stand-in API server for the sharder's unit tests: paged, label-selected lists of metadata
-//! and merge patches of labels, each logged in the order received, so a test can check what
-//! the sharder read and wrote, and in which order.
+//! A stand-in API server for the sharder's unit tests: paged, label-selected lists of metadata,
+//! reads of one object's metadata and merge patches of labels, each logged in the order
+//! received, so a test can check what the sharder read and wrote, and in which order.
 
+use crate::watch::Kind;
 use http::{Request, Response};
 use kube::client::Body;
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -18,7 +20,8 @@ pub(super) struct Fake {
 struct State {
     /// Objects by collection path (`/api/v1/namespaces/ns/configmaps`), in name order.
     objects: BTreeMap<String, BTreeMap<String, Value>>,
-    /// `LIST <collection> <selector> <continue>` and `PATCH <collection>/<name> <labels>`.
+    /// `LIST <collection> <selector> <continue>`, `GET <collection>/<name>` and
+    /// `PATCH <collection>/<name> <labels>`.
     log: Vec<String>,
 }
 
@@ -85,6 +88,21 @@ impl Fake {
                 }
                 None => json!({}),
             }
+        } else if !query.contains_key("limit") {
+            // The sharder's lists are all paged: a request without a limit reads one object.
+            s.log.push(format!("GET {path}"));
+            let (collection, name) = path.rsplit_once('/').unwrap_or_default();
+            match s.objects.get(collection).and_then(|c| c.get(name)) {
+                Some(o) => o.clone(),
+                None => {
+                    let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "NotFound", "code": 404, "message": format!("{name} not found") });
+                    let mut r =
+                        Response::new(Body::from(serde_json::to_vec(&status).unwrap_or_default()));
+                    *r.status_mut() = http::StatusCode::NOT_FOUND;
+                    return r;
+                }
+            }
         } else {
             let selector = query.get("labelSelector").cloned().unwrap_or_default();
             // As the API server's, the continue token names where the last page ended, so
@@ -123,20 +141,87 @@ impl Fake {
     }
 }
 
-/// Whether `o`'s labels match `selector` (`k=v`, `k!=v`, `k`, `!k`, comma-separated).
+pub(super) const PARTS: &str = "/apis/x.dev/v1/namespaces/ns/parts";
+pub(super) const CMS: &str = "/api/v1/namespaces/ns/configmaps";
+pub(super) const SECRETS: &str = "/api/v1/namespaces/ns/secrets";
+
+/// `x.dev/v1` `Part`, namespaced: the parent kind of the tests.
+pub(super) fn part() -> Kind {
+    kind("x.dev", "Part", "parts")
+}
+
+/// `v1` `Secret`: the related kind of the tests, naming its Part by `x.dev/part`.
+pub(super) fn secret() -> Kind {
+    kind("", "Secret", "secrets")
+}
+
+fn kind(group: &str, kind: &str, plural: &str) -> Kind {
+    let gvk = GroupVersionKind::gvk(group, "v1", kind);
+    Kind {
+        resource: ApiResource::from_gvk_with_plural(&gvk, plural),
+        namespaced: true,
+    }
+}
+
+/// The labels of a Secret naming `parent`, labelled for `shard` if any.
+pub(super) fn naming(parent: &str, shard: Option<&str>) -> Value {
+    let mut labels = json!({ "x.dev/part": parent });
+    if let Some(s) = shard {
+        labels["shard.khai.dev/op"] = json!(s);
+    }
+    labels
+}
+
+/// The label patches `fake` received, in order.
+pub(super) fn patches(fake: &Fake) -> Vec<String> {
+    fake.log()
+        .into_iter()
+        .filter(|l| l.starts_with("PATCH"))
+        .collect()
+}
+
+/// Whether `o`'s labels match `selector` (`k=v`, `k!=v`, `k`, `!k`, `k in (a,b)`,
+/// `k notin (a,b)`, comma-separated).
 fn matches(selector: &str, o: &Value) -> bool {
     let labels = &o["metadata"]["labels"];
-    selector.split(',').filter(|t| !t.is_empty()).all(|t| {
-        if let Some((k, v)) = t.split_once("!=") {
-            labels[k].as_str() != Some(v)
-        } else if let Some((k, v)) = t.split_once('=') {
-            labels[k].as_str() == Some(v)
-        } else if let Some(k) = t.strip_prefix('!') {
-            labels.get(k).is_none()
-        } else {
-            labels.get(t).is_some()
+    let mut terms = Vec::new();
+    let (mut depth, mut start) = (0, 0);
+    for (i, c) in selector.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                terms.push(&selector[start..i]);
+                start = i + 1;
+            }
+            _ => {}
         }
-    })
+    }
+    terms.push(&selector[start..]);
+    terms
+        .into_iter()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .all(|t| {
+            let set = |k: &str, rest: &str| {
+                let values = rest.trim().trim_start_matches('(').trim_end_matches(')');
+                let value = labels[k.trim()].as_str();
+                value.is_some_and(|v| values.split(',').any(|w| w.trim() == v))
+            };
+            if let Some((k, rest)) = t.split_once(" notin ") {
+                !set(k, rest)
+            } else if let Some((k, rest)) = t.split_once(" in ") {
+                set(k, rest)
+            } else if let Some((k, v)) = t.split_once("!=") {
+                labels[k].as_str() != Some(v)
+            } else if let Some((k, v)) = t.split_once('=') {
+                labels[k].as_str() == Some(v)
+            } else if let Some(k) = t.strip_prefix('!') {
+                labels.get(k).is_none()
+            } else {
+                labels.get(t).is_some()
+            }
+        })
 }
 
 /// Percent-decodes a query value.

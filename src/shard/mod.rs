@@ -2,15 +2,16 @@
 //! reconciles the objects labelled for it; the replica holding the sharder Lease assigns
 //! objects to the live shards on a consistent-hash ring ([`ring`]) and moves them when the
 //! membership changes ([`sharder`]). Every replica also follows the ring itself ([`view`]) to
-//! label objects at admission ([`assign`]); work that must run once, `[[schedule]]`s and
-//! keeping related objects on their parent's shard ([`related`]), runs on the sharder's replica
-//! ([`single`]). docs/scaling.md describes the protocol.
+//! label objects at admission ([`assign`]); the sharder also keeps related objects on their
+//! parent's shard ([`related`]). Work that must run once, `[[schedule]]`s, runs on the sharder's
+//! replica ([`single`]). docs/scaling.md describes the protocol.
 
 pub(crate) mod assign;
 #[cfg(test)]
 mod fake;
 mod members;
 mod moves;
+mod pages;
 mod passes;
 pub(crate) mod related;
 pub(crate) mod ring;

@@ -5,19 +5,17 @@
 //! - a dead shard's children, then its parents (`shard.khai.dev/<op>=<dead>`), once its Lease is
 //!   released or taken over;
 //! - every assigned parent, when the membership changed (joins drain) and every few minutes.
+//!
+//! The related objects of sharded `watches` kinds go with their parents ([`super::related`]).
 
 use super::moves::{Move, PATCHES_AT_ONCE, Relabel, decide, send};
+use super::pages::{Meta, Pages, Tally};
+use super::related::{Followers, Link};
 use super::ring::Ring;
 use crate::watch::Kind;
 use futures::StreamExt;
-use kube::api::{DynamicObject, ListParams};
-use kube::core::PartialObjectMeta;
+use kube::api::DynamicObject;
 use std::collections::BTreeMap;
-
-pub(super) type Meta = PartialObjectMeta<DynamicObject>;
-
-/// Objects per page of the sharder's lists.
-pub(super) const PAGE: u32 = 500;
 
 /// What the sharder assigns to shards, and where it looks for it.
 #[derive(Debug, Clone, Default)]
@@ -26,62 +24,8 @@ pub(crate) struct Sharded {
     pub parents: Vec<(Kind, Option<String>)>,
     /// The kinds the controllers own, likewise: their children follow their parent.
     pub children: Vec<(Kind, Option<String>)>,
-}
-
-/// A label-selected list of metadata, one page at a time. The pages are read from the API
-/// server as they are asked for, so only the page in hand is in memory.
-pub(super) struct Pages {
-    api: kube::Api<DynamicObject>,
-    params: ListParams,
-    token: Option<String>,
-    done: bool,
-}
-
-impl Pages {
-    pub(super) fn new(api: kube::Api<DynamicObject>, selector: &str, limit: u32) -> Self {
-        Self {
-            api,
-            params: ListParams::default().labels(selector).limit(limit),
-            token: None,
-            done: false,
-        }
-    }
-
-    /// The next page, `None` past the last.
-    pub(super) async fn next(&mut self) -> Result<Option<Vec<Meta>>, kube::Error> {
-        if self.done {
-            return Ok(None);
-        }
-        let params = match &self.token {
-            Some(t) => self.params.clone().continue_token(t),
-            None => self.params.clone(),
-        };
-        let page = self.api.list_metadata(&params).await?;
-        self.token = page.metadata.continue_.filter(|t| !t.is_empty());
-        self.done = self.token.is_none();
-        Ok(Some(page.items))
-    }
-}
-
-/// What a pass wrote: objects relabelled, and objects left because they changed or went
-/// since they were read (the next pass decides again).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Tally {
-    pub written: usize,
-    pub stale: usize,
-}
-
-impl Tally {
-    fn add(&mut self, other: Tally) {
-        self.written += other.written;
-        self.stale += other.stale;
-    }
-}
-
-impl From<(usize, usize)> for Tally {
-    fn from((written, stale): (usize, usize)) -> Self {
-        Self { written, stale }
-    }
+    /// The sharded `watches` entries: their objects follow the parent their label names.
+    pub related: Vec<Link>,
 }
 
 /// The passes of one sharder.
@@ -100,11 +44,17 @@ impl Passes<'_> {
     }
 
     fn label_of<'m>(&self, o: &'m Meta) -> Option<&'m str> {
-        o.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(&self.label))
-            .map(String::as_str)
+        super::pages::label(o, &self.label)
+    }
+
+    /// The passes over the related objects, with the same client and labels.
+    fn related(&self) -> Followers<'_> {
+        Followers {
+            client: self.client,
+            links: &self.kinds.related,
+            label: &self.label,
+            page: self.page,
+        }
     }
 
     fn draining(&self, o: &Meta) -> bool {
@@ -150,7 +100,7 @@ impl Passes<'_> {
     }
 
     /// Moves the objects of `dead`, whose Lease is released or taken over, to the live shards:
-    /// every child first, then every parent.
+    /// every child and related object first, then every parent.
     pub(super) async fn dead(&self, ring: &Ring, dead: &str) -> Result<Tally, kube::Error> {
         let selector = format!("{}={dead}", self.label);
         let mut tally = Tally::default();
@@ -173,6 +123,7 @@ impl Passes<'_> {
                 tally.add(send(patches).await?.into());
             }
         }
+        tally.add(self.related().of_dead(ring, dead).await?);
         for (kind, ns) in &self.kinds.parents {
             let mut pages = Pages::new(self.api(kind, ns.as_deref()), &selector, self.page);
             while let Some(page) = pages.next().await? {
@@ -190,7 +141,8 @@ impl Passes<'_> {
     }
 
     /// Assigns every unassigned parent; a parent its old shard let go of (it still carries the
-    /// drain label) has its children relabelled first.
+    /// drain label) has its children and related objects relabelled first. Then labels the
+    /// related objects on no live shard for their parents' shards.
     pub(super) async fn unassigned(&self, ring: &Ring) -> Result<Tally, kube::Error> {
         let selector = format!("!{}", self.label);
         let mut tally = Tally::default();
@@ -212,11 +164,13 @@ impl Passes<'_> {
                 tally.add(send(patches).await?.into());
             }
         }
+        tally.add(self.related().unassigned(ring).await?);
         Ok(tally)
     }
 
     /// Every assigned parent: drains those the ring now gives to another live shard, moves
-    /// those of a shard without a Lease (children first). Also counts the parents per shard.
+    /// those of a shard without a Lease (children and related objects first). Also counts the
+    /// parents per shard. Then every related object is compared with its parent.
     pub(super) async fn full(
         &self,
         ring: &Ring,
@@ -247,11 +201,13 @@ impl Passes<'_> {
                 tally.add(send(patches).await?.into());
             }
         }
+        tally.add(self.related().all().await?);
         Ok((owned, tally))
     }
 
     /// Relabels the children of each of `parents` (of `kind`) for the parent's new shard,
-    /// found by the owner label khai gives every child it applies.
+    /// found by the owner label khai gives every child it applies, and its related objects,
+    /// found by the label naming it.
     async fn children_first(
         &self,
         kind: &Kind,
@@ -272,7 +228,8 @@ impl Passes<'_> {
         Ok(Tally::from(send(patches).await?))
     }
 
-    /// The patches giving `parent`'s children, labelled for another shard than `to`, label `to`.
+    /// The patches giving `parent`'s children and related objects, labelled for another shard
+    /// than `to`, label `to`.
     async fn children_of(
         &self,
         kind: &Kind,
@@ -307,6 +264,7 @@ impl Passes<'_> {
                 }));
             }
         }
+        out.extend(self.related().of_parent(kind, parent, &to).await?);
         Ok(out)
     }
 }
@@ -324,24 +282,15 @@ fn key(kind: &Kind, o: &Meta) -> String {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::shard::fake::Fake;
-    use kube::core::{ApiResource, GroupVersionKind};
+    use crate::shard::fake::{CMS, Fake, PARTS, SECRETS, naming, part, patches};
     use serde_json::json;
 
-    pub(crate) const PARTS: &str = "/apis/x.dev/v1/namespaces/ns/parts";
-    pub(crate) const CMS: &str = "/api/v1/namespaces/ns/configmaps";
-
+    /// Parts owning ConfigMaps, and Secrets naming their Part.
     pub(crate) fn kinds() -> Sharded {
-        let part = Kind {
-            resource: ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("x.dev", "v1", "Part"),
-                "parts",
-            ),
-            namespaced: true,
-        };
         Sharded {
-            parents: vec![(part, Some("ns".into()))],
+            parents: vec![(part(), Some("ns".into()))],
             children: vec![(Kind::configmaps(), Some("ns".into()))],
+            related: vec![crate::shard::related::tests::link()],
         }
     }
 
@@ -355,11 +304,12 @@ pub(super) mod tests {
         }
     }
 
-    fn patches(fake: &Fake) -> Vec<String> {
-        fake.log()
-            .into_iter()
-            .filter(|l| l.starts_with("PATCH"))
-            .collect()
+    /// The position in `sent` of the patch of `path`.
+    fn at(sent: &[String], path: &str) -> usize {
+        let p = format!("PATCH {path} ");
+        sent.iter()
+            .position(|l| l.starts_with(&p))
+            .unwrap_or_else(|| panic!("no patch of {path}: {sent:#?}"))
     }
 
     #[tokio::test]
@@ -385,13 +335,15 @@ pub(super) mod tests {
             expected.push("LIST");
             expected.extend(std::iter::repeat_n("PATCH", n));
         }
+        // Then the related objects on no live shard: none here.
+        expected.push("LIST");
         assert_eq!(shape, expected, "{log:#?}");
         assert_eq!(log[0], format!("LIST {PARTS} !shard.khai.dev/op "));
         assert_eq!(log[11], format!("LIST {PARTS} !shard.khai.dev/op p09"));
     }
 
     #[tokio::test]
-    async fn a_dead_shards_children_are_relabelled_for_their_parents_shard_before_the_parents() {
+    async fn a_dead_shards_children_and_related_objects_are_relabelled_before_the_parents() {
         let fake = Fake::default();
         let dead = json!({ "shard.khai.dev/op": "gone" });
         for i in 0..3 {
@@ -400,6 +352,8 @@ pub(super) mod tests {
             let owner = json!({ "ownerReferences": [{ "apiVersion": "x.dev/v1", "kind": "Part",
                 "name": name, "uid": format!("uid-{name}"), "controller": true }] });
             fake.add(CMS, &name, dead.clone(), owner);
+            let related = naming(&name, Some("gone"));
+            fake.add(SECRETS, &name, related, json!({}));
         }
         // No sharded parent controls this one: it is left alone.
         fake.add(CMS, "stray", dead.clone(), json!({}));
@@ -415,22 +369,26 @@ pub(super) mod tests {
             .dead(&ring, "gone")
             .await
             .unwrap();
-        assert_eq!(t.written, 6);
+        assert_eq!(t.written, 9);
         let sent = patches(&fake);
         assert!(
             sent[..3].iter().all(|p| p.contains("/configmaps/")),
             "{sent:#?}"
         );
-        assert!(sent[3..].iter().all(|p| p.contains("/parts/")), "{sent:#?}");
+        assert!(
+            sent[3..6].iter().all(|p| p.contains("/secrets/")),
+            "{sent:#?}"
+        );
+        assert!(sent[6..].iter().all(|p| p.contains("/parts/")), "{sent:#?}");
         for i in 0..3 {
             let key = crate::shard::key("x.dev", "Part", Some("ns"), &format!("p{i}"));
             let to = ring.owner(&key).unwrap();
             let child = json!({ "shard.khai.dev/op": to });
             let parent = json!({ "shard.khai.dev/op": to, "drain.shard.khai.dev/op": null });
-            assert!(
-                sent.contains(&format!("PATCH {CMS}/p{i} {child}")),
-                "{sent:#?}"
-            );
+            for o in [CMS, SECRETS] {
+                let patch = format!("PATCH {o}/p{i} {child}");
+                assert!(sent.contains(&patch), "{sent:#?}");
+            }
             assert!(
                 sent.contains(&format!("PATCH {PARTS}/p{i} {parent}")),
                 "{sent:#?}"
@@ -439,28 +397,61 @@ pub(super) mod tests {
     }
 
     #[tokio::test]
-    async fn a_parent_let_go_of_has_its_children_relabelled_before_it_is_assigned() {
+    async fn a_parent_let_go_of_has_its_children_and_related_objects_relabelled_before_it() {
         let fake = Fake::default();
-        let drained = json!({ "drain.shard.khai.dev/op": "true" });
-        fake.add(PARTS, "p", drained, json!({}));
-        let theirs = json!({ "shard.khai.dev/op": "old", "khai.dev/owner": "uid-p" });
-        fake.add(CMS, "p", theirs, json!({}));
+        fake.add(
+            PARTS,
+            "p",
+            json!({ "drain.shard.khai.dev/op": "true" }),
+            json!({}),
+        );
+        let child = json!({ "shard.khai.dev/op": "old", "khai.dev/owner": "uid-p" });
+        fake.add(CMS, "p", child, json!({}));
         let another = json!({ "shard.khai.dev/op": "old", "khai.dev/owner": "uid-q" });
         fake.add(CMS, "q", another, json!({}));
+        fake.add(SECRETS, "p-rel", naming("p", Some("old")), json!({}));
+        fake.add(SECRETS, "p-new", naming("p", None), json!({}));
+        fake.add(SECRETS, "p-there", naming("p", Some("a")), json!({}));
         let (client, kinds) = (fake.client(), kinds());
         let ring = Ring::new(["a"]);
         passes(&client, &kinds, 500)
             .unassigned(&ring)
             .await
             .unwrap();
-        let child = json!({ "shard.khai.dev/op": "a" });
-        let parent = json!({ "shard.khai.dev/op": "a", "drain.shard.khai.dev/op": null });
-        assert_eq!(
-            patches(&fake),
-            [
-                format!("PATCH {CMS}/p {child}"),
-                format!("PATCH {PARTS}/p {parent}")
-            ]
-        );
+        let sent = patches(&fake);
+        assert_eq!(sent.len(), 4, "{sent:#?}");
+        let parent = at(&sent, &format!("{PARTS}/p"));
+        for o in [
+            format!("{CMS}/p"),
+            format!("{SECRETS}/p-rel"),
+            format!("{SECRETS}/p-new"),
+        ] {
+            assert!(at(&sent, &o) < parent, "{sent:#?}");
+        }
+        let to_a = json!({ "shard.khai.dev/op": "a" });
+        for o in [format!("{CMS}/p"), format!("{SECRETS}/p-rel")] {
+            assert!(sent.contains(&format!("PATCH {o} {to_a}")), "{sent:#?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_related_object_naming_another_parent_follows_it_in_the_full_pass() {
+        let fake = Fake::default();
+        let ring = Ring::new(["a", "b"]);
+        for p in ["p", "q"] {
+            let key = crate::shard::key("x.dev", "Part", Some("ns"), p);
+            let on = json!({ "shard.khai.dev/op": ring.owner(&key).unwrap() });
+            fake.add(PARTS, p, on, json!({}));
+        }
+        let q = crate::shard::key("x.dev", "Part", Some("ns"), "q");
+        let q_on = ring.owner(&q).unwrap();
+        let elsewhere = if q_on == "a" { "b" } else { "a" };
+        // Relabelled from p to q: still on the shard it was on.
+        fake.add(SECRETS, "s", naming("q", Some(elsewhere)), json!({}));
+        let (client, kinds) = (fake.client(), kinds());
+        let (_, t) = passes(&client, &kinds, 500).full(&ring).await.unwrap();
+        assert_eq!(t.written, 1);
+        let to = json!({ "shard.khai.dev/op": q_on });
+        assert_eq!(patches(&fake), [format!("PATCH {SECRETS}/s {to}")]);
     }
 }

@@ -1,19 +1,20 @@
 //! The sharder: on the replica holding the sharder Lease, keeps every parent labelled for a
-//! live shard of the ring, and its children with it. It watches the shard Leases ([`members`])
-//! and, to hear of new parents soon, a metadata watch of the unassigned ones only; everything
-//! else it reads by paged lists ([`passes`]), so what it holds does not grow with the number of
-//! objects. When a shard's Lease is released, or has expired and the sharder has taken it over,
-//! the shard's children and then its parents are relabelled for the live shards; when the
-//! membership changes otherwise (a shard joins), parents the ring gives to another live shard
-//! are drained: the shard acknowledges by removing their shard label, and they are assigned
-//! anew, children first.
+//! live shard of the ring, and its children and related objects with it. It watches the shard
+//! Leases ([`members`]) and, to hear of new parents (and related objects) soon, a metadata watch
+//! of the unassigned ones only; everything else it reads by paged lists ([`passes`]), so what
+//! it holds does not grow with the number of objects. When a shard's Lease is released, or has
+//! expired and the sharder has taken it over, the shard's children and related objects and then
+//! its parents are relabelled for the live shards; when the membership changes otherwise (a
+//! shard joins), parents the ring gives to another live shard are drained: the shard
+//! acknowledges by removing their shard label, and they are assigned anew, children first.
 //!
 //! [`members`]: super::members
 //! [`passes`]: super::passes
 
 use super::Settings;
 use super::members::{self, Members};
-use super::passes::{PAGE, Passes, Sharded};
+use super::pages::PAGE;
+use super::passes::{Passes, Sharded};
 use super::ring::Ring;
 use futures::StreamExt;
 use kube::api::DynamicObject;
@@ -71,15 +72,25 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
     let mut watches = tokio::task::JoinSet::new();
     let (leases, task) = members::watch(client, settings, leases_changed.clone());
     watches.spawn(task);
-    for (kind, ns) in &kinds.parents {
+    let label = settings.label();
+    // Parents without a shard label, and related objects naming a parent without one.
+    let parents = kinds
+        .parents
+        .iter()
+        .map(|(kind, ns)| (kind, ns.as_deref(), format!("!{label}")));
+    let related = kinds.related.iter().map(|l| {
+        let selector = format!("{},!{label}", l.label);
+        (&l.related, l.namespace.as_deref(), selector)
+    });
+    for (kind, ns, selector) in parents.chain(related) {
         // An `Api` of `PartialObjectMeta` watches metadata only.
-        let api = match ns.as_deref() {
+        let api = match ns {
             Some(ns) if kind.namespaced => {
                 kube::Api::namespaced_with(client.clone(), ns, &kind.resource)
             }
             _ => kube::Api::all_with(client.clone(), &kind.resource),
         };
-        watches.spawn(watch_unassigned(api, &settings.label(), unassigned.clone()));
+        watches.spawn(watch_unassigned(api, &selector, unassigned.clone()));
     }
     let wake = Wake {
         leases: &leases_changed,
@@ -89,14 +100,15 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
     sync_loop(client, settings, kinds, &leases, wake).await;
 }
 
-/// Wakes `changed` whenever a parent without a shard label appears or changes. The watch
-/// selects only those, so its stream carries only them, and it keeps no cache.
+/// Wakes `changed` whenever an object `selector` picks (one without a shard label) appears or
+/// changes. The watch selects only those, so its stream carries only them, and it keeps no
+/// cache.
 fn watch_unassigned(
     api: kube::Api<PartialObjectMeta<DynamicObject>>,
-    label: &str,
+    selector: &str,
     changed: Arc<Notify>,
 ) -> impl Future<Output = ()> + use<> {
-    let config = watcher::Config::default().labels(&format!("!{label}"));
+    let config = watcher::Config::default().labels(selector);
     watcher(api, config).default_backoff().for_each(move |e| {
         if matches!(
             e,
@@ -277,7 +289,8 @@ async fn step(
 mod tests {
     use super::*;
     use crate::shard::fake::Fake;
-    use crate::shard::passes::tests::{PARTS, kinds};
+    use crate::shard::fake::PARTS;
+    use crate::shard::passes::tests::kinds;
     use k8s_openapi::api::coordination::v1::Lease;
     use kube::runtime::reflector::store::Writer;
     use serde_json::json;

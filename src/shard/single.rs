@@ -1,7 +1,6 @@
 //! Work that runs on one replica of all the shards: only while this replica holds the sharder
 //! Lease, stopped the moment it loses it, and started again should it take the Lease back.
-//! `[[schedule]]`s run this way, so a schedule runs once per time, not once per shard, and so
-//! does the labelling of related objects ([`super::related`]).
+//! `[[schedule]]`s run this way, so a schedule runs once per time, not once per shard.
 
 use std::future::Future;
 use tokio::sync::watch;

@@ -3,7 +3,8 @@
 //! reconciled; a Secret naming its parent by label comes back labelled for the parent's shard
 //! and is cached there only (one labelled for no live shard is moved there), while a
 //! `shared = true` kind is cached in full on both; the `[[schedule]]` runs on the shard holding
-//! the sharder Lease only.
+//! the sharder Lease only. When the other shard stops, its parents' Secrets follow them to the
+//! sharder's shard.
 
 use crate::support::metrics::{http_get, sum, wait_for_metric};
 use crate::support::{self, Khai, TestNamespace, custom_api};
@@ -87,7 +88,7 @@ async fn admission_labels_parents_and_their_related_objects_and_one_shard_runs_t
         url.as_str(),
     ];
     let ids = ["s0", "s1"];
-    let shards: Vec<Khai> = ids
+    let mut shards: Vec<Khai> = ids
         .iter()
         .map(|s| {
             let mut flags = common.to_vec();
@@ -273,5 +274,60 @@ async fn admission_labels_parents_and_their_related_objects_and_one_shard_runs_t
         0.0,
         "the schedule ran on the shard not holding the sharder Lease"
     );
-    eprintln!("sharding_admission: took {:?}", started.elapsed());
+    // The other shard stops: its parents move to the sharder's, and their Secrets with them.
+    let mark = crate::support::audit::mark();
+    let (code, _) = shards.remove(1 - at).terminate().await;
+    assert_eq!(code, Some(0));
+    let stopped = Instant::now();
+    let named_by = format!("{group}/part");
+    loop {
+        let on = crate::support::shards::shard_of(&parts, &label).await;
+        let behind: Vec<String> = secrets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|s| {
+                let parent = on.get(&s.labels()[&named_by]).cloned().flatten();
+                parent.as_deref() != Some(holder.as_str())
+                    || s.labels().get(&label) != parent.as_ref()
+            })
+            .map(|s| s.name_any())
+            .collect();
+        if behind.is_empty() {
+            break;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(30),
+            "Secrets not on their parent's shard {holder} 30 s after the other stopped: {behind:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Each moved parent's Secret was relabelled before the parent, in the audit log's order.
+    let patches = crate::support::audit::entries(mark, |e| {
+        e["objectRef"]["namespace"] == ns.name.as_str()
+            && e["verb"] == "patch"
+            && e["objectRef"]["subresource"].is_null()
+    });
+    let first = |resource: &str, name: &str| {
+        let e = patches
+            .iter()
+            .find(|e| e["objectRef"]["resource"] == resource && e["objectRef"]["name"] == name);
+        let e = e.unwrap_or_else(|| panic!("{resource} {name} not relabelled"));
+        crate::support::audit::timestamp(e, "requestReceivedTimestamp")
+    };
+    let gone = ids[1 - at];
+    for (parent, _) in shard_of.iter().filter(|(_, s)| *s == gone) {
+        let secret = format!("{parent}-rel");
+        assert!(
+            first("secrets", &secret) < first("parts", parent),
+            "{secret} relabelled after its parent"
+        );
+    }
+    eprintln!(
+        "sharding_admission: took {:?}; Secrets followed their parents off the stopped shard in {:?}",
+        started.elapsed(),
+        stopped.elapsed()
+    );
 }

@@ -1,0 +1,75 @@
+//! A label-selected list of metadata read one page at a time, as every pass of the sharder
+//! reads, and what a pass wrote.
+
+use kube::api::{DynamicObject, ListParams};
+use kube::core::PartialObjectMeta;
+
+pub(super) type Meta = PartialObjectMeta<DynamicObject>;
+
+/// The value of label `key` of `o`.
+pub(super) fn label<'m>(o: &'m Meta, key: &str) -> Option<&'m str> {
+    o.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+/// Objects per page of the sharder's lists.
+pub(super) const PAGE: u32 = 500;
+
+/// A label-selected list of metadata, one page at a time. The pages are read from the API
+/// server as they are asked for, so only the page in hand is in memory.
+pub(super) struct Pages {
+    api: kube::Api<DynamicObject>,
+    params: ListParams,
+    token: Option<String>,
+    done: bool,
+}
+
+impl Pages {
+    pub(super) fn new(api: kube::Api<DynamicObject>, selector: &str, limit: u32) -> Self {
+        Self {
+            api,
+            params: ListParams::default().labels(selector).limit(limit),
+            token: None,
+            done: false,
+        }
+    }
+
+    /// The next page, `None` past the last.
+    pub(super) async fn next(&mut self) -> Result<Option<Vec<Meta>>, kube::Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let params = match &self.token {
+            Some(t) => self.params.clone().continue_token(t),
+            None => self.params.clone(),
+        };
+        let page = self.api.list_metadata(&params).await?;
+        self.token = page.metadata.continue_.filter(|t| !t.is_empty());
+        self.done = self.token.is_none();
+        Ok(Some(page.items))
+    }
+}
+
+/// What a pass wrote: objects relabelled, and objects left because they changed or went
+/// since they were read (the next pass decides again).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tally {
+    pub written: usize,
+    pub stale: usize,
+}
+
+impl Tally {
+    pub(super) fn add(&mut self, other: Tally) {
+        self.written += other.written;
+        self.stale += other.stale;
+    }
+}
+
+impl From<(usize, usize)> for Tally {
+    fn from((written, stale): (usize, usize)) -> Self {
+        Self { written, stale }
+    }
+}
