@@ -12,8 +12,10 @@
 //! [`passes`]: super::passes
 
 use super::Settings;
+use super::kinds::Sharded;
 use super::members::{self, Members};
-use super::passes::{PAGE, Passes, Sharded};
+use super::pages::PAGE;
+use super::passes::Passes;
 use super::ring::Ring;
 use futures::StreamExt;
 use kube::api::DynamicObject;
@@ -71,15 +73,16 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
     let mut watches = tokio::task::JoinSet::new();
     let (leases, task) = members::watch(client, settings, leases_changed.clone());
     watches.spawn(task);
-    for (kind, ns) in &kinds.parents {
+    for p in &kinds.parents {
         // An `Api` of `PartialObjectMeta` watches metadata only.
-        let api = match ns.as_deref() {
-            Some(ns) if kind.namespaced => {
-                kube::Api::namespaced_with(client.clone(), ns, &kind.resource)
+        let api = match p.namespace.as_deref() {
+            Some(ns) if p.kind.namespaced => {
+                kube::Api::namespaced_with(client.clone(), ns, &p.kind.resource)
             }
-            _ => kube::Api::all_with(client.clone(), &kind.resource),
+            _ => kube::Api::all_with(client.clone(), &p.kind.resource),
         };
-        watches.spawn(watch_unassigned(api, &settings.label(), unassigned.clone()));
+        let unlabelled = super::narrowed(&p.filter, &format!("!{}", settings.label()));
+        watches.spawn(watch_unassigned(api, &unlabelled, unassigned.clone()));
     }
     let wake = Wake {
         leases: &leases_changed,
@@ -89,14 +92,21 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
     sync_loop(client, settings, kinds, &leases, wake).await;
 }
 
-/// Wakes `changed` whenever a parent without a shard label appears or changes. The watch
-/// selects only those, so its stream carries only them, and it keeps no cache.
+/// Wakes `changed` whenever a parent without a shard label (`unlabelled`, with the
+/// controllers' filters) appears or changes. The watch selects only those, so its stream
+/// carries only them, and it keeps no cache.
 fn watch_unassigned(
     api: kube::Api<PartialObjectMeta<DynamicObject>>,
-    label: &str,
+    unlabelled: &crate::watch::Filter,
     changed: Arc<Notify>,
 ) -> impl Future<Output = ()> + use<> {
-    let config = watcher::Config::default().labels(&format!("!{label}"));
+    let mut config = watcher::Config::default();
+    if let Some(l) = &unlabelled.labels {
+        config = config.labels(l);
+    }
+    if let Some(f) = &unlabelled.fields {
+        config = config.fields(f);
+    }
     watcher(api, config).default_backoff().for_each(move |e| {
         if matches!(
             e,
