@@ -8,7 +8,9 @@
 //!
 //! Each list of parents also carries the controllers' server-side filters (`selector`,
 //! `field_selector`): a parent they leave out is not the operator's, so it is never assigned,
-//! moved or drained, as khai unsharded never writes to it.
+//! moved or drained, as khai unsharded never writes to it. A dead shard's children of such a
+//! kind are relabelled with their parent, page by page of parents, found by their owner label,
+//! so the children of a parent left out stay with it.
 
 use super::kinds::{Parent, Sharded};
 use super::moves::{Move, PATCHES_AT_ONCE, Relabel, decide, send};
