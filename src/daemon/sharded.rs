@@ -3,15 +3,17 @@
 
 use crate::controller::Prepared;
 
-/// The parent, owned and sharded watched kinds of the prepared controllers and where they are
-/// watched, each once: what the sharder assigns to shards.
+/// The parent kinds of the prepared controllers, where they are watched and what their
+/// controllers select, and the owned and sharded watched kinds, each once: what the sharder
+/// assigns to shards.
 pub(super) fn parent_kinds(prepared: &[Prepared]) -> crate::shard::Sharded {
     let mut kinds = crate::shard::Sharded::default();
     for p in prepared {
-        let k = (p.primary.kind.clone(), p.primary.namespace.clone());
-        if !kinds.parents.contains(&k) {
-            kinds.parents.push(k);
-        }
+        kinds.add_parent(crate::shard::Parent {
+            kind: p.primary.kind.clone(),
+            namespace: p.primary.namespace.clone(),
+            filter: p.ctx.spec.filter.clone(),
+        });
         for o in &p.ctx.caches.owned {
             let k = (o.kind.clone(), o.namespace.clone());
             if !kinds.children.contains(&k) {

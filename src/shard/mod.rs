@@ -9,6 +9,7 @@
 pub(crate) mod assign;
 #[cfg(test)]
 mod fake;
+mod kinds;
 mod members;
 mod moves;
 mod pages;
@@ -19,7 +20,7 @@ pub(crate) mod sharder;
 pub(crate) mod single;
 pub(crate) mod view;
 
-pub(crate) use passes::Sharded;
+pub(crate) use kinds::{Parent, Sharded};
 
 use crate::config::selector::{label_value, qualified_name};
 use std::collections::BTreeMap;
@@ -119,14 +120,7 @@ impl Settings {
 
     /// `filter` narrowed to this shard's objects.
     pub(crate) fn narrow(&self, filter: &crate::watch::Filter) -> crate::watch::Filter {
-        let labels = match filter.labels.as_deref() {
-            Some(l) if !l.trim().is_empty() => format!("{l},{}", self.selector()),
-            _ => self.selector(),
-        };
-        crate::watch::Filter {
-            labels: Some(labels),
-            fields: filter.fields.clone(),
-        }
+        narrowed(filter, &self.selector())
     }
 
     /// The selector of every shard Lease of the operator.
@@ -163,6 +157,18 @@ impl Settings {
             retry_period: self.retry_period,
             labels: BTreeMap::new(),
         }
+    }
+}
+
+/// `filter` with the label requirement `more` added to its label selector.
+pub(crate) fn narrowed(filter: &crate::watch::Filter, more: &str) -> crate::watch::Filter {
+    let labels = match filter.labels.as_deref() {
+        Some(l) if !l.trim().is_empty() => format!("{l},{more}"),
+        _ => more.to_string(),
+    };
+    crate::watch::Filter {
+        labels: Some(labels),
+        fields: filter.fields.clone(),
     }
 }
 

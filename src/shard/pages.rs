@@ -1,6 +1,7 @@
-//! A label-selected list of metadata read one page at a time, as every pass of the sharder
-//! reads, and what a pass wrote.
+//! A label- and field-selected list of metadata read one page at a time, so the sharder never
+//! holds more than one page whatever the number of objects, and what a pass wrote.
 
+use crate::watch::Filter;
 use kube::api::{DynamicObject, ListParams};
 use kube::core::PartialObjectMeta;
 
@@ -18,7 +19,7 @@ pub(super) fn label<'m>(o: &'m Meta, key: &str) -> Option<&'m str> {
 /// Objects per page of the sharder's lists.
 pub(super) const PAGE: u32 = 500;
 
-/// A label-selected list of metadata, one page at a time. The pages are read from the API
+/// A selected list of metadata, one page at a time. The pages are read from the API
 /// server as they are asked for, so only the page in hand is in memory.
 pub(super) struct Pages {
     api: kube::Api<DynamicObject>,
@@ -28,13 +29,30 @@ pub(super) struct Pages {
 }
 
 impl Pages {
-    pub(super) fn new(api: kube::Api<DynamicObject>, selector: &str, limit: u32) -> Self {
+    /// The objects `api` lists through `filter`.
+    pub(super) fn new(api: kube::Api<DynamicObject>, filter: &Filter, limit: u32) -> Self {
+        let mut params = ListParams::default().limit(limit);
+        if let Some(l) = &filter.labels {
+            params = params.labels(l);
+        }
+        if let Some(f) = &filter.fields {
+            params = params.fields(f);
+        }
         Self {
             api,
-            params: ListParams::default().labels(selector).limit(limit),
+            params,
             token: None,
             done: false,
         }
+    }
+
+    /// The objects `api` lists through the label selector `selector`.
+    pub(super) fn labelled(api: kube::Api<DynamicObject>, selector: &str, limit: u32) -> Self {
+        let filter = Filter {
+            labels: Some(selector.to_string()),
+            fields: None,
+        };
+        Self::new(api, &filter, limit)
     }
 
     /// The next page, `None` past the last.

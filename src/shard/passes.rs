@@ -7,26 +7,22 @@
 //! - every assigned parent, when the membership changed (joins drain) and every few minutes.
 //!
 //! The related objects of sharded `watches` kinds go with their parents ([`super::related`]).
+//!
+//! Each list of parents also carries the controllers' server-side filters (`selector`,
+//! `field_selector`): a parent they leave out is not the operator's, so it is never assigned,
+//! moved or drained, as khai unsharded never writes to it. A dead shard's children of such a
+//! kind are relabelled with their parent, page by page of parents, found by their owner label,
+//! so the children of a parent left out stay with it.
 
+use super::kinds::{Parent, Sharded};
 use super::moves::{Move, PATCHES_AT_ONCE, Relabel, decide, send};
 use super::pages::{Meta, Pages, Tally};
-use super::related::{Followers, Link};
+use super::related::Followers;
 use super::ring::Ring;
-use crate::watch::Kind;
+use crate::watch::{Filter, Kind};
 use futures::StreamExt;
 use kube::api::DynamicObject;
 use std::collections::BTreeMap;
-
-/// What the sharder assigns to shards, and where it looks for it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Sharded {
-    /// The controllers' parent kinds, each with the namespace it is watched in (`None`: all).
-    pub parents: Vec<(Kind, Option<String>)>,
-    /// The kinds the controllers own, likewise: their children follow their parent.
-    pub children: Vec<(Kind, Option<String>)>,
-    /// The sharded `watches` entries: their objects follow the parent their label names.
-    pub related: Vec<Link>,
-}
 
 /// The passes of one sharder.
 pub(super) struct Passes<'a> {
@@ -41,6 +37,23 @@ pub(super) struct Passes<'a> {
 impl Passes<'_> {
     fn api(&self, kind: &Kind, namespace: Option<&str>) -> kube::Api<DynamicObject> {
         crate::watch::api(self.client, kind, namespace)
+    }
+
+    /// The parents of `p` its controllers select, among those the label selector `shard`
+    /// picks, a page at a time.
+    fn parents(&self, p: &Parent, shard: &str) -> Pages {
+        let filter = super::narrowed(&p.filter, shard);
+        Pages::new(
+            self.api(&p.kind, p.namespace.as_deref()),
+            &filter,
+            self.page,
+        )
+    }
+
+    /// The objects of `kind` in `namespace` the label selector `labels` picks, a page at a time.
+    fn labelled(&self, kind: &Kind, namespace: Option<&str>, labels: &str) -> Pages {
+        let filter = super::narrowed(&Filter::default(), labels);
+        Pages::new(self.api(kind, namespace), &filter, self.page)
     }
 
     fn label_of<'m>(&self, o: &'m Meta) -> Option<&'m str> {
@@ -65,7 +78,9 @@ impl Passes<'_> {
     }
 
     /// The ring key of the parent a child's controller ownerReference names, when that parent
-    /// is of a sharded kind.
+    /// is of a kind sharded in full. The children of a kind its controllers filter move with
+    /// their parent instead ([`Self::children_first`]): a parent left out stays, and so do its
+    /// children.
     fn parent_key(&self, child: &Meta) -> Option<String> {
         let r = child
             .metadata
@@ -74,11 +89,13 @@ impl Passes<'_> {
             .iter()
             .find(|r| r.controller == Some(true))?;
         let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let (kind, _) = self
+        let parent = self
             .kinds
             .parents
             .iter()
-            .find(|(k, _)| k.resource.group == group && k.resource.kind == r.kind)?;
+            .find(|p| p.kind.resource.group == group && p.kind.resource.kind == r.kind)
+            .filter(|p| !p.filtered())?;
+        let kind = &parent.kind;
         let ns = child
             .metadata
             .namespace
@@ -105,7 +122,7 @@ impl Passes<'_> {
         let selector = format!("{}={dead}", self.label);
         let mut tally = Tally::default();
         for (kind, ns) in &self.kinds.children {
-            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &selector, self.page);
+            let mut pages = self.labelled(kind, ns.as_deref(), &selector);
             while let Some(page) = pages.next().await? {
                 let patches = page
                     .into_iter()
@@ -124,16 +141,22 @@ impl Passes<'_> {
             }
         }
         tally.add(self.related().of_dead(ring, dead).await?);
-        for (kind, ns) in &self.kinds.parents {
-            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &selector, self.page);
+        for p in &self.kinds.parents {
+            let kind = &p.kind;
+            let mut pages = self.parents(p, &selector);
             while let Some(page) = pages.next().await? {
-                let patches = page
-                    .iter()
-                    .filter_map(|o| {
-                        let m = decide(ring, &key(kind, o), Some(dead), false, true)?;
-                        Some(self.parent(kind, o, &m))
-                    })
-                    .collect();
+                let mut moved = Vec::new();
+                let mut patches = Vec::new();
+                for o in &page {
+                    let Some(m) = decide(ring, &key(kind, o), Some(dead), false, true) else {
+                        continue;
+                    };
+                    if let (true, Move::Assign { to, .. }) = (p.filtered(), &m) {
+                        moved.push((o, to.clone()));
+                    }
+                    patches.push(self.parent(kind, o, &m));
+                }
+                tally.add(self.children_first(kind, moved).await?);
                 tally.add(send(patches).await?.into());
             }
         }
@@ -146,8 +169,9 @@ impl Passes<'_> {
     pub(super) async fn unassigned(&self, ring: &Ring) -> Result<Tally, kube::Error> {
         let selector = format!("!{}", self.label);
         let mut tally = Tally::default();
-        for (kind, ns) in &self.kinds.parents {
-            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &selector, self.page);
+        for p in &self.kinds.parents {
+            let kind = &p.kind;
+            let mut pages = self.parents(p, &selector);
             while let Some(page) = pages.next().await? {
                 let mut drained = Vec::new();
                 let mut patches = Vec::new();
@@ -178,8 +202,9 @@ impl Passes<'_> {
         let mut owned: BTreeMap<String, i64> =
             ring.shards().iter().map(|s| (s.clone(), 0)).collect();
         let mut tally = Tally::default();
-        for (kind, ns) in &self.kinds.parents {
-            let mut pages = Pages::new(self.api(kind, ns.as_deref()), &self.label, self.page);
+        for p in &self.kinds.parents {
+            let kind = &p.kind;
+            let mut pages = self.parents(p, &self.label);
             while let Some(page) = pages.next().await? {
                 let mut moved = Vec::new();
                 let mut patches = Vec::new();
@@ -251,7 +276,7 @@ impl Passes<'_> {
                 Some(p) if kind.namespaced && child.namespaced => Some(p.as_str()),
                 _ => ns.as_deref(),
             };
-            let mut pages = Pages::new(self.api(child, ns), &selector, self.page);
+            let mut pages = self.labelled(child, ns, &selector);
             while let Some(page) = pages.next().await? {
                 out.extend(page.into_iter().filter_map(|c| {
                     Some(Relabel::child(
@@ -288,7 +313,11 @@ pub(super) mod tests {
     /// Parts owning ConfigMaps, and Secrets naming their Part.
     pub(crate) fn kinds() -> Sharded {
         Sharded {
-            parents: vec![(part(), Some("ns".into()))],
+            parents: vec![Parent {
+                kind: part(),
+                namespace: Some("ns".into()),
+                filter: Filter::default(),
+            }],
             children: vec![(Kind::configmaps(), Some("ns".into()))],
             related: vec![crate::shard::related::tests::link()],
         }
@@ -453,5 +482,44 @@ pub(super) mod tests {
         assert_eq!(t.written, 1);
         let to = json!({ "shard.khai.dev/op": q_on });
         assert_eq!(patches(&fake), [format!("PATCH {SECRETS}/s {to}")]);
+    }
+
+    /// A parent the controllers' `selector` leaves out is not the operator's: no pass assigns,
+    /// moves or drains it, nor relabels its children; a selected one moves, children first.
+    #[tokio::test]
+    async fn a_parent_the_controllers_filter_out_is_left_alone_with_its_children() {
+        let fake = Fake::default();
+        for (name, keep) in [("in", "yes"), ("out", "no")] {
+            let labels = json!({ "shard.khai.dev/op": "gone", "keep": keep });
+            fake.add(PARTS, name, labels, json!({}));
+            let owner = json!({ "ownerReferences": [{ "apiVersion": "x.dev/v1", "kind": "Part",
+                "name": name, "uid": format!("uid-{name}"), "controller": true }] });
+            let child =
+                json!({ "shard.khai.dev/op": "gone", "khai.dev/owner": format!("uid-{name}") });
+            fake.add(CMS, name, child, owner);
+        }
+        fake.add(PARTS, "new", json!({ "keep": "no" }), json!({}));
+        let mut kinds = kinds();
+        kinds.parents[0].filter.labels = Some("keep=yes".into());
+        let (client, ring) = (fake.client(), Ring::new(["a"]));
+        let p = passes(&client, &kinds, 500);
+        p.dead(&ring, "gone").await.unwrap();
+        p.unassigned(&ring).await.unwrap();
+        p.full(&ring).await.unwrap();
+        let child = json!({ "shard.khai.dev/op": "a" });
+        let parent = json!({ "shard.khai.dev/op": "a", "drain.shard.khai.dev/op": null });
+        assert_eq!(
+            patches(&fake),
+            [
+                format!("PATCH {CMS}/in {child}"),
+                format!("PATCH {PARTS}/in {parent}")
+            ]
+        );
+        let lists: Vec<String> = fake
+            .log()
+            .into_iter()
+            .filter(|l| l.starts_with(&format!("LIST {PARTS}")))
+            .collect();
+        assert!(lists.iter().all(|l| l.contains("keep=yes,")), "{lists:#?}");
     }
 }

@@ -95,7 +95,7 @@ impl Followers<'_> {
         for link in self.links {
             let selector = format!("{},{}={dead}", link.label, self.label);
             let api = crate::watch::api(self.client, &link.related, link.namespace.as_deref());
-            let mut pages = Pages::new(api, &selector, self.page);
+            let mut pages = Pages::labelled(api, &selector, self.page);
             while let Some(page) = pages.next().await? {
                 let patches = page
                     .into_iter()
@@ -134,7 +134,7 @@ impl Followers<'_> {
                 _ => link.namespace.as_deref(),
             };
             let api = crate::watch::api(self.client, &link.related, ns);
-            let mut pages = Pages::new(api, &selector, self.page);
+            let mut pages = Pages::labelled(api, &selector, self.page);
             while let Some(page) = pages.next().await? {
                 out.extend(page.into_iter().filter_map(|o| self.follow(link, o, to)));
             }
@@ -169,7 +169,7 @@ impl Followers<'_> {
         let mut tally = Tally::default();
         for link in self.links {
             let api = crate::watch::api(self.client, &link.related, link.namespace.as_deref());
-            let mut pages = Pages::new(api, &selector(link), self.page);
+            let mut pages = Pages::labelled(api, &selector(link), self.page);
             while let Some(page) = pages.next().await? {
                 let named: BTreeSet<Named> = page.iter().filter_map(|o| link.named(o)).collect();
                 let shards = self.shards_of(&link.parent, named).await?;

@@ -12,9 +12,10 @@
 //! [`passes`]: super::passes
 
 use super::Settings;
+use super::kinds::Sharded;
 use super::members::{self, Members};
 use super::pages::PAGE;
-use super::passes::{Passes, Sharded};
+use super::passes::Passes;
 use super::ring::Ring;
 use futures::StreamExt;
 use kube::api::DynamicObject;
@@ -73,16 +74,20 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
     let (leases, task) = members::watch(client, settings, leases_changed.clone());
     watches.spawn(task);
     let label = settings.label();
-    // Parents without a shard label, and related objects naming a parent without one.
-    let parents = kinds
-        .parents
-        .iter()
-        .map(|(kind, ns)| (kind, ns.as_deref(), format!("!{label}")));
-    let related = kinds.related.iter().map(|l| {
-        let selector = format!("{},!{label}", l.label);
-        (&l.related, l.namespace.as_deref(), selector)
+    // Parents without a shard label (through their controllers' filters), and related objects
+    // naming a parent without one.
+    let parents = kinds.parents.iter().map(|p| {
+        let unlabelled = super::narrowed(&p.filter, &format!("!{label}"));
+        (&p.kind, p.namespace.as_deref(), unlabelled)
     });
-    for (kind, ns, selector) in parents.chain(related) {
+    let related = kinds.related.iter().map(|l| {
+        let unlabelled = super::narrowed(
+            &crate::watch::Filter::default(),
+            &format!("{},!{label}", l.label),
+        );
+        (&l.related, l.namespace.as_deref(), unlabelled)
+    });
+    for (kind, ns, unlabelled) in parents.chain(related) {
         // An `Api` of `PartialObjectMeta` watches metadata only.
         let api = match ns {
             Some(ns) if kind.namespaced => {
@@ -90,7 +95,7 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
             }
             _ => kube::Api::all_with(client.clone(), &kind.resource),
         };
-        watches.spawn(watch_unassigned(api, &selector, unassigned.clone()));
+        watches.spawn(watch_unassigned(api, &unlabelled, unassigned.clone()));
     }
     let wake = Wake {
         leases: &leases_changed,
@@ -100,15 +105,21 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
     sync_loop(client, settings, kinds, &leases, wake).await;
 }
 
-/// Wakes `changed` whenever an object `selector` picks (one without a shard label) appears or
-/// changes. The watch selects only those, so its stream carries only them, and it keeps no
-/// cache.
+/// Wakes `changed` whenever an object `unlabelled` picks (a parent through its controllers'
+/// filters, or a related object, without a shard label) appears or changes. The watch selects only those, so its stream
+/// carries only them, and it keeps no cache.
 fn watch_unassigned(
     api: kube::Api<PartialObjectMeta<DynamicObject>>,
-    selector: &str,
+    unlabelled: &crate::watch::Filter,
     changed: Arc<Notify>,
 ) -> impl Future<Output = ()> + use<> {
-    let config = watcher::Config::default().labels(selector);
+    let mut config = watcher::Config::default();
+    if let Some(l) = &unlabelled.labels {
+        config = config.labels(l);
+    }
+    if let Some(f) = &unlabelled.fields {
+        config = config.fields(f);
+    }
     watcher(api, config).default_backoff().for_each(move |e| {
         if matches!(
             e,

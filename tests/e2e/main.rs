@@ -54,6 +54,7 @@ mod servers;
 mod sharding;
 mod sharding_admission;
 mod sharding_scale;
+mod sharding_scope;
 mod side_effects;
 mod stdlib;
 mod unowned;

@@ -8,7 +8,7 @@ mod setup;
 
 use crate::support::audit;
 use crate::support::metrics::{http_get, metrics_until, sample, sum, wait_for_metric};
-use crate::support::shards::{LEASE, Sharded, ready, shard_of};
+use crate::support::shards::{LEASE, Sharded, ready, shard_of, writes_per_object};
 use crate::support::{self, Khai};
 use kube::ResourceExt;
 use kube::api::ListParams;
@@ -299,27 +299,7 @@ async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_
                 .is_some_and(|a| a.starts_with("khai/"))
             && still.iter().any(|p| e["objectRef"]["name"] == p.as_str())
     };
-    let mut per_object: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for e in audit::entries(mark, of_still) {
-        let r = &e["objectRef"];
-        let resource = match r["subresource"].as_str() {
-            Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or_default()),
-            None => r["resource"].as_str().unwrap_or_default().to_string(),
-        };
-        let name = r["name"].as_str().unwrap_or_default().to_string();
-        let uri = e["requestURI"].as_str().unwrap_or_default();
-        // Server-side apply names its field manager; the sharder's label patches do not.
-        let how = if uri.contains("fieldManager") {
-            "apply"
-        } else {
-            "merge"
-        };
-        let verb = e["verb"].as_str().unwrap_or_default();
-        per_object
-            .entry((resource, name))
-            .or_default()
-            .push(format!("{verb} {how}"));
-    }
+    let per_object = writes_per_object(mark, of_still);
     eprintln!(
         "sharding: {n} parents created in {created:?}, all Ready after {all_ready:?}; owned {owned:?}; \
          {} parents of {dead} moved and reconciled {moved:?} after kill -9 (lease {LEASE:?}) \

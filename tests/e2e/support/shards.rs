@@ -30,14 +30,24 @@ pub struct Sharded {
 }
 
 impl Sharded {
-    /// Writes the operator into a temporary directory; nothing runs yet.
+    /// Writes the `Part` operator into a temporary directory; nothing runs yet.
     pub async fn new(client: &kube::Client, prefix: &str) -> Self {
+        Self::with_operator(client, prefix, operator).await
+    }
+
+    /// Like [`Sharded::new`], with the operator `write(dir, name, group)` writes into `dir`
+    /// (returning the config's path).
+    pub async fn with_operator(
+        client: &kube::Client,
+        prefix: &str,
+        write: impl FnOnce(&Path, &str, &str) -> PathBuf,
+    ) -> Self {
         let ns = TestNamespace::new(client, prefix).await;
         let dir = tempfile::tempdir().unwrap();
         let id = super::nanos_u64() % 0xffff_ffff;
         let name = format!("{prefix}{id:x}");
         let group = format!("{prefix}{id:x}.khai.dev");
-        let config = operator(dir.path(), &name, &group);
+        let config = write(dir.path(), &name, &group);
         let flags = [
             "--shards",
             "--leader-elect-namespace",
@@ -105,6 +115,31 @@ impl Sharded {
             .await
             .unwrap();
         lease.spec.and_then(|s| s.holder_identity).unwrap()
+    }
+
+    /// Waits until a shard of `shards` (started with `ids`) holds the sharder Lease and says it
+    /// has settled (from then on it may move objects); its index.
+    pub async fn settled_sharder(
+        &self,
+        client: &kube::Client,
+        ids: &[&str],
+        shards: &[Khai],
+    ) -> usize {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), &self.ns.name);
+        let name = format!("khai-{}-sharder", self.name);
+        super::poll_until("a shard holding the sharder Lease", || async {
+            let lease = leases.get_opt(&name).await.ok().flatten();
+            lease.and_then(|l| l.spec?.holder_identity).is_some()
+        })
+        .await;
+        let holder = self.sharder(client).await;
+        let at = ids.iter().position(|s| *s == holder).unwrap();
+        let settled = json!({ "settled": true });
+        shards[at]
+            .wait_for_json_log(0, "the sharder settling", settled)
+            .await;
+        at
     }
 
     /// The `Part` named `name` with `spec.n = n`.
@@ -230,6 +265,36 @@ pub fn writers_by_object(writes: &[serde_json::Value]) -> BTreeMap<String, Vec<S
             (o, w.into_iter().map(|(_, who)| who).collect())
         })
         .collect()
+}
+
+/// The writes since `mark` that `keep` accepts, per `(resource[/sub], name)`, each as `verb
+/// apply` (server-side apply, which names its field manager) or `verb merge` (the sharder's
+/// label patches and other merge patches), in the order the API server logged them.
+pub fn writes_per_object(
+    mark: audit::Mark,
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> BTreeMap<(String, String), Vec<String>> {
+    let mut per_object: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for e in audit::entries(mark, keep) {
+        let r = &e["objectRef"];
+        let resource = match r["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or_default()),
+            None => r["resource"].as_str().unwrap_or_default().to_string(),
+        };
+        let name = r["name"].as_str().unwrap_or_default().to_string();
+        let uri = e["requestURI"].as_str().unwrap_or_default();
+        let how = if uri.contains("fieldManager") {
+            "apply"
+        } else {
+            "merge"
+        };
+        let verb = e["verb"].as_str().unwrap_or_default();
+        per_object
+            .entry((resource, name))
+            .or_default()
+            .push(format!("{verb} {how}"));
+    }
+    per_object
 }
 
 /// Panics naming the object if some object's writers take turns back: once shard B has
