@@ -23,6 +23,9 @@ struct State {
     /// `LIST <collection> <selector> <continue>`, `GET <collection>/<name>` and
     /// `PATCH <collection>/<name> <labels>`.
     log: Vec<String>,
+    /// The next list carrying a continue token is answered 410 Gone, as the API server answers
+    /// a token older than etcd's compaction.
+    expire_next_continue: bool,
 }
 
 impl Fake {
@@ -48,6 +51,11 @@ impl Fake {
             .entry(collection.into())
             .or_default()
             .insert(name.into(), obj);
+    }
+
+    /// Answers the next list that carries a continue token with 410 Gone, once.
+    pub(super) fn expire_next_continue(&self) {
+        crate::sync::lock(&self.inner).expire_next_continue = true;
     }
 
     pub(super) fn log(&self) -> Vec<String> {
@@ -113,6 +121,15 @@ impl Fake {
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(usize::MAX);
             s.log.push(format!("LIST {path} {selector} {after}"));
+            if !after.is_empty() && std::mem::take(&mut s.expire_next_continue) {
+                let status = json!({ "apiVersion": "v1", "kind": "Status", "status": "Failure",
+                    "reason": "Expired", "code": 410,
+                    "message": "The provided continue parameter is too old to display a consistent list result." });
+                let mut r =
+                    Response::new(Body::from(serde_json::to_vec(&status).unwrap_or_default()));
+                *r.status_mut() = http::StatusCode::GONE;
+                return r;
+            }
             let mut items: Vec<Value> = s
                 .objects
                 .get(&path)

@@ -64,7 +64,16 @@ impl Pages {
             Some(t) => self.params.clone().continue_token(t),
             None => self.params.clone(),
         };
-        let page = self.api.list_metadata(&params).await?;
+        let page = match self.api.list_metadata(&params).await {
+            // The continue token outlived etcd's compaction (about 5 min): a pass that long
+            // starts over. What it already wrote is decided the same way again, or is no longer
+            // selected, so starting over converges.
+            Err(kube::Error::Api(e)) if e.code == 410 && self.token.is_some() => {
+                tracing::debug!("a sharder pass outlived its list's continue token; starting over");
+                self.api.list_metadata(&self.params).await?
+            }
+            answer => answer?,
+        };
         self.token = page.metadata.continue_.filter(|t| !t.is_empty());
         self.done = self.token.is_none();
         Ok(Some(page.items))
@@ -89,5 +98,45 @@ impl Tally {
 impl From<(usize, usize)> for Tally {
     fn from((written, stale): (usize, usize)) -> Self {
         Self { written, stale }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::fake::{Fake, PARTS, part};
+    use serde_json::json;
+
+    fn names(page: &[Meta]) -> Vec<String> {
+        page.iter()
+            .filter_map(|o| o.metadata.name.clone())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_pass_whose_continue_token_expired_starts_over_rather_than_failing() {
+        let fake = Fake::default();
+        for n in ["a", "b", "c"] {
+            fake.add(PARTS, n, json!({}), json!({}));
+        }
+        let api = crate::watch::api(&fake.client(), &part(), Some("ns"));
+        let mut pages = Pages::labelled(api, "", 1);
+        let mut read = Vec::new();
+        read.extend(names(&pages.next().await.unwrap().unwrap()));
+        fake.expire_next_continue();
+        while let Some(page) = pages.next().await.unwrap() {
+            read.extend(names(&page));
+        }
+        assert_eq!(read, ["a", "a", "b", "c"]);
+        let lists: Vec<String> = fake
+            .log()
+            .into_iter()
+            .filter(|l| l.starts_with("LIST"))
+            .collect();
+        assert_eq!(lists.len(), 5, "{lists:?}");
+        assert!(
+            lists[2].ends_with("  "),
+            "started over without a token: {lists:?}"
+        );
     }
 }
