@@ -283,7 +283,7 @@ fn documented_fields(src: &str) -> BTreeMap<String, BTreeMap<String, Row>> {
     out
 }
 
-/// Issue 12: every field the config model accepts is in docs/configuration.md, in the table of
+/// Every field the config model accepts is in docs/configuration.md, in the table of
 /// its section, and the page documents no field the model does not accept.
 #[test]
 fn the_configuration_reference_documents_exactly_the_fields_the_model_accepts() {
@@ -604,7 +604,7 @@ fn the_code_block_checks_catch_broken_blocks() {
     assert!(problems[2].contains("reconcile"), "{}", problems[2]);
 }
 
-/// Issue 12: README.md is a front page. Its first screen (before the first `---`) holds exactly
+/// README.md is a front page. Its first screen (before the first `---`) holds exactly
 /// two commands, the demo and the whole test suite, and the page stays under 200 lines.
 #[test]
 fn the_readme_front_page_keeps_its_two_commands_and_its_length() {
@@ -625,7 +625,7 @@ fn the_readme_front_page_keeps_its_two_commands_and_its_length() {
     }
 }
 
-/// Issue 15: the README's install section and docs/deploying.md's give the same two commands
+/// The README's install section and docs/deploying.md's give the same two commands
 /// (tests/e2e/helm.rs runs the README's).
 #[test]
 fn the_install_commands_are_the_same_in_the_readme_and_the_deploying_guide() {

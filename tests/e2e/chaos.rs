@@ -240,7 +240,7 @@ async fn leader_killed_repeatedly_never_leaves_two_writers() {
     );
 }
 
-/// Issue 17: after an API server restart khai's watches resumed 10 s after the server was
+/// After an API server restart khai's watches resumed 10 s after the server was
 /// ready. Two causes: a starting API server answers 503 with `Retry-After: 10` for custom
 /// resources, which kube's client followed, and kube-runtime's watch backoff grows to 30 s plus
 /// up to 100 % jitter. khai now retries such answers after 0.5, 1 and 2 s and its watches at

@@ -388,7 +388,7 @@ fn khai_within_30s(args: &[&str]) -> Output {
         .expect("run timeout khai")
 }
 
-/// Issue 24: `khai check` hung on a FIFO script, `/dev/zero` (growing to 9.9 GB) and
+/// `khai check` hung on a FIFO script, `/dev/zero` (growing to 9.9 GB) and
 /// `/dev/urandom`; now each is an error at the line that names it.
 #[test]
 fn check_refuses_a_fifo_or_a_device_named_by_the_config_without_hanging() {
@@ -439,7 +439,7 @@ fn check_refuses_a_fifo_or_a_device_named_by_the_config_without_hanging() {
     assert!(err.contains("not a regular file (a FIFO)"), "{err}");
 }
 
-/// Issue 24: configs `khai check` accepted although they are wrong; each is now an error with
+/// Configs `khai check` accepted although they are wrong; each is now an error with
 /// file:line and field.
 #[test]
 fn check_refuses_wrong_configs_with_file_line_and_field() {
@@ -490,7 +490,7 @@ fn check_refuses_wrong_configs_with_file_line_and_field() {
     }
 }
 
-/// Issue 24: `--namespace ""` would watch every namespace, as `namespaces = [""]` did.
+/// `--namespace ""` would watch every namespace, as `namespaces = [""]` did.
 #[test]
 fn run_refuses_a_namespace_flag_that_is_not_a_namespace_name() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/hello");
@@ -536,7 +536,7 @@ fn manifests_config_keys(dir: &Path) -> Vec<String> {
     keys
 }
 
-/// Issue 30: scripts named only by handlers, timers, daemons, indexes or hooks, and a relative
+/// Scripts named only by handlers, timers, daemons, indexes or hooks, and a relative
 /// `ca_file`, were left out of the values and the ConfigMap, so the installed daemon stopped
 /// with "cannot read script".
 #[test]
@@ -573,7 +573,7 @@ fn generate_values_and_manifests_ship_every_file_the_config_names() {
     assert_eq!(manifests_config_keys(dir.path()), keys);
 }
 
-/// Issue 30: `import` passed `khai check` and failed on the first call.
+/// `import` passed `khai check` and failed on the first call.
 #[test]
 fn check_refuses_import_at_its_file_and_line() {
     let dir = hello_with("scripts/hello.rhai", |t| {
@@ -589,7 +589,7 @@ fn check_refuses_import_at_its_file_and_line() {
     );
 }
 
-/// Issue 30: an index over Pods got no rule on `pods`, a config without a controller none on
+/// An index over Pods got no rule on `pods`, a config without a controller none on
 /// Events, and `khai rbac verify --file` passed rules lacking both.
 #[test]
 fn rbac_of_an_index_and_of_handlers_is_generated_and_verified() {

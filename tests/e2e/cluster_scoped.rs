@@ -1,6 +1,6 @@
 //! A cluster-scoped parent with children in several namespaces: `examples/propagate`.
 //!
-//! Issue 11: the child → parent mapping gave a cluster-scoped parent its child's namespace, so
+//! The child → parent mapping gave a cluster-scoped parent its child's namespace, so
 //! one SharedConfig with copies in three namespaces was queued as three objects, reconciled
 //! concurrently under each key, applied its children more than once and let a stale status win
 //! ("3/1" copies where "3/3" was true). With several watched namespaces, khai also started one

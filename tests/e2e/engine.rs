@@ -459,7 +459,7 @@ watches = [{{ kind = "v1/ConfigMap", label = "widget" }}]
     .await;
 }
 
-/// Issue 13: a watch's `map(obj, ctx)` gets `ctx`, so it can find the parents that name the
+/// A watch's `map(obj, ctx)` gets `ctx`, so it can find the parents that name the
 /// related object through the cache (`ctx.list`) instead of needing a label on it.
 #[tokio::test]
 async fn a_watch_map_with_ctx_finds_the_parents_that_name_the_object() {
@@ -638,7 +638,7 @@ fn reconcile(obj, ctx) {
     assert_eq!(code, Some(0));
 }
 
-/// Issue 11: khai deleted its finalizer only through `finalize`. Once the script no longer
+/// khai deleted its finalizer only through `finalize`. Once the script no longer
 /// defined it (an edit, a reload), objects carrying the finalizer hung on deletion for ever.
 #[tokio::test]
 async fn a_finalizer_no_script_needs_any_more_is_removed_and_deletion_completes() {
@@ -681,7 +681,7 @@ async fn a_finalizer_no_script_needs_any_more_is_removed_and_deletion_completes(
     crate::support::wait_until_gone(&api, "w", "the Widget to be deleted").await;
 }
 
-/// Issue 11: a child pruned before a reconcile had succeeded after creating it was never created
+/// A child pruned before a reconcile had succeeded after creating it was never created
 /// again (the log said `applied=0 unchanged=1` while the child did not exist), and the failure
 /// that started it reached the object as a Rust debug dump of the API server's answer.
 #[tokio::test]
@@ -744,7 +744,7 @@ fn reconcile(obj, ctx) {
     crate::support::wait_exists(&cms, "w-0", "the child, wanted again").await;
 }
 
-/// Issue 17: a reconcile that bumped a label on its own child ran 200 reconciles and 200 writes
+/// A reconcile that bumped a label on its own child ran 200 reconciles and 200 writes
 /// a second. khai pauses such an object, longer each time, says so, and leaves others alone.
 #[tokio::test]
 async fn an_object_whose_reconciles_keep_writing_is_paused_and_others_go_on() {
@@ -858,7 +858,7 @@ fn reconciles_of(khai: &Khai, name: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Issue 16: the watch event of the child khai had just applied came back to its parent and
+/// The watch event of the child khai had just applied came back to its parent and
 /// cost a second reconcile that had nothing to do (3 reconciles here, not 2). A create of a
 /// simple parent (one child and a status, a script that reads nothing but its object) is one
 /// reconcile; the label change after it is the second, and the last.
@@ -914,7 +914,7 @@ async fn khais_own_child_write_does_not_trigger_its_parent_again() {
     );
 }
 
-/// Issue 16: a script that reads its own child (here its uid, which the API server assigns, into
+/// A script that reads its own child (here its uid, which the API server assigns, into
 /// status) needs the child's watch event after khai created it: only then can it see the child.
 /// Skipping khai's own echoes must not skip this one.
 #[tokio::test]

@@ -583,7 +583,7 @@ async fn finalize_and_a_delete_handler_of_one_kind_both_run_once_before_the_obje
     assert_eq!(count("deleting w attempt 1"), 1, "{all}");
 }
 
-/// Issue 11 for handlers: a hot reload takes away a kind's only delete handler (and the kind has
+/// For handlers: a hot reload takes away a kind's only delete handler (and the kind has
 /// no `[[controller]]`, so nothing runs for it any more); khai removes its finalizer from the
 /// kind's objects, and their deletion completes.
 #[tokio::test]

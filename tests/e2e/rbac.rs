@@ -508,7 +508,7 @@ fn rbac_verify_checks_the_role_on_a_secret_in_another_namespace() {
     );
 }
 
-/// Issue 17: a permission missing from khai's RBAC (here `patch configmaps`: no child can be
+/// A permission missing from khai's RBAC (here `patch configmaps`: no child can be
 /// applied) must give each object one Warning Event (repeated, not multiplied) and a
 /// `Ready=False` condition in the API server's words, show in `rest_client_requests_total`
 /// with code 403, and be retried with backoff: no hot loop, no crash.

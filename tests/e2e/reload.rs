@@ -136,7 +136,7 @@ async fn editing_a_script_changes_the_children_of_existing_objects_without_a_res
     assert_eq!(khai_starts(&log), 1, "khai restarted instead of reloading");
 }
 
-/// Issue 24: a FIFO in the watched directory blocked the reader of every later poll (no edit
+/// A FIFO in the watched directory blocked the reader of every later poll (no edit
 /// reloaded), and SIGTERM logged "khai stopped" without the process ever exiting; a large file
 /// there was read whole every poll. Neither is read now.
 #[tokio::test]

@@ -1,9 +1,9 @@
 //! Restarting khai over a steady cluster costs nothing, and khai is ready every time it starts.
 //!
-//! Issue 11: controllers used to start reconciling as soon as their own kind was listed, before
-//! the caches of their children had loaded, so every restart re-applied every child (1 to 4
-//! writes per object with nothing to change), scripts saw empty lookups, and `/readyz` stayed at
-//! 503 on some starts. Every example runs here: its sample objects are reconciled to a steady
+//! Controllers must not start reconciling as soon as their own kind is listed, before the
+//! caches of their children have loaded: every restart would re-apply every child (1 to 4
+//! writes per object with nothing to change), scripts would see empty lookups, and `/readyz`
+//! could stay at 503. Every example runs here: its sample objects are reconciled to a steady
 //! state, khai is stopped and started again, and the API server's audit log must show no write
 //! from the second khai.
 
@@ -105,7 +105,7 @@ restart_costs_nothing! {
     restarting_over_steady_nginx_servers_writes_nothing: "nginx", "NginxServer", "nginxservers";
 }
 
-/// Issue 11: `/readyz` stayed at 503 "caches not synced" on some starts (3 of 20, 3 of 25 and 4
+/// `/readyz` stayed at 503 "caches not synced" on some starts (3 of 20, 3 of 25 and 4
 /// of 20 in three tries) while reconciles ran normally, so such a Pod was never Ready.
 #[tokio::test]
 async fn fifty_starts_in_a_row_all_become_ready() {
@@ -141,7 +141,7 @@ async fn fifty_starts_in_a_row_all_become_ready() {
     );
 }
 
-/// Issue 11: a reconcile must not run against a watched cache that has not synced. Each widget's
+/// A reconcile must not run against a watched cache that has not synced. Each widget's
 /// children (one Secret per key) and status come from a *watched* ConfigMap it names, read
 /// through `ctx.get` and `ctx.list`; run before that cache had loaded, the reconciles after a
 /// restart would see no ConfigMap, prune every Secret and rewrite every status. Filler

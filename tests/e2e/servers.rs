@@ -156,7 +156,7 @@ async fn admitted_within(port: u16, ca: &str, within: Duration) -> Duration {
     started.elapsed()
 }
 
-/// Issue 17: with `ulimit -n 64` and 100 idle connections, the metrics server's accept loop
+/// With `ulimit -n 64` and 100 idle connections, the metrics server's accept loop
 /// spun at ~117% CPU, logged nothing, and `/healthz` timed out; the webhook server had the same
 /// loop. Here under `--nofile=128` with 220 idle connections. Seen failing against the build
 /// before the fix: 2.3 to 3.1 s of CPU in 3 s (both loops spinning), and no log line.
@@ -201,7 +201,7 @@ async fn accept_loops_back_off_and_say_why_when_file_descriptors_run_out() {
     eprintln!("CPU while out of descriptors: {used:?} in {window:?}; /healthz back after {took:?}");
 }
 
-/// Issue 17: the metrics server had no header-read timeout, so a client that connected and
+/// The metrics server had no header-read timeout, so a client that connected and
 /// sent nothing, or kept an idle connection after its answer, held it for ever. Seen failing
 /// against the build before the fix (no EOF within the deadline).
 #[tokio::test]
@@ -242,7 +242,7 @@ async fn closed_by_server<S: AsyncReadExt + Unpin>(mut stream: S) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
-/// Issue 17: a few hundred slow connections must not stop `/healthz` or webhook reviews.
+/// A few hundred slow connections must not stop `/healthz` or webhook reviews.
 /// Neither server capped its connections, so under a realistic descriptor limit the slow
 /// clients took every descriptor. Seen failing against the build before the fix (`/healthz`
 /// did not answer).
@@ -311,7 +311,7 @@ fn conversion_review(uid: &str, group: &str, objects: usize) -> Vec<u8> {
     .unwrap()
 }
 
-/// Issue 17: one 2.9 MB ConversionReview took khai's RSS from 35 to 119 MiB, 16 at once to a
+/// One 2.9 MB ConversionReview took khai's RSS from 35 to 119 MiB, 16 at once to a
 /// 573 MiB peak, and an admission review during 8 parallel conversions took 3.1 s instead of
 /// 7 ms. Seen failing against the build before the fix: +67 MiB peak RSS for this shape (+208
 /// MiB for 195 objects of 300 short strings each), and an admission review took 2.3 to 4.2 s.

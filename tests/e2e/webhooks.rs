@@ -1,7 +1,7 @@
 //! End to end: admission and conversion webhooks in Rhai, served by the real `khai` binary over
 //! TLS on 127.0.0.1 and called by a real kube-apiserver.
 //!
-//! Issue 4. Each test runs its own khai on its own port; tests that register webhooks with the
+//! Each test runs its own khai on its own port; tests that register webhooks with the
 //! API server use their own CRD group, so their webhooks never see each other's objects.
 
 use crate::support::metrics::wait_for_reloads;
@@ -488,7 +488,7 @@ async fn impersonating(user: &str, groups: &[&str], extra: (&str, &str)) -> kube
     kube::Client::try_from(config).unwrap()
 }
 
-/// Issue 13 (webhook parity with Kopf): rules can cover a subresource (Kopf's `subresource=`),
+/// Rules can cover a subresource (Kopf's `subresource=`),
 /// and scripts see who is asking (`req.userInfo`: username, groups, extra) as the API server
 /// sends it. A validate webhook on `widgets/status` rejects a status update; one on the object
 /// itself names the impersonated user, their groups and extra info in its denial.

@@ -301,7 +301,7 @@ async fn scaffolded_operator_reconciles_its_sample_on_a_real_cluster() {
     assert_eq!(d.data["status"]["configMap"], "demo-sample-demo");
 }
 
-/// Issue 11: `khai new` wrote webhook stubs as `validate(obj, ctx)` where the contract is
+/// `khai new` wrote webhook stubs as `validate(obj, ctx)` where the contract is
 /// `validate(req)`. `khai new operator --webhooks` writes a webhook script with the contract's
 /// signatures and cases for it; `khai check` and `khai test` accept them as generated, and the
 /// webhooks deny and mutate through a real API server.
