@@ -18,11 +18,13 @@ use super::pages::PAGE;
 use super::passes::Passes;
 use super::ring::Ring;
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -71,7 +73,8 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
     let leases_changed = Arc::new(Notify::new());
     let unassigned = Arc::new(Notify::new());
     let mut watches = tokio::task::JoinSet::new();
-    let (leases, task) = members::watch(client, settings, leases_changed.clone());
+    let members = Arc::new(Mutex::new(Members::default()));
+    let (leases, task) = members::watch(client, settings, members.clone(), leases_changed.clone());
     watches.spawn(task);
     let label = settings.label();
     // Parents without a shard label (through their controllers' filters), and related objects
@@ -102,7 +105,7 @@ async fn assign(client: &kube::Client, settings: &Settings, kinds: &Sharded) {
         unassigned: &unassigned,
     };
     // The watches are aborted when the JoinSet is dropped with this future.
-    sync_loop(client, settings, kinds, &leases, wake).await;
+    sync_loop(client, settings, kinds, (&leases, &members), wake).await;
 }
 
 /// Wakes `changed` whenever an object `unlabelled` picks (a parent through its controllers'
@@ -138,8 +141,11 @@ struct Wake<'a> {
 }
 
 /// The sharder's state between passes; nothing in it grows with the number of objects.
-struct State {
-    members: Members,
+struct State<'a> {
+    /// Kept current by the Lease watch as well ([`members::watch`]).
+    members: &'a Mutex<Members>,
+    /// When the first live shard's Lease expires unless renewed, at the last look.
+    next_expiry: Option<Instant>,
     /// Moves wait one Lease duration after taking the sharder over: shards restarting at the
     /// same time have then taken their Leases again, and a restart moves nothing.
     settled: Instant,
@@ -153,16 +159,20 @@ struct State {
     cleared: BTreeSet<String>,
 }
 
+/// The shard Leases: the watch's cache, and each one's record as the watch delivered it.
+type Leases<'a> = (&'a Store<Lease>, &'a Mutex<Members>);
+
 async fn sync_loop(
     client: &kube::Client,
     s: &Settings,
     kinds: &Sharded,
-    leases: &kube::runtime::reflector::Store<k8s_openapi::api::coordination::v1::Lease>,
+    (leases, members): Leases<'_>,
     wake: Wake<'_>,
 ) {
     let now = Instant::now();
     let mut state = State {
-        members: Members::default(),
+        members,
+        next_expiry: None,
         settled: now + s.lease_duration,
         announced: false,
         ring: None,
@@ -179,9 +189,9 @@ async fn sync_loop(
     };
     leases.wait_until_ready().await.ok();
     loop {
-        step(client, s, &passes, &leases.state(), &mut state).await;
+        step(client, s, &passes, leases, &mut state).await;
         let mut next = state.unassigned_due;
-        if let Some(e) = state.members.next_expiry {
+        if let Some(e) = state.next_expiry {
             // Just past the expiry, so the Lease is judged expired then.
             next = next.min(e + Duration::from_millis(10));
         }
@@ -209,12 +219,13 @@ async fn step(
     client: &kube::Client,
     s: &Settings,
     passes: &Passes<'_>,
-    leases: &[Arc<k8s_openapi::api::coordination::v1::Lease>],
-    state: &mut State,
+    leases: &Store<Lease>,
+    state: &mut State<'_>,
 ) {
     let now = Instant::now();
     let may_move = now >= state.settled;
-    let seen = state.members.observe(leases, s.lease_duration, now);
+    let (seen, next_expiry) = members::judge(leases, state.members, s.lease_duration, now);
+    state.next_expiry = next_expiry;
     let ring = Ring::new(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
     state
         .cleared
@@ -302,7 +313,6 @@ mod tests {
     use crate::shard::fake::Fake;
     use crate::shard::fake::PARTS;
     use crate::shard::passes::tests::kinds;
-    use k8s_openapi::api::coordination::v1::Lease;
     use kube::runtime::reflector::store::Writer;
     use serde_json::json;
 
@@ -340,7 +350,8 @@ mod tests {
             leases: &leases,
             unassigned: &unassigned,
         };
-        let work = sync_loop(&client, &s, &kinds, &store, wake);
+        let members = Mutex::new(Members::default());
+        let work = sync_loop(&client, &s, &kinds, (&store, &members), wake);
         tokio::pin!(work);
         // Past the first Lease duration: the sharder may move objects, and has looked at all.
         tokio::select! {

@@ -7,7 +7,7 @@ use super::members::{self, Members};
 use super::ring::Ring;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::reflector::Store;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -26,11 +26,12 @@ pub(crate) fn start(
 ) -> RingView {
     let (tx, rx) = watch::channel(Ring::default());
     let changed = Arc::new(Notify::new());
-    let (leases, watching) = members::watch(&client, settings, changed.clone());
+    let members = Arc::new(Mutex::new(Members::default()));
+    let (leases, watching) = members::watch(&client, settings, members.clone(), changed.clone());
     let duration = settings.lease_duration;
     tasks.spawn("shard ring view", async move {
         let following = async {
-            tokio::join!(watching, follow(leases, changed, duration, tx));
+            tokio::join!(watching, follow((leases, members), changed, duration, tx));
         };
         shutdown.run_until_cancelled(following).await;
     });
@@ -39,7 +40,7 @@ pub(crate) fn start(
 
 /// Judges the Leases again on each change, and when the first live one would expire.
 async fn follow(
-    leases: Store<Lease>,
+    (leases, members): (Store<Lease>, Arc<Mutex<Members>>),
     changed: Arc<Notify>,
     duration: Duration,
     tx: watch::Sender<Ring>,
@@ -48,9 +49,8 @@ async fn follow(
     if leases.wait_until_ready().await.is_err() {
         return;
     }
-    let mut members = Members::default();
     loop {
-        let seen = members.observe(&leases.state(), duration, Instant::now());
+        let (seen, next_expiry) = members::judge(&leases, &members, duration, Instant::now());
         let ring = Ring::new(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
         tx.send_if_modified(|r| {
             let changed = *r != ring;
@@ -59,9 +59,7 @@ async fn follow(
             }
             changed
         });
-        let wake = members
-            .next_expiry
-            .map_or(Instant::now() + duration, |e| e + Duration::from_millis(10));
+        let wake = next_expiry.map_or(Instant::now() + duration, |e| e + Duration::from_millis(10));
         tokio::select! {
             () = changed.notified() => {}
             () = tokio::time::sleep_until(wake) => {}
