@@ -51,6 +51,11 @@ pub(crate) struct RbacScope {
     /// `[operator] namespaces`. Namespaced operators get Roles instead of a ClusterRole.
     #[arg(long = "watch-namespace", value_name = "NS")]
     pub(crate) watch_namespaces: Vec<String>,
+    /// khai runs sharded (`khai run --shards`, docs/scaling.md): also the sharder's label
+    /// patches, the shard Leases watched and, with a self-signed certificate, the assignment
+    /// webhook's configuration.
+    #[arg(long)]
+    pub shards: bool,
 }
 
 impl RbacScope {
@@ -73,6 +78,12 @@ impl RbacScope {
             finalizes,
             watch_namespaces: self.watch_namespaces.clone(),
             config_map,
+            // khai serves the assignment webhook wherever the API server can reach it.
+            shards: self
+                .shards
+                .then_some(crate::manifest::rbac::shards::Sharding {
+                    assign_webhook: true,
+                }),
         });
         Ok((op, namespace, plan))
     }
@@ -235,6 +246,7 @@ fn rbac(command: &RbacCommand) -> anyhow::Result<ExitCode> {
                 finalizes: Vec::new(),
                 watch_namespaces: args.scope.watch_namespaces.clone(),
                 config_map: None,
+                shards: None,
             });
             diff::manifests(model, &namespace, &plan)
         }
@@ -292,6 +304,7 @@ fn deploy(args: &ManifestsArgs) -> anyhow::Result<ExitCode> {
         replicas: args.replicas,
         finalizes,
         watch_namespaces: args.rbac.scope.watch_namespaces.clone(),
+        shards: args.rbac.scope.shards,
     };
     emit(
         args.rbac.output.as_deref(),
@@ -304,6 +317,7 @@ fn values(args: &ValuesArgs) -> anyhow::Result<ExitCode> {
         config: args.config.clone(),
         namespace: None,
         watch_namespaces: args.watch_namespaces.clone(),
+        shards: false,
     };
     let (op, _, plan) = scope.plan(None)?;
     let config = &op.config;
@@ -331,10 +345,19 @@ fn values(args: &ValuesArgs) -> anyhow::Result<ExitCode> {
     } else {
         Some(to_yaml(&configurations)?)
     };
+    // The chart serves the assignment webhook with `webhook.enabled`, and grants its rules then.
+    let sharding = crate::manifest::rbac::shards::extra(
+        &config.model,
+        &plan.namespaces,
+        crate::manifest::rbac::shards::Sharding {
+            assign_webhook: true,
+        },
+    );
     let values = crate::manifest::values::values(&crate::manifest::values::Input {
         model: &config.model,
         files: &files,
         plan: &plan,
+        sharding: &sharding,
         crds,
         policies,
         webhook_configurations: webhooks,

@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     pub finalizes: Vec<bool>,
     /// Namespaces watched; overrides `[operator] namespaces` when non-empty.
     pub watch_namespaces: Vec<String>,
+    /// Every replica a shard (`--shards`) instead of one leading (`--leader-elect`).
+    pub shards: bool,
 }
 
 /// The default image: the one built from this version's Dockerfile.
@@ -95,6 +97,11 @@ pub(crate) fn manifests(
         finalizes: settings.finalizes.clone(),
         watch_namespaces: settings.watch_namespaces.clone(),
         config_map: Some(config_map_name(model)),
+        // The Deployment serves webhooks, the assignment webhook among them, when the config
+        // declares some: the Service then has the webhook port.
+        shards: settings.shards.then_some(rbac::shards::Sharding {
+            assign_webhook: !model.webhooks.is_empty(),
+        }),
     });
     out.extend(rbac::manifests(model, ns, &plan));
     out.push(json!({
@@ -141,7 +148,12 @@ fn deployment(model: &Model, settings: &Settings, svc: &ServiceRef, labels: &Val
         source.as_str(),
         "--log-format",
         "json",
-        "--leader-elect",
+        // No two replicas reconcile one object at once: one leads, or each is a shard.
+        if settings.shards {
+            "--shards"
+        } else {
+            "--leader-elect"
+        },
     ];
     // The generated Roles cover exactly these namespaces, so khai must watch only them.
     for ns in &settings.watch_namespaces {
@@ -239,6 +251,10 @@ validate = "validate"
 "#;
 
     fn build(replicas: u32) -> Vec<Value> {
+        build_with(replicas, false)
+    }
+
+    fn build_with(replicas: u32, shards: bool) -> Vec<Value> {
         let model = parse(Path::new("operator.toml"), SRC).unwrap();
         let settings = Settings {
             namespace: "shop-system".into(),
@@ -246,6 +262,7 @@ validate = "validate"
             replicas,
             finalizes: vec![false],
             watch_namespaces: Vec::new(),
+            shards,
         };
         let files = [
             File {
@@ -262,6 +279,59 @@ validate = "validate"
 
     fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
         docs.iter().find(|d| d["kind"] == kind).unwrap()
+    }
+
+    /// `generate manifests --shards`: every replica a shard, with the RBAC sharded mode calls.
+    #[test]
+    fn sharded_manifests_run_shards_and_grant_the_sharders_patches_and_webhook() {
+        let rules = |docs: &[Value], kind: &str| find(docs, kind)["rules"].clone();
+        let plain = build_with(3, false);
+        let docs = build_with(3, true);
+        let args = &find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
+        let args: Vec<&str> = args
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(
+            args.contains(&"--shards") && !args.contains(&"--leader-elect"),
+            "{args:?}"
+        );
+        let orders =
+            json!({ "apiGroups": ["shop.khai.dev"], "resources": ["orders"], "verbs": ["patch"] });
+        let patches = |docs: &[Value]| {
+            rules(docs, "ClusterRole")
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| {
+                    r["resources"] == orders["resources"]
+                        && r["verbs"].as_array().unwrap().contains(&json!("patch"))
+                })
+        };
+        assert!(patches(&docs) && !patches(&plain));
+        let shard_hook = |docs: &[Value]| {
+            rules(docs, "ClusterRole")
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["resourceNames"] == json!(["khai-shop-shard"]))
+        };
+        assert!(shard_hook(&docs) && !shard_hook(&plain));
+        let leases = |docs: &[Value]| {
+            docs.iter()
+                .find(|d| {
+                    d["kind"] == "Role" && d["metadata"]["name"] == "khai-shop-leader-election"
+                })
+                .unwrap()["rules"][0]["verbs"]
+                .clone()
+        };
+        assert_eq!(leases(&plain), json!(["create", "get", "update"]));
+        assert_eq!(
+            leases(&docs),
+            json!(["create", "get", "list", "update", "watch"])
+        );
     }
 
     #[test]
@@ -326,6 +396,7 @@ validate = "validate"
             replicas: 1,
             finalizes: vec![false],
             watch_namespaces: vec!["a".into(), "b".into()],
+            shards: false,
         };
         let docs = manifests(&model, &settings, &[], Vec::new());
         let c = &find(&docs, "Deployment")["spec"]["template"]["spec"]["containers"][0];

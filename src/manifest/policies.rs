@@ -180,6 +180,7 @@ validation_actions = ["Warn", "Audit"]
                 finalizes: vec![],
                 watch_namespaces: vec![],
                 config_map: None,
+                shards: None,
             });
             plan.cluster.policy_rules()
         };

@@ -6,6 +6,7 @@
 
 use super::deploy::File;
 use super::rbac::Plan;
+use super::rbac::shards::Extra;
 use super::webhooks::{self as manifests, Target};
 use crate::config::model::Model;
 use crate::config::webhook::TlsMode;
@@ -19,6 +20,9 @@ pub(crate) struct Input<'a> {
     pub files: &'a [File],
     /// The RBAC plan of the config (`khai generate rbac`).
     pub plan: &'a Plan,
+    /// What sharded mode adds to it (`khai generate rbac --shards`); the chart adds it only
+    /// with `sharding.enabled`, and the webhook's rules only with `webhook.enabled` too.
+    pub sharding: &'a Extra,
     /// The CRDs as YAML, when the release installs them (`install_crds = false`).
     pub crds: Option<String>,
     /// The `[[policy]]` admission policies and bindings as YAML, when the release installs them
@@ -59,6 +63,11 @@ pub(crate) fn values(input: &Input<'_>) -> Value {
                 .iter()
                 .map(|(ns, r)| (ns.clone(), json!(r.policy_rules())))
                 .collect::<serde_json::Map<_, _>>(),
+            "sharding": {
+                "clusterRules": input.sharding.cluster.policy_rules(),
+                "namespacedRules": input.sharding.namespaced.policy_rules(),
+                "webhookRules": input.sharding.webhook.policy_rules(),
+            },
         },
         "webhook": webhook,
     });
@@ -112,6 +121,7 @@ script = "scripts/order.rhai"
             finalizes: vec![false],
             watch_namespaces: Vec::new(),
             config_map: None,
+            shards: None,
         });
         let files = [
             File {
@@ -127,6 +137,13 @@ script = "scripts/order.rhai"
             model: &model,
             files: &files,
             plan: &plan,
+            sharding: &rbac::shards::extra(
+                &model,
+                &plan.namespaces,
+                rbac::shards::Sharding {
+                    assign_webhook: true,
+                },
+            ),
             crds: None,
             policies: None,
             webhook_configurations: None,
@@ -146,6 +163,30 @@ script = "scripts/order.rhai"
         assert_eq!(
             v["rbac"]["clusterRules"],
             json!(plan.cluster.policy_rules())
+        );
+        assert_eq!(
+            v["rbac"]["sharding"]["namespacedRules"],
+            json!([{ "apiGroups": ["shop.khai.dev"], "resources": ["orders"], "verbs": ["patch"] }]),
+            "the sharder's label patches, apart for the chart to add when sharding is on"
+        );
+        assert!(
+            v["rbac"]["namespacedRules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["resources"][0] == "orders")
+                .all(|r| !r["verbs"].as_array().unwrap().contains(&json!("patch"))),
+            "no patch on the parents without sharding"
+        );
+        assert!(
+            v["rbac"]["sharding"]["webhookRules"]
+                .as_array()
+                .unwrap()
+                .contains(&json!({ "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": ["mutatingwebhookconfigurations"], "verbs": ["create", "patch"],
+                    "resourceNames": ["khai-shop-shard"] })),
+            "{}",
+            v["rbac"]["sharding"]
         );
         assert_eq!(v["webhook"], json!({ "enabled": false, "setUrl": true }));
         assert!(v.get("crds").is_none(), "khai installs its CRDs itself");

@@ -950,3 +950,60 @@ fn monitoring_objects_render_scoped_to_the_release() {
     let plain = helm::template("khai-hello", &["-n", "ops"]);
     assert!(!plain.contains("PrometheusRule") && !plain.contains("grafana_dashboard"));
 }
+
+/// Sharded mode's grants come with `sharding.enabled` only (the assignment webhook's with
+/// `webhook.enabled` too): the chart's ClusterRole and Lease Role grant what
+/// `khai generate rbac --shards` does with sharding on, and what `khai generate rbac` does off.
+#[test]
+fn the_chart_grants_sharded_modes_rules_only_with_sharding_enabled_as_the_generator_does() {
+    let example = crate::support::repo_root().join("examples/cache");
+    let dir = example.to_str().unwrap();
+    // Every (group, resource, names, verb) a Role or ClusterRole `name` grants.
+    let grants = |docs: &[Value], kind: &str, name: &str| {
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"));
+        let mut out = std::collections::BTreeSet::new();
+        for r in role["rules"].as_array().unwrap() {
+            for v in r["verbs"].as_array().unwrap() {
+                out.insert(format!(
+                    "{} {} {} {v}",
+                    r["apiGroups"], r["resources"], r["resourceNames"]
+                ));
+            }
+        }
+        out
+    };
+    let values = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        values.path(),
+        crate::support::khai_stdout(&["generate", "values", dir]),
+    )
+    .unwrap();
+    let mut sizes = Vec::new();
+    for (flags, set) in [
+        (&[][..], "sharding.enabled=false"),
+        (&["--shards"][..], "sharding.enabled=true"),
+    ] {
+        let generated = docs(&crate::support::khai_stdout(
+            &[&["generate", "rbac", dir, "--namespace", "ops"][..], flags].concat(),
+        ));
+        let rendered = docs(&helm::template(
+            "khai-cache",
+            &["-n", "ops", "-f", helm::arg(values.path()), "--set", set],
+        ));
+        for (kind, name) in [
+            ("ClusterRole", "khai-cache"),
+            ("Role", "khai-cache-leader-election"),
+        ] {
+            let want = grants(&generated, kind, name);
+            assert_eq!(grants(&rendered, kind, name), want, "{kind} with {set}");
+            sizes.push(want.len());
+        }
+    }
+    assert!(
+        sizes[2] > sizes[0] && sizes[3] > sizes[1],
+        "sharding grants more: {sizes:?}"
+    );
+}

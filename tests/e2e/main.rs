@@ -53,6 +53,7 @@ mod schedules;
 mod servers;
 mod sharding;
 mod sharding_admission;
+mod sharding_rbac;
 mod sharding_scale;
 mod sharding_scope;
 mod side_effects;

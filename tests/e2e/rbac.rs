@@ -33,10 +33,16 @@ fn hello_with_events() -> tempfile::TempDir {
 
 /// `khai generate rbac` for `config`, khai in `ns` watching `ns`.
 pub(crate) fn generate_rbac(config: &Path, ns: &str) -> Vec<Value> {
+    generate_rbac_with(config, ns, &[])
+}
+
+/// [`generate_rbac`] with `extra` flags (`--shards`).
+pub(crate) fn generate_rbac_with(config: &Path, ns: &str, extra: &[&str]) -> Vec<Value> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_khai"))
         .args(["generate", "rbac"])
         .arg(config)
         .args(["--namespace", ns, "--watch-namespace", ns])
+        .args(extra)
         .output()
         .unwrap();
     assert!(

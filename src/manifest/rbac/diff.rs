@@ -102,6 +102,7 @@ script = "c.rhai"
             finalizes: vec![true],
             watch_namespaces: vec![],
             config_map: None,
+            shards: None,
         });
         assert_eq!(p.cluster.verbs("x.dev", "caches"), ["get", "list", "watch"]);
         assert!(p.cluster.verbs("x.dev", "caches/status").is_empty());

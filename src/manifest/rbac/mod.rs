@@ -19,6 +19,7 @@
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
 //! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`; `replace`: update) |
+//! | sharded mode (`--shards`): the sharder's label patches, the shard Leases watched, the assignment webhook's configuration | [`shards`] |
 //! | a console off loopback (`generate rbac --console-off-loopback`): TokenReview, SubjectAccessReview | create on `tokenreviews`, `subjectaccessreviews` |
 //! | `ctx.secret`: `[operator] secrets`, each watched by name | get, list, watch on `secrets` by name (all of them for the opt-in `"*"`) |
 //!
@@ -36,6 +37,7 @@ mod named;
 mod objects;
 mod own;
 mod rules;
+pub(crate) mod shards;
 mod workloads;
 
 pub(crate) use objects::{manifests, name};
@@ -57,6 +59,8 @@ pub(crate) struct Input<'a> {
     /// The ConfigMap in khai's namespace that khai reads its config from through the API
     /// (`khai run --config configmap:NS/NAME`), if it does.
     pub config_map: Option<String>,
+    /// How khai runs sharded (`khai run --shards`), if it does: [`shards`] adds what that calls.
+    pub shards: Option<shards::Sharding>,
 }
 
 /// A kind as RBAC sees it.
@@ -116,6 +120,9 @@ pub(crate) fn plan(input: &Input<'_>) -> Plan {
     let needs_discovery = workloads::grant(model, &input.finalizes, &mut p);
     own::grant(model, input.config_map.as_ref(), needs_discovery, &mut p);
     named::grant(model, &mut p);
+    if let Some(sharding) = input.shards {
+        p.add_sharding(&shards::extra(model, &p.namespaces, sharding));
+    }
     p
 }
 
@@ -167,6 +174,7 @@ script = "h.rhai"
             finalizes: vec![finalize],
             watch_namespaces: ns.iter().map(|s| s.to_string()).collect(),
             config_map: None,
+            shards: None,
         })
     }
 

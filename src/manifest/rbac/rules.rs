@@ -30,6 +30,17 @@ impl Rules {
             .extend(verbs.iter().map(|v| v.to_string()));
     }
 
+    /// Adds every rule and URL of `other`.
+    pub(super) fn extend(&mut self, other: &Rules) {
+        for (k, v) in &other.rules {
+            self.rules
+                .entry(k.clone())
+                .or_default()
+                .extend(v.iter().cloned());
+        }
+        self.urls.extend(other.urls.iter().cloned());
+    }
+
     /// Adds the verbs of an `extra_rbac` rule on each of its groups and resources.
     pub(super) fn add_extra(&mut self, r: &RbacRule) {
         for g in &r.api_groups {

@@ -17,6 +17,27 @@ use std::time::Duration;
 /// machine (two cores, several test processes) is not taken for dead.
 pub const LEASE: Duration = Duration::from_secs(10);
 
+/// The flags of a shard whose Leases are in `ns`, last `lease` and are renewed within `renew`
+/// (every second), logging JSON.
+pub fn flags(ns: &str, lease: Duration, renew: Duration) -> Vec<String> {
+    let secs = |d: Duration| format!("{}s", d.as_secs());
+    [
+        "--shards",
+        "--leader-elect-namespace",
+        ns,
+        "--leader-elect-lease-duration",
+        &secs(lease),
+        "--leader-elect-renew-deadline",
+        &secs(renew),
+        "--leader-elect-retry-period",
+        "1s",
+        "--log-format",
+        "json",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// One sharded operator in a test namespace of its own.
 pub struct Sharded {
     pub ns: TestNamespace,
@@ -48,21 +69,7 @@ impl Sharded {
         let name = format!("{prefix}{id:x}");
         let group = format!("{prefix}{id:x}.khai.dev");
         let config = write(dir.path(), &name, &group);
-        let flags = [
-            "--shards",
-            "--leader-elect-namespace",
-            &ns.name,
-            "--leader-elect-lease-duration",
-            &format!("{}s", LEASE.as_secs()),
-            "--leader-elect-renew-deadline",
-            "7s",
-            "--leader-elect-retry-period",
-            "1s",
-            "--log-format",
-            "json",
-        ]
-        .map(String::from)
-        .to_vec();
+        let flags = flags(&ns.name, LEASE, Duration::from_secs(7));
         Self {
             label: format!("shard.khai.dev/{name}"),
             ns,
@@ -185,15 +192,17 @@ status.n = {{ type = "integer" }}
 }
 
 pub fn operator(dir: &Path, name: &str, group: &str) -> PathBuf {
-    let controller = r#"
-[[controller]]
-for = "Part"
-owns = ["v1/ConfigMap"]
-script = "part.rhai"
-"#;
+    operator_with(dir, name, group, "")
+}
+
+/// The `Part` operator, its controller given `more` lines (`watches = [...]`).
+pub fn operator_with(dir: &Path, name: &str, group: &str, more: &str) -> PathBuf {
+    let controller = format!(
+        "\n[[controller]]\nfor = \"Part\"\nowns = [\"v1/ConfigMap\"]\nscript = \"part.rhai\"\n{more}"
+    );
     std::fs::write(
         dir.join("operator.toml"),
-        part_operator(name, group) + controller,
+        part_operator(name, group) + controller.as_str(),
     )
     .unwrap();
     std::fs::write(
