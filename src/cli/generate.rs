@@ -138,7 +138,8 @@ pub(crate) struct ManifestsArgs {
     /// The khai container image.
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
-    /// Replicas of the Deployment; more than one adds `--leader-elect`.
+    /// Replicas of the Deployment. Each runs with `--leader-elect` (one leads, the others stand
+    /// by), or with `--shards` as a shard of its own.
     #[arg(long, default_value_t = 1)]
     pub replicas: u32,
 }
