@@ -19,14 +19,18 @@ pub(super) fn url_host(url: &str) -> Option<String> {
 /// `https://127.0.0.1:9443/x` for 9443); a URL naming any other port, or none, as it is.
 pub(super) fn with_bound_port(url: &str, port: u16) -> String {
     let range = authority(url);
-    let zero = url[range.clone()]
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p == "0");
-    if zero {
+    if port_is_zero(url) {
         format!("{}{port}{}", &url[..range.end - 1], &url[range.end..])
     } else {
         url.to_string()
     }
+}
+
+/// Whether `url` names port 0, the port the webhook server binds.
+pub(crate) fn port_is_zero(url: &str) -> bool {
+    url[authority(url)]
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p == "0")
 }
 
 /// Where the authority (`user@host:port`) of `url` lies: after `scheme://`, up to the path,

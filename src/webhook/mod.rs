@@ -15,7 +15,7 @@
 //! answered 500), khai logs it at `error`, shuts down gracefully and `khai run` exits 1, so the
 //! Pod is restarted rather than left running without the webhooks the cluster calls.
 
-mod address;
+pub(crate) mod address;
 pub mod admission;
 pub mod conversion;
 pub(crate) mod gate;
