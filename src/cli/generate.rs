@@ -162,7 +162,7 @@ pub(crate) struct WebhooksArgs {
     pub config: PathBuf,
     /// Point the configurations at this base URL (local development) instead of
     /// `[webhook_server] service`.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = fixed_port_url)]
     pub url: Option<String>,
     /// A PEM CA certificate file to put in every caBundle.
     #[arg(long, value_name = "FILE")]
@@ -465,10 +465,40 @@ fn write_files(dir: &Path, manifests: &[(String, Value)]) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// A `--url` of `khai generate webhooks` naming port 0, which only `khai run` can fill.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0:?} names port 0, which stands for the port `khai run --webhook-bind` binds and is not \
+     known here; give the port the API server calls"
+)]
+struct PortZeroUrl(String);
+
+fn fixed_port_url(s: &str) -> Result<String, PortZeroUrl> {
+    if crate::webhook::address::port_is_zero(s) {
+        Err(PortZeroUrl(s.to_string()))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn generate_refuses_a_url_with_port_0_and_keeps_any_other() {
+        let err = fixed_port_url("https://127.0.0.1:0").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"https://127.0.0.1:0\" names port 0, which stands for the port `khai run \
+             --webhook-bind` binds and is not known here; give the port the API server calls"
+        );
+        assert_eq!(
+            fixed_port_url("https://127.0.0.1:9443").unwrap(),
+            "https://127.0.0.1:9443"
+        );
+    }
 
     #[test]
     fn yaml_round_trips_values_that_look_like_other_types() {

@@ -9,7 +9,8 @@ use std::time::Duration;
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Operations")]
 pub(crate) struct Operations {
-    /// Where /metrics, /healthz and /readyz are served (port 0: any free port, logged).
+    /// Where /metrics, /healthz and /readyz are served; port 0 picks a free port, logged as
+    /// `listening="metrics"` and `address`.
     #[arg(
         long,
         value_name = "ADDR",
@@ -19,7 +20,8 @@ pub(crate) struct Operations {
     pub(crate) metrics_bind: SocketAddr,
     /// Serve the console (a read-only JSON API, event stream and web page; docs/console.md)
     /// here; off unless given. Off loopback, every request needs a bearer token the API server
-    /// authorizes (docs/console.md).
+    /// authorizes (docs/console.md). Port 0 picks a free port, logged as `listening="console"`
+    /// and `address`.
     #[arg(long, value_name = "ADDR", env = "KHAI_CONSOLE")]
     pub(crate) console: Option<SocketAddr>,
     /// Run the controllers only while this replica holds a Lease (for more than one replica).

@@ -125,8 +125,6 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         let metrics = crate::metrics::server::bind(args.ops.metrics_bind)
             .await
             .with_context(|| format!("failed to bind --metrics-bind {}", args.ops.metrics_bind))?;
-        let addr = metrics.local_addr().map(|a| a.to_string()).unwrap_or_default();
-        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
         // Probes and scrapes are answered until the daemon has stopped, shutdown included.
         let stopped = CancellationToken::new();
         let serving = stopped.clone();
@@ -135,8 +133,6 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
         if let Some(addr) = args.ops.console {
             let (listener, console) = crate::console::bind(addr, client.clone()).await?;
-            let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
-            tracing::info!(%addr, "serving the console");
             let serving = stopped.clone();
             tasks.spawn("console server", async move {
                 serving.run_until_cancelled(crate::console::serve(listener, console)).await;

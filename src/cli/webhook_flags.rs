@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Webhooks")]
 pub(crate) struct WebhookFlags {
-    /// Where the HTTPS webhook server listens when the config declares `[[webhook]]`s.
+    /// Where the HTTPS webhook server listens when the config declares `[[webhook]]`s; port 0
+    /// picks a free port, logged as `listening="webhook"` and `address`.
     #[arg(
         long,
         value_name = "ADDR",
@@ -23,7 +24,8 @@ pub(crate) struct WebhookFlags {
     pub(crate) webhook_bind: SocketAddr,
     /// Base URL the API server calls (`https://127.0.0.1:9443` for local development); with a
     /// self-signed certificate khai installs its configurations pointing here. Overrides
-    /// `[webhook_server] service`.
+    /// `[webhook_server] service`. Port 0 (`https://127.0.0.1:0`) stands for the port
+    /// `--webhook-bind` bound.
     #[arg(long, value_name = "URL", env = "KHAI_WEBHOOK_URL")]
     pub(crate) webhook_url: Option<String>,
 }

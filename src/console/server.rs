@@ -29,14 +29,15 @@ pub(crate) enum Error {
     },
 }
 
-/// Binds `addr` and turns recording on, so a taken port fails `khai run` at start, before any
+/// Binds `addr` (port 0: a free port, logged as `listening = "console"` and `address`) and
+/// turns recording on, so a taken port fails `khai run` at start, before any
 /// reconcile. Off loopback, every API request must then carry a token the API server accepts
 /// and authorizes ([`super::auth`]).
 pub(crate) async fn bind(
     addr: SocketAddr,
     client: kube::Client,
 ) -> Result<(TcpListener, Arc<Console>), Error> {
-    let listener = TcpListener::bind(addr)
+    let (listener, _) = crate::serve::listen(addr, "console", "the console")
         .await
         .map_err(|cause| Error::Bind { addr, cause })?;
     Ok((listener, enable(client, !addr.ip().is_loopback())))

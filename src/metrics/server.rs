@@ -26,11 +26,14 @@ pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// connection may stay idle before it is closed.
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Binds `addr` and creates every metric, so a taken port fails `khai run` at start and the
-/// first scrape lists every family.
+/// Binds `addr` (port 0: a free port, logged as `listening = "metrics"` and `address`) and
+/// creates every metric, so a taken port fails `khai run` at start and the first scrape lists
+/// every family.
 pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     super::init();
-    TcpListener::bind(addr).await
+    let (listener, _) =
+        crate::serve::listen(addr, "metrics", "/metrics, /healthz and /readyz").await?;
+    Ok(listener)
 }
 
 /// Serves connections from `listener` for the life of the process, so probes and scrapes are

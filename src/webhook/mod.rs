@@ -6,14 +6,16 @@
 //! The pieces, in request order: [`tls`] (the certificate, self-signed or reloaded from files),
 //! [`server`] (listener, handshakes, timeouts), [`routes`] (paths, size limit, JSON errors),
 //! [`gate`] (how many reviews run and wait at once), [`admission`] and [`conversion`] (reviews
-//! through scripts). [`install`] applies the configurations that point the API server here
-//! (rendered by [`crate::manifest::webhooks`]) with the self-signed caBundle. State lives as long as
-//! `khai run`; the certificate may be swapped.
+//! through scripts). [`address`] reads `--webhook-url` (its port 0 is the port bound).
+//! [`install`] applies the configurations that point the API server here (rendered by
+//! [`crate::manifest::webhooks`]) with the self-signed caBundle. State lives as long as `khai
+//! run`; the certificate may be swapped.
 //!
 //! If the server task ever dies (a panic outside any one request; a request's own panic is
 //! answered 500), khai logs it at `error`, shuts down gracefully and `khai run` exits 1, so the
 //! Pod is restarted rather than left running without the webhooks the cluster calls.
 
+pub(crate) mod address;
 pub mod admission;
 pub mod conversion;
 pub(crate) mod gate;
@@ -56,7 +58,8 @@ pub(crate) type Versions<T> = tokio::sync::watch::Receiver<Option<Arc<T>>>;
 pub struct Settings {
     /// Where the HTTPS server listens.
     pub bind: SocketAddr,
-    /// The base URL the API server reaches khai at; overrides `[webhook_server] service`.
+    /// The base URL the API server reaches khai at; overrides `[webhook_server] service`. A
+    /// port of `0` in it stands for the port `bind` bound (useful with a `bind` port of 0).
     pub url: Option<String>,
 }
 
@@ -98,7 +101,6 @@ pub(crate) async fn start<T: Served>(
         })
     };
     let timeout = duration("webhook_server.request_timeout", &server.request_timeout)?;
-    let target = target(op, &settings);
     let (resolver, ca) = match server.tls {
         TlsMode::SelfSigned => {
             let (pair, ca) = tls::self_signed(&dns_names(op, &settings))?;
@@ -128,17 +130,13 @@ pub(crate) async fn start<T: Served>(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls::server_config(resolver)?));
-    let listener = tokio::net::TcpListener::bind(settings.bind)
+    let (listener, bound) = crate::serve::listen(settings.bind, "webhook", "webhooks over HTTPS")
         .await
         .map_err(|cause| Error::Bind {
             addr: settings.bind,
             cause,
         })?;
-    let addr = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    tracing::info!(%addr, webhooks = op.handlers().len(), "serving webhooks over HTTPS");
+    let target = target(op, &settings, bound.port());
     let installer = match (ca, target) {
         (Some(ca), Some(target)) => Some(Installer {
             client,
@@ -288,15 +286,19 @@ fn registrations(model: &Model, target: &Target) -> Vec<serde_json::Value> {
     all
 }
 
-fn target<T: Served>(op: &T, settings: &Settings) -> Option<Target> {
-    settings.url.clone().map(Target::Url).or_else(|| {
-        op.config()
-            .model
-            .webhook_server
-            .service
-            .clone()
-            .map(Target::Service)
-    })
+/// Where the API server calls khai: `--webhook-url` (its port 0 replaced by `port`, the one
+/// bound), else `[webhook_server] service`.
+fn target<T: Served>(op: &T, settings: &Settings, port: u16) -> Option<Target> {
+    let url = settings.url.as_deref();
+    url.map(|u| Target::Url(address::with_bound_port(u, port)))
+        .or_else(|| {
+            op.config()
+                .model
+                .webhook_server
+                .service
+                .clone()
+                .map(Target::Service)
+        })
 }
 
 /// Names the self-signed certificate is valid for: the Service's DNS names, the host of
@@ -312,23 +314,12 @@ fn dns_names<T: Served>(op: &T, settings: &Settings) -> Vec<String> {
             n.clone(),
         ]);
     }
-    if let Some(host) = settings.url.as_deref().and_then(url_host) {
+    if let Some(host) = settings.url.as_deref().and_then(address::url_host) {
         names.push(host);
     }
     names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
     names.dedup();
     names
-}
-
-/// The host of `https://host:port/path`.
-fn url_host(url: &str) -> Option<String> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split('/').next()?;
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next()?,
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
-    };
-    (!host.is_empty()).then(|| host.to_string())
 }
 
 fn cert_files<T: Served>(op: &T) -> Result<(std::path::PathBuf, std::path::PathBuf), Error> {
@@ -368,18 +359,5 @@ mod tests {
         shutdown.cancel();
         let server = tokio::spawn(async {});
         assert!(supervise(server, shutdown).await.is_ok());
-    }
-
-    #[test]
-    fn url_host_handles_ports_paths_and_ipv6() {
-        assert_eq!(
-            url_host("https://127.0.0.1:9443/x").as_deref(),
-            Some("127.0.0.1")
-        );
-        assert_eq!(
-            url_host("https://khai.local").as_deref(),
-            Some("khai.local")
-        );
-        assert_eq!(url_host("https://[::1]:9443").as_deref(), Some("::1"));
     }
 }

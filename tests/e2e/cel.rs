@@ -170,14 +170,11 @@ match_conditions = [
     std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
     let _registered = crate::webhooks::Registered("khai-celmatch");
     if k8s_version() == "v1.20.2" {
-        let port = crate::webhooks::free_port();
-        let bind = format!("127.0.0.1:{port}");
-        let url = format!("https://{bind}");
         let args = [
             "--webhook-bind",
-            bind.as_str(),
+            "127.0.0.1:0",
             "--webhook-url",
-            url.as_str(),
+            "https://127.0.0.1:0",
         ];
         let (code, log) = Khai::start(dir.path(), &ns.name, &args).wait().await;
         let log = log.join("\n");

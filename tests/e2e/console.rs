@@ -124,7 +124,7 @@ async fn console_shows_each_reconcile_and_a_failing_objects_error_with_its_line(
         &ns.name,
         &["--webhook-bind", "127.0.0.1:0", "--console", "127.0.0.1:0"],
     );
-    let addr = khai.logged_addr("serving the console").await;
+    let addr = khai.listening("console").await;
     let (status, body) = get(&addr, "/api/nope").await;
     assert_eq!(
         (status, body.contains("no such page")),

@@ -50,7 +50,7 @@ async fn off_loopback_the_console_needs_a_token_the_api_server_authorizes() {
     let dir = tempfile::tempdir().unwrap();
     let config = example_copy("hello", dir.path(), "consoleauth", "consoleauth.khai.dev");
     let khai = Khai::start(&config, &ns.name, &["--console", "0.0.0.0:0"]);
-    let logged = khai.logged_addr("serving the console").await;
+    let logged = khai.listening("console").await;
     let addr = logged.replace("0.0.0.0", "127.0.0.1");
 
     let (status, page) = get(&addr, "/", None).await;

@@ -9,11 +9,12 @@
 //! the `khai` binary with the container's args and env (fieldRefs resolved as the kubelet would)
 //! and a ServiceAccount token from a TokenRequest for the pod's ServiceAccount. What it
 //! substitutes is the pod network only: a pod has ports of its own and is reached through its
-//! Service, so here khai listens on free loopback ports (`KHAI_METRICS_BIND`,
-//! `KHAI_WEBHOOK_BIND`) and the API server calls the webhooks at that loopback address
-//! (`KHAI_WEBHOOK_URL`) instead of the Service's DNS name.
+//! Service, so here khai listens on loopback ports it picks itself (`KHAI_METRICS_BIND`,
+//! `KHAI_WEBHOOK_BIND` with port 0) and the API server calls the webhooks at that loopback
+//! address (`KHAI_WEBHOOK_URL` with port 0, which khai fills with the port it bound) instead of
+//! the Service's DNS name.
 
-use crate::support::kubelet::{container_of, free_port, service_account_kubeconfig};
+use crate::support::kubelet::{container_of, service_account_kubeconfig};
 use crate::support::metrics::{http_get, metrics_until, wait_for_reloads};
 use crate::support::{self, DEADLINE, Khai, TestNamespace, audit, helm};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -175,7 +176,6 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
     );
     let kubeconfig =
         service_account_kubeconfig(&client, &ns.name, &c.service_account, tmp.path()).await;
-    let port = free_port();
     let mut env = c.env.clone();
     for (k, v) in &mut env {
         if k == "KHAI_WEBHOOK_URL" {
@@ -184,13 +184,14 @@ async fn helm_install_upgrade_and_uninstall_run_khai_as_the_chart_says() {
                 format!("https://{deploy_name}.{}.svc:443", ns.name),
                 "the release's Service"
             );
-            *v = format!("https://127.0.0.1:{port}");
+            // Port 0 stands for the port khai binds.
+            *v = "https://127.0.0.1:0".into();
         }
     }
     env.extend([
         ("KUBECONFIG".into(), kubeconfig.display().to_string()),
         ("KHAI_METRICS_BIND".into(), "127.0.0.1:0".into()),
-        ("KHAI_WEBHOOK_BIND".into(), format!("127.0.0.1:{port}")),
+        ("KHAI_WEBHOOK_BIND".into(), "127.0.0.1:0".into()),
     ]);
     let khai_bin = PathBuf::from(env!("CARGO_BIN_EXE_khai"));
     let khai = Khai::start_exact(&khai_bin, &c.args, &env);

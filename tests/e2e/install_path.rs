@@ -23,7 +23,7 @@
 //! of the example becomes `<tag>.G` in a copy of its directory), so installations share nothing
 //! cluster-wide: neither CRDs, nor webhook configurations, nor ClusterRoles, and run at once.
 
-use crate::support::kubelet::{container_of, free_port, service_account_kubeconfig};
+use crate::support::kubelet::{container_of, service_account_kubeconfig};
 use crate::support::metrics::wait_for_leadership;
 use crate::support::{self, DEADLINE, Khai, TestNamespace, audit, helm};
 use futures::FutureExt;
@@ -558,18 +558,18 @@ async fn install(dir: &Path, via: Via, index: usize) -> Result<(), String> {
     let c = container_of(&deploy, &pod, &ns.name);
     let kubeconfig =
         service_account_kubeconfig(&client, &ns.name, &c.service_account, tmp.path()).await;
-    let port = free_port();
     let mut env = c.env.clone();
     for (k, v) in &mut env {
         if k == "KHAI_WEBHOOK_URL" {
-            // The pod network: the API server reaches the webhooks on loopback here.
-            *v = format!("https://127.0.0.1:{port}");
+            // The pod network: the API server reaches the webhooks on loopback here, at the
+            // port khai binds (port 0 in the URL stands for it).
+            *v = "https://127.0.0.1:0".into();
         }
     }
     env.extend([
         ("KUBECONFIG".into(), kubeconfig.display().to_string()),
         ("KHAI_METRICS_BIND".into(), "127.0.0.1:0".into()),
-        ("KHAI_WEBHOOK_BIND".into(), format!("127.0.0.1:{port}")),
+        ("KHAI_WEBHOOK_BIND".into(), "127.0.0.1:0".into()),
     ]);
     let khai = Khai::start_exact(&khai_bin, &c.args, &env);
     let user = format!("system:serviceaccount:{}:{}", ns.name, c.service_account);

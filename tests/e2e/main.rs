@@ -42,6 +42,7 @@ mod list_keys;
 mod manifests;
 mod operations;
 mod policies;
+mod ports;
 mod rate_limit;
 mod rbac;
 mod release;

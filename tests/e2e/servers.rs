@@ -6,8 +6,8 @@
 //! bounded memory and leave admission fast. CPU and memory are read from `/proc/<pid>`.
 
 use crate::support::metrics::http_get;
-use crate::support::{DEADLINE, Khai, TestNamespace, wait_for_listener};
-use crate::webhooks::{connect_tls, free_port, post, write_cert};
+use crate::support::{DEADLINE, Khai, TestNamespace};
+use crate::webhooks::{connect_tls, post, write_cert};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -66,14 +66,12 @@ key_file = "tls.key"
     ca
 }
 
-/// khai on `dir`'s operator with its webhook server on a free port, run through `wrapper`;
+/// khai on `dir`'s operator with its webhook server on a port it picks, run through `wrapper`;
 /// returns it with the metrics address and the webhook port once both serve and khai is ready
 /// (its CRD installed and its caches synced, so it needs no new descriptors to start up).
 async fn start(dir: &Path, ns: &str, wrapper: &[&str]) -> (Khai, String, u16) {
-    let port = free_port();
-    let bind = format!("127.0.0.1:{port}");
-    let khai = Khai::start_wrapped(dir, ns, &["--webhook-bind", &bind], wrapper);
-    wait_for_listener(&bind, "the webhook server").await;
+    let khai = Khai::start_wrapped(dir, ns, &["--webhook-bind", "127.0.0.1:0"], wrapper);
+    let port = khai.listening_port("webhook").await;
     let addr = khai.metrics_addr().await;
     answers_within(&addr, "/readyz", DEADLINE).await;
     (khai, addr, port)

@@ -5,7 +5,7 @@
 //! API server use their own CRD group, so their webhooks never see each other's objects.
 
 use crate::support::metrics::wait_for_reloads;
-use crate::support::{Khai, TestNamespace, poll_until, wait_for_listener};
+use crate::support::{Khai, TestNamespace, poll_until};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use kube::ResourceExt;
@@ -15,16 +15,9 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// khai on `config` with its webhook server on a free port; with `install`, khai points the API
-/// server at it (self-signed mode installs its configurations).
+/// khai on `config` with its webhook server on a port it picks (returned, from its log); with
+/// `install`, khai points the API server at that port (self-signed mode installs its
+/// configurations, `--webhook-url https://127.0.0.1:0` standing for the port bound).
 pub(crate) async fn start(config: &Path, ns: &str, install: bool) -> (Khai, u16) {
     start_with(config, ns, install, &[], crate::support::kubeconfig()).await
 }
@@ -37,16 +30,18 @@ pub(crate) async fn start_with(
     extra: &[&str],
     kubeconfig: &Path,
 ) -> (Khai, u16) {
-    let port = free_port();
-    let bind = format!("127.0.0.1:{port}");
-    let url = format!("https://127.0.0.1:{port}");
-    let mut args = vec!["--webhook-bind", bind.as_str()];
+    let mut args = vec!["--webhook-bind", "127.0.0.1:0"];
     if install {
-        args.extend(["--webhook-url", url.as_str(), "--log-format", "json"]);
+        args.extend([
+            "--webhook-url",
+            "https://127.0.0.1:0",
+            "--log-format",
+            "json",
+        ]);
     }
     args.extend(extra);
     let khai = Khai::start_with_kubeconfig(config, ns, &args, kubeconfig);
-    wait_for_listener(&bind, "the webhook server").await;
+    let port = khai.listening_port("webhook").await;
     if install {
         khai.wait_for_webhooks_installed(0, "webhook configurations to be installed")
             .await;

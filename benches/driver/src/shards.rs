@@ -141,10 +141,33 @@ async fn run_sharded(settings: &Settings<'_>, k: usize, n: usize, rep: usize) ->
     Ok(r)
 }
 
-/// A free port on loopback for shard s0's webhook server.
-fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
+/// The port shard s0's webhook server bound, from the fields it logs it with
+/// (`listening="webhook" address=127.0.0.1:PORT`); s0 binds port 0, so no port is picked here
+/// and lost to another process before khai binds it.
+async fn webhook_port(s0: &Process, timeout: Duration) -> Result<u16> {
+    let logged = async {
+        loop {
+            let text = std::fs::read_to_string(s0.log()).unwrap_or_default();
+            if let Some(port) = logged_webhook_port(&text) {
+                return port;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        port = tokio::time::timeout(timeout, logged) => port
+            .map_err(|_| anyhow!("shard s0 did not log its webhook address within {timeout:?}")),
+        died = s0.exit().died() => Err(died),
+    }
+}
+
+/// The port of the first line of khai's text log with `listening="webhook"`, from its
+/// `address=HOST:PORT` field.
+fn logged_webhook_port(log: &str) -> Option<u16> {
+    log.lines()
+        .filter(|l| l.split_whitespace().any(|t| t == "listening=\"webhook\""))
+        .flat_map(str::split_whitespace)
+        .find_map(|t| t.strip_prefix("address=")?.rsplit_once(':')?.1.parse().ok())
 }
 
 /// Waits until the assignment webhook's configuration points at shard s0's `port`.
@@ -177,13 +200,14 @@ async fn installed(settings: &Settings<'_>, port: u16, timeout: Duration) -> Res
 }
 
 /// Starts shard `id` with its Lease in the workload's namespace. With `webhook`, the shard
-/// serves its webhooks on that loopback port and points the API server at it, as the chart's
-/// `webhook.enabled` does: its assignment webhook labels each parent as it is created.
+/// serves its webhooks on a loopback port it picks and points the API server at it (its
+/// `--webhook-url` port 0 stands for the port bound), as the chart's `webhook.enabled` does:
+/// its assignment webhook labels each parent as it is created.
 fn start(
     settings: &Settings<'_>,
     wl: &Workload,
     id: &str,
-    webhook: Option<u16>,
+    webhook: bool,
     (n, rep): (usize, usize),
 ) -> Result<Process> {
     let Launch::Run(mut cmd) = contender::launch(Contender::Khai, settings.args) else {
@@ -191,13 +215,12 @@ fn start(
     };
     cmd.args(["--shards", "--leader-elect-namespace", &wl.namespace])
         .env("POD_NAME", id);
-    if let Some(port) = webhook {
-        let bind = format!("127.0.0.1:{port}");
+    if webhook {
         cmd.args([
             "--webhook-bind",
-            &bind,
+            "127.0.0.1:0",
             "--webhook-url",
-            &format!("https://{bind}"),
+            "https://127.0.0.1:0",
         ]);
     }
     let log = settings
@@ -266,15 +289,15 @@ async fn phases(
     let args = settings.args;
     let timeout = args.phase_timeout;
     let leases: kube::Api<Lease> = kube::Api::namespaced(settings.client.clone(), &wl.namespace);
-    let port = free_port()?;
+    let first = procs.len();
     for i in 0..k {
         let id = format!("s{i}");
-        let webhook = (i == 0).then_some(port);
-        procs.push((id.clone(), start(settings, wl, &id, webhook, (n, rep))?));
+        procs.push((id.clone(), start(settings, wl, &id, i == 0, (n, rep))?));
     }
     for (id, _) in procs.iter() {
         holding(wl, &leases, id, args.startup_timeout).await?;
     }
+    let port = webhook_port(&procs[first].1, args.startup_timeout).await?;
     installed(settings, port, args.startup_timeout).await?;
     let tracker = Tracker::start(wl.caches.clone(), wl.configmaps.clone());
     tracker
@@ -310,7 +333,7 @@ async fn phases(
     wl.own.take();
     let joined = Instant::now();
     let id = format!("s{k}");
-    procs.push((id.clone(), start(settings, wl, &id, None, (n, rep))?));
+    procs.push((id.clone(), start(settings, wl, &id, false, (n, rep))?));
     holding(wl, &leases, &id, args.startup_timeout).await?;
     let rebalance_moved = settled(wl, &id, timeout).await?;
     let rebalance_s = joined.elapsed().as_secs_f64();
@@ -431,6 +454,16 @@ fn markdown(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_webhook_port_is_read_from_the_fields_of_khais_line() {
+        let log = "2026-11-27T10:00:00Z  INFO khai::serve::listen: serving /metrics, /healthz and \
+                   /readyz on 127.0.0.1:41000 listening=\"metrics\" address=127.0.0.1:41000\n\
+                   2026-11-27T10:00:01Z  INFO khai::serve::listen: serving webhooks over HTTPS on \
+                   127.0.0.1:42000 listening=\"webhook\" address=127.0.0.1:42000\n";
+        assert_eq!(logged_webhook_port(log), Some(42000));
+        assert_eq!(logged_webhook_port(log.lines().next().unwrap()), None);
+    }
 
     #[test]
     fn the_table_has_a_row_per_n_with_the_largest_shard_and_the_rebalance_writes() {

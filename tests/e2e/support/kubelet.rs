@@ -109,11 +109,3 @@ pub fn container_of(deploy: &Deployment, pod: &str, namespace: &str) -> Containe
         service_account: spec.service_account_name.clone().unwrap(),
     }
 }
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}

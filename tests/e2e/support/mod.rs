@@ -283,13 +283,11 @@ impl Khai {
             .arg("--namespace")
             .arg(namespace)
             .args(extra)
-            // Many daemons run at once: each serves metrics on a free port unless told otherwise
-            // (see `Khai::metrics_addr`).
-            .args(if extra.contains(&"--metrics-bind") {
-                &[][..]
-            } else {
-                &["--metrics-bind", "127.0.0.1:0"][..]
-            })
+            // Many daemons run at once: each serves metrics and webhooks on a port it picks
+            // itself unless told otherwise, and says which ([`Khai::listening`]). A port picked
+            // here and passed in could be taken by another process before khai binds it.
+            .args(unless_given(extra, "--metrics-bind"))
+            .args(unless_given(extra, "--webhook-bind"))
             .env("KUBECONFIG", kubeconfig)
             .envs(env.iter().copied())
             .env_remove("RUST_LOG")
@@ -367,23 +365,26 @@ impl Khai {
 
     /// Where khai serves /metrics, /healthz and /readyz, as it logged at start.
     pub async fn metrics_addr(&self) -> String {
-        self.logged_addr("serving /metrics").await
+        self.listening("metrics").await
     }
 
-    /// The `addr` of the first log line holding `what` (a server's start line).
-    pub async fn logged_addr(&self, what: &'static str) -> String {
-        let line = self.wait_for_log(0, what, move |l| l.contains(what)).await;
-        let addr = line
-            .split("addr")
-            .nth(1)
-            .and_then(|rest| {
-                rest.trim_start_matches(|c: char| !c.is_ascii_digit())
-                    .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
-                    .next()
-            })
-            .unwrap_or_default();
-        assert!(!addr.is_empty(), "no address in {line:?}");
-        addr.to_string()
+    /// The address `server` (`metrics`, `webhook`, `console`) bound, from the fields khai logs
+    /// it with, `listening` and `address`: a JSON line's (`--log-format json`) or, in the text
+    /// format, the `listening="server"` and `address=ADDR` pairs; never the message's wording.
+    pub async fn listening(&self, server: &'static str) -> String {
+        let what = format!("the {server} server's address");
+        let line = self
+            .wait_for_log(0, &what, move |l| listening_address(l, server).is_some())
+            .await;
+        listening_address(&line, server).unwrap()
+    }
+
+    /// The port of [`Khai::listening`].
+    pub async fn listening_port(&self, server: &'static str) -> u16 {
+        let addr = self.listening(server).await;
+        let port = addr.rsplit_once(':').map(|(_, p)| p.parse());
+        port.and_then(Result::ok)
+            .unwrap_or_else(|| panic!("no port in {addr:?}"))
     }
 
     /// The process id, for signals.
@@ -517,6 +518,30 @@ impl Khai {
     }
 }
 
+/// `[flag, "127.0.0.1:0"]` unless `extra` gives `flag`.
+fn unless_given<'a>(extra: &[&str], flag: &'a str) -> Vec<&'a str> {
+    if extra.contains(&flag) {
+        Vec::new()
+    } else {
+        vec![flag, "127.0.0.1:0"]
+    }
+}
+
+/// The `address` field of `line` when its `listening` field is `server`, in either log format.
+fn listening_address(line: &str, server: &str) -> Option<String> {
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(line) {
+        return (json["listening"] == server)
+            .then(|| json["address"].as_str().map(str::to_string))
+            .flatten();
+    }
+    let mut tokens = line.split_whitespace();
+    let named = format!("listening=\"{server}\"");
+    if !line.split_whitespace().any(|t| t == named) {
+        return None;
+    }
+    tokens.find_map(|t| t.strip_prefix("address=").map(str::to_string))
+}
+
 impl Drop for Khai {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -624,15 +649,6 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Waits until a server accepts TCP connections on `addr`; the connection is closed at once.
-pub async fn wait_for_listener(addr: &str, what: &str) {
-    let what = format!("{what} to listen on {addr}");
-    poll_until(&what, || async {
-        tokio::net::TcpStream::connect(addr).await.is_ok()
-    })
-    .await;
 }
 
 /// Waits, through a watch, until the object `name` exists; returns it.
