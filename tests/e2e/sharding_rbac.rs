@@ -8,7 +8,7 @@
 use crate::rbac::{apply, generate_rbac_with, service_account_kubeconfig};
 use crate::support::shards::{self, ready};
 use crate::support::{self, Khai, TestNamespace, audit, custom_api};
-use crate::webhooks::{Registered, free_port};
+use crate::webhooks::Registered;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -57,11 +57,6 @@ async fn two_shards_run_as_the_generated_sharded_rbac_through_a_takeover_without
     wait_for_grants(&kubeconfig, &ns.name).await;
     let mark = audit::mark();
 
-    let port = free_port();
-    let (bind, url) = (
-        format!("127.0.0.1:{port}"),
-        format!("https://127.0.0.1:{port}"),
-    );
     // A short Lease, so the killed shard's objects move within seconds.
     let common = shards::flags(&ns.name, Duration::from_secs(4), Duration::from_secs(3));
     let ids = ["s0", "s1"];
@@ -70,9 +65,10 @@ async fn two_shards_run_as_the_generated_sharded_rbac_through_a_takeover_without
         .map(|s| {
             let mut flags: Vec<&str> = common.iter().map(String::as_str).collect();
             flags.extend(["--shard-id", s]);
-            // Only s0 is reachable: it installs the configuration pointing at itself.
+            // Only s0 is reachable: it installs the configuration pointing at the port it
+            // bound.
             if *s == "s0" {
-                flags.extend(["--webhook-bind", &bind, "--webhook-url", &url]);
+                flags.extend(["--webhook-url", "https://127.0.0.1:0"]);
             }
             Khai::start_with_kubeconfig(&config, &ns.name, &flags, &kubeconfig)
         })
