@@ -7,6 +7,7 @@
 //! sharder's shard.
 
 use crate::support::metrics::{http_get, sum, wait_for_metric};
+use crate::support::shards::{self, LEASE};
 use crate::support::{self, Khai, TestNamespace, custom_api};
 use crate::webhooks::Registered;
 use kube::api::{DynamicObject, ListParams, PostParams};
@@ -62,26 +63,14 @@ async fn admission_labels_parents_and_their_related_objects_and_one_shard_runs_t
     let label = format!("shard.khai.dev/{name}");
     let _registered = Registered(Box::leak(format!("khai-{name}-shard").into_boxed_str()));
     let started = Instant::now();
-    let common = [
-        "--shards",
-        "--leader-elect-namespace",
-        &ns.name,
-        "--leader-elect-lease-duration",
-        "10s",
-        "--leader-elect-renew-deadline",
-        "7s",
-        "--leader-elect-retry-period",
-        "1s",
-        "--log-format",
-        "json",
-    ];
+    let common = shards::flags(&ns.name, LEASE, Duration::from_secs(7));
     // Only s0 is reachable: it installs the configuration pointing at the port it bound.
     let reachable = ["--webhook-url", "https://127.0.0.1:0"];
     let ids = ["s0", "s1"];
     let mut shards: Vec<Khai> = ids
         .iter()
         .map(|s| {
-            let mut flags = common.to_vec();
+            let mut flags: Vec<&str> = common.iter().map(String::as_str).collect();
             if *s == "s0" {
                 flags.extend(reachable);
             }
