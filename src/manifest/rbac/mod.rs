@@ -17,6 +17,7 @@
 //! | leader election on a Lease in khai's own namespace | get, create, update |
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name; `[[policy]]` policies and bindings: create; get, patch by name |
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
+//! | self-signed webhooks: the Secret `khai-<operator>-webhook-tls` in khai's own namespace, the CA every replica shares | create; get, update by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
 //! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`; `replace`: update) |
 //! | sharded mode (`--shards`): the sharder's label patches, the shard Leases watched, the assignment webhook's configuration | [`shards`] |
