@@ -4,13 +4,15 @@
 //! that steady state writes nothing.
 
 use crate::support::audit;
-use crate::support::{JSON_LOG, Khai, TestNamespace, custom_api, poll_until, wait_for_crd};
+use crate::support::gadget::{wait_until_refused, write_refusing_operator};
+use crate::support::{JSON_LOG, Khai, TestNamespace, custom_api, wait_for_crd};
 use crate::webhooks::Registered;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 const NAME: &str = "khai-sharedca";
+const REFUSED: &str = "refused by a replica";
 
 #[tokio::test]
 async fn replicas_share_one_self_signed_ca_and_a_restart_writes_nothing() {
@@ -18,14 +20,7 @@ async fn replicas_share_one_self_signed_ca_and_a_restart_writes_nothing() {
     let ns = TestNamespace::new(&client, "sharedca").await;
     let group = "sharedca.khai.dev";
     let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
-        "[operator]\nname = \"sharedca\"\n\n[[crd]]\ngroup = \"{group}\"\nkind = \"Gadget\"\n\
-         versions = [\"v1\"]\nspec.n = {{ type = \"integer\" }}\n\n[[webhook]]\nfor = \"Gadget\"\n\
-         script = \"w.rhai\"\nvalidate = \"validate\"\n"
-    );
-    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-    let script = "fn validate(req) { deny(\"refused by a replica\") }\n";
-    std::fs::write(dir.path().join("w.rhai"), script).unwrap();
+    write_refusing_operator(dir.path(), "sharedca", group, REFUSED);
     let _registered = Registered(NAME);
     // Each replica binds a port of its own; the test namespace is khai's own (the Secret's).
     let start = |port: u16| {
@@ -45,29 +40,7 @@ async fn replicas_share_one_self_signed_ca_and_a_restart_writes_nothing() {
         (cc.ca_bundle.unwrap(), cc.url.unwrap())
     };
     let gadgets = custom_api(&client, &ns.name, group, "Gadget", "gadgets");
-    // The API server reads configurations from a watch, so the dry run is repeated until the
-    // script refuses it: the call reached a replica over TLS the caBundle vouches for.
-    let refused = |via: &'static str| {
-        let gadgets = gadgets.clone();
-        async move {
-            let gadget: DynamicObject = serde_json::from_value(json!({
-                "apiVersion": format!("{group}/v1"), "kind": "Gadget",
-                "metadata": { "name": "g" }, "spec": { "n": 1 },
-            }))
-            .unwrap();
-            let dry_run = PostParams {
-                dry_run: true,
-                ..Default::default()
-            };
-            poll_until(via, || async {
-                match gadgets.create(&dry_run, &gadget).await {
-                    Err(kube::Error::Api(e)) => e.message.contains("refused by a replica"),
-                    _ => false,
-                }
-            })
-            .await;
-        }
-    };
+    let refused = |what: &'static str| wait_until_refused(&gadgets, group, REFUSED, what);
 
     let one = start(0);
     one.wait_for_webhooks_installed(0, "the first replica's install")
