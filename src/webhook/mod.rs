@@ -364,7 +364,8 @@ fn dns_names<T: Served>(op: &T, settings: &Settings) -> Vec<String> {
         names.push(host);
     }
     names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
-    names.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
     names
 }
 

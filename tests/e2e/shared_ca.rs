@@ -37,7 +37,10 @@ async fn replicas_share_one_self_signed_ca_and_a_restart_writes_nothing() {
     let installed = || async {
         let c = configs.get(NAME).await.unwrap();
         let cc = c.webhooks.unwrap()[0].client_config.clone();
-        (cc.ca_bundle.unwrap(), cc.url.unwrap())
+        (
+            String::from_utf8(cc.ca_bundle.unwrap().0).unwrap(),
+            cc.url.unwrap(),
+        )
     };
     let gadgets = custom_api(&client, &ns.name, group, "Gadget", "gadgets");
     let refused = |what: &'static str| wait_until_refused(&gadgets, group, REFUSED, what);
