@@ -400,6 +400,36 @@ mod tests {
         assert!(shutdown.is_cancelled(), "khai is told to shut down");
     }
 
+    /// A 403 on the shared Secret is no reason to stop: this replica makes a CA of its own and
+    /// says once which Secret it could not use and what khai needs on it.
+    #[tokio::test]
+    async fn without_the_right_to_the_secret_a_replica_makes_a_ca_of_its_own_and_says_why() {
+        let src = "[operator]\nname = \"x\"\n";
+        let model = crate::config::parse(std::path::Path::new("operator.toml"), src).unwrap();
+        let api = crate::fake_api::FakeApi::default();
+        let path = "/api/v1/namespaces/khai/secrets/khai-x-webhook-tls";
+        api.refuse(path, 403, "secrets \"khai-x-webhook-tls\" is forbidden", 1);
+        let settings = Settings {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            url: None,
+            namespace: Some("khai".into()),
+        };
+        let names = ["127.0.0.1".to_string()];
+        let client = api.client();
+        let (made, logs) =
+            crate::test_logs::capture(self_signed(&client, &model, &settings, &names)).await;
+        let made = made.unwrap();
+        assert!(made.ca_cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert_eq!(logs.matches(" WARN ").count(), 1, "{logs}");
+        assert!(
+            logs.contains("secret=khai/khai-x-webhook-tls")
+                && logs.contains("no permission to get the Secret khai/khai-x-webhook-tls")
+                && logs.contains("khai needs get, create and update on the Secret"),
+            "{logs}"
+        );
+        assert!(api.writes().is_empty());
+    }
+
     #[tokio::test]
     async fn a_server_that_stops_on_shutdown_is_fine() {
         let shutdown = CancellationToken::new();
