@@ -17,7 +17,13 @@ async fn servers_bound_to_port_0_serve_on_the_addresses_khai_logs() {
     let ns = TestNamespace::new(&client, "ports").await;
     let group = "ports.khai.dev";
     let dir = tempfile::tempdir().unwrap();
-    write_refusing_operator(dir.path(), "ports", group, "refused on the bound port");
+    write_refusing_operator(
+        dir.path(),
+        "ports",
+        group,
+        "refused on the bound port",
+        false,
+    );
     let _registered = Registered("khai-ports");
     let mut args = vec![
         "--metrics-bind",

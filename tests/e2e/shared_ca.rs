@@ -1,7 +1,7 @@
 //! End to end: replicas of one self-signed webhook operator share one CA through the Secret
 //! `khai-<operator>-webhook-tls` in khai's own namespace, so the caBundle installed is the same
 //! whichever replica installed last, the API server trusts every replica, and a restart over
-//! that steady state writes nothing.
+//! that steady state writes nothing: not the configuration, the CRD's conversion or the Secret.
 
 use crate::support::audit;
 use crate::support::gadget::{wait_until_refused, write_refusing_operator};
@@ -20,7 +20,8 @@ async fn replicas_share_one_self_signed_ca_and_a_restart_writes_nothing() {
     let ns = TestNamespace::new(&client, "sharedca").await;
     let group = "sharedca.khai.dev";
     let dir = tempfile::tempdir().unwrap();
-    write_refusing_operator(dir.path(), "sharedca", group, REFUSED);
+    // The CRD converts through the webhook too, so its `spec.conversion` is installed as well.
+    write_refusing_operator(dir.path(), "sharedca", group, REFUSED, true);
     let _registered = Registered(NAME);
     // Each replica binds a port of its own; the test namespace is khai's own (the Secret's).
     let start = |port: u16| {
@@ -99,14 +100,14 @@ async fn replicas_share_one_self_signed_ca_and_a_restart_writes_nothing() {
     };
     // The dry runs after the install, logged after its writes would have been.
     audit::wait_for_entry(mark, "the test's dry-run create", test_write).await;
+    let crd = format!("gadgets.{group}");
     let writes = audit::writes(mark, |e| {
         let by_khai = e["userAgent"]
             .as_str()
             .is_some_and(|a| a.starts_with("khai/"));
         let r = &e["objectRef"];
-        by_khai
-            && (r["name"] == NAME || r["name"] == "khai-sharedca-webhook-tls")
-            && (r["resource"] == "validatingwebhookconfigurations" || r["resource"] == "secrets")
+        let ours = [NAME, "khai-sharedca-webhook-tls", crd.as_str()];
+        by_khai && ours.iter().any(|n| r["name"] == *n)
     });
     assert!(
         writes.is_empty(),

@@ -5,15 +5,32 @@ use super::poll_until;
 use kube::api::{Api, DynamicObject, PostParams};
 
 /// Writes into `dir` an operator `name` with a Gadget CRD of `group` (`spec.n`) and a
-/// `validate` webhook that refuses every Gadget with `message`.
-pub fn write_refusing_operator(dir: &std::path::Path, name: &str, group: &str, message: &str) {
+/// `validate` webhook that refuses every Gadget with `message`; with `convert`, the CRD has
+/// versions v1 and v2 and the webhook converts between them too (returning the object as is).
+pub fn write_refusing_operator(
+    dir: &std::path::Path,
+    name: &str,
+    group: &str,
+    message: &str,
+    convert: bool,
+) {
+    let (versions, converts) = if convert {
+        (
+            "{ name = \"v1\", storage = true }, { name = \"v2\" }",
+            "convert = \"convert\"\n",
+        )
+    } else {
+        ("\"v1\"", "")
+    };
     let toml = format!(
         "[operator]\nname = \"{name}\"\n\n[[crd]]\ngroup = \"{group}\"\nkind = \"Gadget\"\n\
-         versions = [\"v1\"]\nspec.n = {{ type = \"integer\" }}\n\n[[webhook]]\nfor = \"Gadget\"\n\
-         script = \"w.rhai\"\nvalidate = \"validate\"\n"
+         versions = [{versions}]\nspec.n = {{ type = \"integer\" }}\n\n[[webhook]]\nfor = \"Gadget\"\n\
+         script = \"w.rhai\"\nvalidate = \"validate\"\n{converts}"
     );
     std::fs::write(dir.join("operator.toml"), toml).unwrap();
-    let script = format!("fn validate(req) {{ deny({message:?}) }}\n");
+    let script = format!(
+        "fn validate(req) {{ deny({message:?}) }}\nfn convert(obj, to_version) {{ obj }}\n"
+    );
     std::fs::write(dir.join("w.rhai"), script).unwrap();
 }
 
