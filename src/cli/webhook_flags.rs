@@ -36,6 +36,8 @@ impl WebhookFlags {
     /// the server follows each new version of the config. A self-signed CA is shared through
     /// a Secret in `namespace`, khai's own. The task ends with an error if the server failed
     /// (khai is then shutting down).
+    // Each argument is one thing `khai run` already holds; a struct bundling them for this one
+    // call would only move the list.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         &self,
