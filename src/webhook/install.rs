@@ -168,3 +168,45 @@ async fn remove_stale(api: &Api<DynamicObject>, kind: &str, name: &str) -> Resul
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+
+    const SRC: &str = "[operator]\nname = \"x\"\n\n[[crd]]\ngroup = \"x.dev\"\nkind = \"Gadget\"\n\
+        versions = [\"v1\"]\n\n[[webhook]]\nfor = \"Gadget\"\nscript = \"w.rhai\"\nvalidate = \"v\"\n";
+
+    /// A restart, or another replica with the same CA and URL, finds the configuration and the
+    /// CRD's conversion as it would apply them and writes nothing; another caBundle is a change.
+    #[tokio::test]
+    async fn an_install_over_the_same_configuration_writes_nothing() {
+        let model = crate::config::parse(std::path::Path::new("operator.toml"), SRC).unwrap();
+        let api = FakeApi::default();
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": { "name": "gadgets.x.dev" },
+            "spec": { "group": "x.dev", "scope": "Namespaced", "versions": [],
+                "names": { "plural": "gadgets", "kind": "Gadget" } },
+        });
+        api.put(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.x.dev",
+            crd,
+        );
+        let target = Target::Url("https://127.0.0.1:9443".into());
+        let install = |ca: &'static str| {
+            let (client, model, target) = (api.client(), model.clone(), target.clone());
+            async move { apply_all(&client, &model, &target, ca, None).await.unwrap() }
+        };
+        assert_eq!(install("CA one").await, 2);
+        assert_eq!(install("CA one").await, 0);
+        assert_eq!(
+            api.writes(),
+            [
+                "PATCH /apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/khai-x",
+                "PATCH /apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.x.dev",
+            ]
+        );
+        assert_eq!(install("CA two").await, 2, "a new caBundle is applied");
+    }
+}
