@@ -25,8 +25,9 @@ pub(crate) struct FakeApi {
 struct State {
     objects: BTreeMap<String, Value>,
     version: u64,
-    /// Answers forced for the next requests to a path: (path, code, message).
-    failures: Vec<(String, u16, String)>,
+    /// Answers forced for the next requests to a path: (path, code, message, whether reads
+    /// pass through untouched).
+    failures: Vec<(String, u16, String, bool)>,
     /// Every request but a read, as `METHOD path`, in the order received.
     writes: Vec<String>,
 }
@@ -82,7 +83,17 @@ impl FakeApi {
         let mut s = crate::sync::lock(&self.inner);
         for _ in 0..times {
             s.failures
-                .push((path.to_string(), code, message.to_string()));
+                .push((path.to_string(), code, message.to_string(), false));
+        }
+    }
+
+    /// The next `times` writes (any request but a GET) to `path` are answered with `code`;
+    /// reads are answered as usual.
+    pub(crate) fn fail_writes(&self, path: &str, code: u16, times: usize) {
+        let mut s = crate::sync::lock(&self.inner);
+        for _ in 0..times {
+            s.failures
+                .push((path.to_string(), code, "forced by the test".into(), true));
         }
     }
 
@@ -100,8 +111,13 @@ impl FakeApi {
         if parts.method != Method::GET {
             s.writes.push(format!("{} {path}", parts.method));
         }
-        if let Some(i) = s.failures.iter().position(|(p, _, _)| *p == path) {
-            let (_, code, message) = s.failures.remove(i);
+        let read = parts.method == Method::GET;
+        let forced = s
+            .failures
+            .iter()
+            .position(|(p, _, _, writes_only)| *p == path && !(read && *writes_only));
+        if let Some(i) = forced {
+            let (_, code, message, _) = s.failures.remove(i);
             return status(code, reason_for(code), &message);
         }
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

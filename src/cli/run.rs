@@ -177,7 +177,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
         let reloads = updates.as_ref().map(|u| u.versions.clone());
         let webhooks =
-            args.webhooks.start(&op, &client, reloads, opts.shards.as_ref(), &shutdown, &tasks).await?;
+            args.webhooks.start(&op, &client, args.ops.own_namespace(&client), reloads, opts.shards.as_ref(), &shutdown, &tasks).await?;
         let grace = opts.shutdown_grace;
         let ran = daemon::run(op, client, opts, updates, shutdown.clone()).await;
         // However the daemon ended, the signal task must not keep the tasks waiting.

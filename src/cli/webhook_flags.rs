@@ -33,12 +33,17 @@ pub(crate) struct WebhookFlags {
 impl WebhookFlags {
     /// Starts the webhook server if the operator has webhooks, or is sharded and the API
     /// server can reach khai (the shard assignment webhook); `None` otherwise. With `reloads`,
-    /// the server follows each new version of the config. The task ends with an error if the
-    /// server failed (khai is then shutting down).
+    /// the server follows each new version of the config. A self-signed CA is shared through
+    /// a Secret in `namespace`, khai's own. The task ends with an error if the server failed
+    /// (khai is then shutting down).
+    // Each argument is one thing `khai run` already holds; a struct bundling them for this one
+    // call would only move the list.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn start(
         &self,
         op: &Operator,
         client: &kube::Client,
+        namespace: String,
         reloads: Option<Versions>,
         shards: Option<&std::sync::Arc<crate::shard::Settings>>,
         shutdown: &CancellationToken,
@@ -62,6 +67,7 @@ impl WebhookFlags {
         let settings = Settings {
             bind: self.webhook_bind,
             url: self.webhook_url.clone(),
+            namespace: Some(namespace),
         };
         let task = webhook::start(
             op,

@@ -324,7 +324,12 @@ validate = "validate"
                 .find(|d| {
                     d["kind"] == "Role" && d["metadata"]["name"] == "khai-shop-leader-election"
                 })
-                .unwrap()["rules"][0]["verbs"]
+                .unwrap()["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["resources"] == json!(["leases"]))
+                .unwrap()["verbs"]
                 .clone()
         };
         assert_eq!(leases(&plain), json!(["create", "get", "update"]));

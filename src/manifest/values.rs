@@ -44,6 +44,8 @@ pub(crate) fn values(input: &Input<'_>) -> Value {
         "enabled": !model.webhooks.is_empty(),
         // With `[webhook_server] service`, khai takes its URL from the config.
         "setUrl": model.webhook_server.service.is_none(),
+        // Self-signed: the chart grants the Secret of the CA every replica shares.
+        "selfSigned": model.webhook_server.tls == TlsMode::SelfSigned,
     });
     if let Some(c) = &input.webhook_configurations {
         webhook["configurations"] = json!(c);
@@ -183,12 +185,15 @@ script = "scripts/order.rhai"
                 .as_array()
                 .unwrap()
                 .contains(&json!({ "apiGroups": ["admissionregistration.k8s.io"],
-                    "resources": ["mutatingwebhookconfigurations"], "verbs": ["create", "patch"],
+                    "resources": ["mutatingwebhookconfigurations"], "verbs": ["create", "get", "patch"],
                     "resourceNames": ["khai-shop-shard"] })),
             "{}",
             v["rbac"]["sharding"]
         );
-        assert_eq!(v["webhook"], json!({ "enabled": false, "setUrl": true }));
+        assert_eq!(
+            v["webhook"],
+            json!({ "enabled": false, "setUrl": true, "selfSigned": true })
+        );
         assert!(v.get("crds").is_none(), "khai installs its CRDs itself");
         assert!(webhook_configurations(&model).is_empty());
     }

@@ -42,6 +42,12 @@ pub(crate) fn configuration_name(model: &Model) -> String {
     format!("khai-{}", model.operator.name)
 }
 
+/// Name of the Secret in khai's own namespace holding the self-signed CA and serving
+/// certificate every replica shares: `khai-<operator>-webhook-tls`.
+pub(crate) fn tls_secret_name(model: &Model) -> String {
+    format!("khai-{}-webhook-tls", model.operator.name)
+}
+
 /// The Validating and Mutating webhook configurations, each only when some webhook needs it.
 pub(crate) fn configurations(
     model: &Model,

@@ -59,7 +59,7 @@ fn escape(key: &str) -> String {
 
 /// Whether `live` holds every value of `want`: objects may have more keys, lists must have as
 /// many items, each covered in order; numbers compare by value (`1` and `1.0` alike).
-fn covers(live: &Value, want: &Value) -> bool {
+pub(crate) fn covers(live: &Value, want: &Value) -> bool {
     match (live, want) {
         (Value::Object(l), Value::Object(w)) => w
             .iter()

@@ -6,6 +6,11 @@
 //! config no longer needs (the last `mutate` removed, by an edit or a hot reload) is deleted, so
 //! the API server stops calling a path khai no longer serves. A failure is logged and retried
 //! until it succeeds or khai shuts down: webhooks are served meanwhile.
+//!
+//! An object already as wanted is not written: a restart, or another replica sharing the same
+//! CA, costs no write. A configuration carries the hash of its manifest (as CRDs do, see
+//! [`crate::schema::current`]), so a field the config dropped still counts as a change; a CRD's
+//! `spec.conversion` is compared by value, as the CRD's hash is the CRD install's.
 
 use crate::config::model::Model;
 use crate::manifest::webhooks::{self as manifests, Target};
@@ -34,8 +39,8 @@ pub(crate) async fn run(
             r = attempt => r,
         };
         match result {
-            Ok(()) => {
-                tracing::info!(name = %manifests::configuration_name(&model), "webhook configurations installed");
+            Ok(written) => {
+                tracing::info!(name = %manifests::configuration_name(&model), written, "webhook configurations installed");
                 return;
             }
             Err(e) => tracing::warn!(error = %e, "cannot install webhook configurations; retrying"),
@@ -47,14 +52,16 @@ pub(crate) async fn run(
     }
 }
 
+/// Applies what differs; returns how many objects it wrote.
 async fn apply_all(
     client: &kube::Client,
     model: &Model,
     target: &Target,
     ca: &str,
     shard_label: Option<&str>,
-) -> Result<(), kube::Error> {
+) -> Result<usize, kube::Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut written = 0;
     if let Some(label) = shard_label {
         let drain = crate::shard::drain_label_of(&model.operator.name);
         let manifest =
@@ -66,7 +73,7 @@ async fn apply_all(
             "MutatingWebhookConfiguration",
         );
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
-        api.patch(&name, &params, &Patch::Apply(&manifest)).await?;
+        written += apply_changed(&api, &name, manifest, &params).await?;
     }
     let name = manifests::configuration_name(model);
     let wanted = manifests::configurations(model, target, Some(ca));
@@ -78,7 +85,7 @@ async fn apply_all(
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
         match wanted.iter().find(|m| m["kind"] == kind) {
             Some(manifest) => {
-                api.patch(&name, &params, &Patch::Apply(manifest)).await?;
+                written += apply_changed(&api, &name, manifest.clone(), &params).await?;
             }
             None => remove_stale(&api, kind, &name).await?,
         }
@@ -93,10 +100,35 @@ async fn apply_all(
             .unwrap_or_default()
             .to_string();
         // The daemon installs the CRD concurrently; conversion is set once it exists.
-        crds.get(&name).await?;
-        crds.patch(&name, &params, &Patch::Apply(&patch)).await?;
+        let live = serde_json::to_value(crds.get(&name).await?).unwrap_or_default();
+        if !crate::schema::current::covers(&live, &patch) {
+            crds.patch(&name, &params, &Patch::Apply(&patch)).await?;
+            written += 1;
+        }
     }
-    Ok(())
+    Ok(written)
+}
+
+/// Applies `manifest` as `name` unless the live object already is it (its hash and values);
+/// returns 1 if it wrote. Without the right to read it, it applies.
+async fn apply_changed(
+    api: &Api<DynamicObject>,
+    name: &str,
+    mut manifest: serde_json::Value,
+    params: &PatchParams,
+) -> Result<usize, kube::Error> {
+    crate::schema::current::stamp(&mut manifest);
+    let live = match api.get_opt(name).await {
+        Ok(live) => live,
+        Err(kube::Error::Api(s)) if s.code == 403 => None,
+        Err(e) => return Err(e),
+    };
+    let live = live.and_then(|l| serde_json::to_value(l).ok());
+    if live.is_some_and(|l| crate::schema::current::is_current(&l, &manifest)) {
+        return Ok(0);
+    }
+    api.patch(name, params, &Patch::Apply(&manifest)).await?;
+    Ok(1)
 }
 
 /// Deletes khai's configuration `name` of `kind` if one is left from an earlier config; only
@@ -134,5 +166,47 @@ async fn remove_stale(api: &Api<DynamicObject>, kind: &str, name: &str) -> Resul
             Ok(())
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+
+    const SRC: &str = "[operator]\nname = \"x\"\n\n[[crd]]\ngroup = \"x.dev\"\nkind = \"Gadget\"\n\
+        versions = [\"v1\"]\n\n[[webhook]]\nfor = \"Gadget\"\nscript = \"w.rhai\"\nvalidate = \"v\"\n";
+
+    /// A restart, or another replica with the same CA and URL, finds the configuration and the
+    /// CRD's conversion as it would apply them and writes nothing; another caBundle is a change.
+    #[tokio::test]
+    async fn an_install_over_the_same_configuration_writes_nothing() {
+        let model = crate::config::parse(std::path::Path::new("operator.toml"), SRC).unwrap();
+        let api = FakeApi::default();
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": { "name": "gadgets.x.dev" },
+            "spec": { "group": "x.dev", "scope": "Namespaced", "versions": [],
+                "names": { "plural": "gadgets", "kind": "Gadget" } },
+        });
+        api.put(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.x.dev",
+            crd,
+        );
+        let target = Target::Url("https://127.0.0.1:9443".into());
+        let install = |ca: &'static str| {
+            let (client, model, target) = (api.client(), model.clone(), target.clone());
+            async move { apply_all(&client, &model, &target, ca, None).await.unwrap() }
+        };
+        assert_eq!(install("CA one").await, 2);
+        assert_eq!(install("CA one").await, 0);
+        assert_eq!(
+            api.writes(),
+            [
+                "PATCH /apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/khai-x",
+                "PATCH /apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.x.dev",
+            ]
+        );
+        assert_eq!(install("CA two").await, 2, "a new caBundle is applied");
     }
 }

@@ -3,7 +3,8 @@
 //! Each `[[webhook]]` names a script and up to three functions: `validate(req)` and
 //! `mutate(req)` answer AdmissionReviews, `convert(obj, to_version)` answers ConversionReviews.
 //! They run in the same hardened engine and limits as reconcile scripts, on the blocking pool.
-//! The pieces, in request order: [`tls`] (the certificate, self-signed or reloaded from files),
+//! The pieces, in request order: [`tls`] (the certificate, self-signed or reloaded from files;
+//! a self-signed one is made by [`ca`] and shared by every replica through [`shared_ca`]),
 //! [`server`] (listener, handshakes, timeouts), [`routes`] (paths, size limit, JSON errors),
 //! [`gate`] (how many reviews run and wait at once), [`admission`] and [`conversion`] (reviews
 //! through scripts). [`address`] reads `--webhook-url` (its port 0 is the port bound).
@@ -17,11 +18,13 @@
 
 pub(crate) mod address;
 pub mod admission;
+pub mod ca;
 pub mod conversion;
 pub(crate) mod gate;
 pub(crate) mod install;
 pub(crate) mod routes;
 pub(crate) mod server;
+pub(crate) mod shared_ca;
 pub mod tls;
 
 pub use crate::script::webhook::Handler;
@@ -61,6 +64,9 @@ pub struct Settings {
     /// The base URL the API server reaches khai at; overrides `[webhook_server] service`. A
     /// port of `0` in it stands for the port `bind` bound (useful with a `bind` port of 0).
     pub url: Option<String>,
+    /// khai's own namespace, where a self-signed CA shared by every replica is kept
+    /// ([`shared_ca`]); `None`: this process makes a CA of its own.
+    pub namespace: Option<String>,
 }
 
 /// Errors starting the webhook server.
@@ -103,14 +109,10 @@ pub(crate) async fn start<T: Served>(
     let timeout = duration("webhook_server.request_timeout", &server.request_timeout)?;
     let (resolver, ca) = match server.tls {
         TlsMode::SelfSigned => {
-            let (pair, ca) = tls::self_signed(&dns_names(op, &settings))?;
-            let files = (
-                std::path::Path::new("<self-signed>"),
-                std::path::Path::new("<key>"),
-            );
+            let made = self_signed(&client, model, &settings, &dns_names(op, &settings)).await?;
             (
-                tls::Resolver::new(tls::certified_key(&pair, files)?),
-                Some(ca),
+                tls::Resolver::new(tls::certified_key(&made.pair, self_signed_files())?),
+                Some(made.ca_cert),
             )
         }
         TlsMode::Files => {
@@ -186,6 +188,50 @@ pub(crate) async fn start<T: Served>(
         server::serve(listener, acceptor, routes, options, shutdown.clone()),
     );
     Ok(tasks.spawn("webhook supervisor", supervise(serving, shutdown)))
+}
+
+/// What names a self-signed pair in errors, as the files of a pair read from files.
+fn self_signed_files() -> (&'static std::path::Path, &'static std::path::Path) {
+    (
+        std::path::Path::new("<self-signed>"),
+        std::path::Path::new("<key>"),
+    )
+}
+
+/// The self-signed CA and serving certificate for `names`: the one every replica shares
+/// through its Secret in khai's own namespace, or, when that Secret cannot be used (no
+/// namespace, no permission), one of this process's own, with one warning saying why.
+async fn self_signed(
+    client: &kube::Client,
+    model: &Model,
+    settings: &Settings,
+    names: &[String],
+) -> Result<ca::Material, Error> {
+    if let Some(namespace) = &settings.namespace {
+        let place = shared_ca::Place {
+            namespace: namespace.clone(),
+            name: manifests::tls_secret_name(model),
+        };
+        let secret = format!("{}/{}", place.namespace, place.name);
+        match shared_ca::obtain(client, &place, names).await {
+            Ok(made) => match tls::certified_key(&made.pair, self_signed_files()) {
+                Ok(_) => return Ok(made),
+                Err(e) => tracing::warn!(
+                    %secret, error = %e,
+                    "the shared webhook certificate does not load; this replica uses a CA of its own, so with more than one replica the API server trusts only the last one started"
+                ),
+            },
+            Err(e) if e.is_forbidden() => tracing::warn!(
+                %secret, error = %e,
+                "cannot share the self-signed webhook CA: khai needs get, create and update on the Secret {secret} (khai generate rbac grants them); this replica uses a CA of its own, so with more than one replica the API server trusts only the last one started"
+            ),
+            Err(e) => tracing::warn!(
+                %secret, error = %e,
+                "cannot share the self-signed webhook CA; this replica uses a CA of its own, so with more than one replica the API server trusts only the last one started"
+            ),
+        }
+    }
+    Ok(ca::Material::new(names, jiff::Timestamp::now())?)
 }
 
 /// Waits for the server task. If it ends other than by `shutdown` (it panicked), logs why at
@@ -318,7 +364,8 @@ fn dns_names<T: Served>(op: &T, settings: &Settings) -> Vec<String> {
         names.push(host);
     }
     names.extend(["localhost".to_string(), "127.0.0.1".to_string()]);
-    names.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
     names
 }
 
@@ -351,6 +398,36 @@ mod tests {
         let err = supervise(server, shutdown.clone()).await.unwrap_err();
         assert_eq!(err.to_string(), "failed to serve webhooks: panicked: boom");
         assert!(shutdown.is_cancelled(), "khai is told to shut down");
+    }
+
+    /// A 403 on the shared Secret is no reason to stop: this replica makes a CA of its own and
+    /// says once which Secret it could not use and what khai needs on it.
+    #[tokio::test]
+    async fn without_the_right_to_the_secret_a_replica_makes_a_ca_of_its_own_and_says_why() {
+        let src = "[operator]\nname = \"x\"\n";
+        let model = crate::config::parse(std::path::Path::new("operator.toml"), src).unwrap();
+        let api = crate::fake_api::FakeApi::default();
+        let path = "/api/v1/namespaces/khai/secrets/khai-x-webhook-tls";
+        api.refuse(path, 403, "secrets \"khai-x-webhook-tls\" is forbidden", 1);
+        let settings = Settings {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            url: None,
+            namespace: Some("khai".into()),
+        };
+        let names = ["127.0.0.1".to_string()];
+        let client = api.client();
+        let (made, logs) =
+            crate::test_logs::capture(self_signed(&client, &model, &settings, &names)).await;
+        let made = made.unwrap();
+        assert!(made.ca_cert.starts_with("-----BEGIN CERTIFICATE-----"));
+        assert_eq!(logs.matches(" WARN ").count(), 1, "{logs}");
+        assert!(
+            logs.contains("secret=khai/khai-x-webhook-tls")
+                && logs.contains("no permission to get the Secret khai/khai-x-webhook-tls")
+                && logs.contains("khai needs get, create and update on the Secret"),
+            "{logs}"
+        );
+        assert!(api.writes().is_empty());
     }
 
     #[tokio::test]

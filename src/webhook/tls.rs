@@ -6,10 +6,6 @@
 //! catches the symlink swap Kubernetes does when a mounted Secret changes; a file that does not
 //! parse is logged and the certificate that worked stays in use.
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
 use rustls::crypto::ring::sign::any_supported_type;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -56,41 +52,10 @@ impl From<rustls::Error> for Error {
 }
 
 /// A certificate chain and its key, as PEM text.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PemPair {
     pub cert: String,
     pub key: String,
-}
-
-/// A fresh CA and a serving certificate for `names` (DNS names or IP addresses) signed by it.
-/// Returns the serving pair and the CA certificate (the caBundle).
-pub fn self_signed(names: &[String]) -> Result<(PemPair, String), Error> {
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "khai webhook CA");
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_key = KeyPair::generate()?;
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let mut leaf = CertificateParams::new(names.to_vec())?;
-    let cn = names.first().map_or("khai-webhook", String::as_str);
-    leaf.distinguished_name.push(DnType::CommonName, cn);
-    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    leaf.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    let key = KeyPair::generate()?;
-    let cert = leaf.signed_by(&key, &ca_cert, &ca_key)?;
-    let pair = PemPair {
-        cert: cert.pem(),
-        key: key.serialize_pem(),
-    };
-    Ok((pair, ca_cert.pem()))
 }
 
 /// Parses a PEM chain and key into what rustls serves; `files` name them in errors.
@@ -221,7 +186,8 @@ mod tests {
 
     #[test]
     fn self_signed_pair_loads_into_rustls() {
-        let (pair, ca) = self_signed(&["svc.ns.svc".into(), "127.0.0.1".into()]).unwrap();
+        let (pair, ca) =
+            crate::webhook::ca::self_signed(&["svc.ns.svc".into(), "127.0.0.1".into()]).unwrap();
         assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"));
         certified_key(&pair, (Path::new("c.pem"), Path::new("k.pem"))).unwrap();
     }
@@ -239,7 +205,7 @@ mod tests {
             .unwrap();
         assert!(made.success(), "mkfifo failed");
         std::fs::write(&key, "unused").unwrap();
-        let (pair, _) = self_signed(&["a".into()]).unwrap();
+        let (pair, _) = crate::webhook::ca::self_signed(&["a".into()]).unwrap();
         let resolver =
             Resolver::new(certified_key(&pair, (Path::new("c"), Path::new("k"))).unwrap());
         let (done, finished) = std::sync::mpsc::channel();
@@ -281,7 +247,7 @@ mod tests {
 
     #[test]
     fn garbage_key_names_the_key_file() {
-        let (mut pair, _) = self_signed(&["a".into()]).unwrap();
+        let (mut pair, _) = crate::webhook::ca::self_signed(&["a".into()]).unwrap();
         pair.key = "nope".into();
         let err = certified_key(&pair, (Path::new("c.pem"), Path::new("k.pem")))
             .err()

@@ -57,6 +57,7 @@ mod sharding_admission;
 mod sharding_rbac;
 mod sharding_scale;
 mod sharding_scope;
+mod shared_ca;
 mod side_effects;
 mod stdlib;
 mod unowned;

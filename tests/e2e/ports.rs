@@ -3,11 +3,12 @@
 //! `address`), and registers its webhooks at the port it bound (`--webhook-url` port 0), so no
 //! test has to pick a port and hand it over, losing it to another process in between.
 
+use crate::support::gadget::{wait_until_refused, write_refusing_operator};
 use crate::support::metrics::http_get;
-use crate::support::{JSON_LOG, Khai, TestNamespace, custom_api, poll_until, wait_for_crd};
+use crate::support::{JSON_LOG, Khai, TestNamespace, custom_api, wait_for_crd};
 use crate::webhooks::Registered;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::Api;
 use serde_json::json;
 
 #[tokio::test]
@@ -16,14 +17,13 @@ async fn servers_bound_to_port_0_serve_on_the_addresses_khai_logs() {
     let ns = TestNamespace::new(&client, "ports").await;
     let group = "ports.khai.dev";
     let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
-        "[operator]\nname = \"ports\"\n\n[[crd]]\ngroup = \"{group}\"\nkind = \"Gadget\"\n\
-         versions = [\"v1\"]\nspec.n = {{ type = \"integer\" }}\n\n[[webhook]]\nfor = \"Gadget\"\n\
-         script = \"w.rhai\"\nvalidate = \"validate\"\n"
+    write_refusing_operator(
+        dir.path(),
+        "ports",
+        group,
+        "refused on the bound port",
+        false,
     );
-    std::fs::write(dir.path().join("operator.toml"), toml).unwrap();
-    let script = "fn validate(req) { deny(\"refused on the bound port\") }\n";
-    std::fs::write(dir.path().join("w.rhai"), script).unwrap();
     let _registered = Registered("khai-ports");
     let mut args = vec![
         "--metrics-bind",
@@ -77,25 +77,11 @@ async fn servers_bound_to_port_0_serve_on_the_addresses_khai_logs() {
     );
     wait_for_crd(&client, &format!("gadgets.{group}")).await;
     let gadgets = custom_api(&client, &ns.name, group, "Gadget", "gadgets");
-    let gadget: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{group}/v1"), "kind": "Gadget",
-        "metadata": { "name": "g" }, "spec": { "n": 1 },
-    }))
-    .unwrap();
-    let dry_run = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    // The API server reads webhook configurations from a watch: a create may pass before it
-    // sees this one, so the dry run is repeated until the webhook refuses it.
-    poll_until(
+    wait_until_refused(
+        &gadgets,
+        group,
+        "refused on the bound port",
         "the API server to call the webhook on its bound port",
-        || async {
-            match gadgets.create(&dry_run, &gadget).await {
-                Err(kube::Error::Api(e)) => e.message.contains("refused on the bound port"),
-                _ => false,
-            }
-        },
     )
     .await;
 }

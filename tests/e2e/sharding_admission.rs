@@ -261,8 +261,9 @@ async fn admission_labels_parents_and_their_related_objects_and_one_shard_runs_t
     let named_by = format!("{group}/part");
     loop {
         let on = crate::support::shards::shard_of(&parts, &label).await;
+        // The parts' Secrets only (khai keeps its shared webhook CA in this namespace too).
         let behind: Vec<String> = secrets
-            .list(&ListParams::default())
+            .list(&ListParams::default().labels(&named_by))
             .await
             .unwrap()
             .items

@@ -254,7 +254,7 @@ pub(crate) async fn post(
 
 /// Writes a fresh CA-signed certificate for 127.0.0.1 to `dir`; returns the CA PEM.
 pub(crate) fn write_cert(dir: &Path) -> String {
-    let (pair, ca) = khai::webhook::tls::self_signed(&["127.0.0.1".into()]).unwrap();
+    let (pair, ca) = khai::webhook::ca::self_signed(&["127.0.0.1".into()]).unwrap();
     // Write to temporary names and rename, as a Secret update swaps files at once.
     for (name, text) in [("tls.crt", &pair.cert), ("tls.key", &pair.key)] {
         std::fs::write(dir.join(format!("{name}.new")), text).unwrap();

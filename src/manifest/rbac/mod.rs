@@ -17,6 +17,7 @@
 //! | leader election on a Lease in khai's own namespace | get, create, update |
 //! | `install_crds` | CRDs: create, list, watch; get, patch by name; `[[policy]]` policies and bindings: create; get, patch by name |
 //! | self-signed webhooks: configurations and CRD conversion | create; get, patch by name |
+//! | self-signed webhooks: the Secret `khai-<operator>-webhook-tls` in khai's own namespace, the CA every replica shares | create; get, update by name |
 //! | discovery, for kinds that are not CRDs of the config | get on `/api`, `/apis` |
 //! | `[operator] uses`: scripts' `k8s::<verb>` calls | the verb (`apply`: create, patch; `patch_status`: patch on `<plural>/status`; `replace`: update) |
 //! | sharded mode (`--shards`): the sharder's label patches, the shard Leases watched, the assignment webhook's configuration | [`shards`] |
@@ -445,6 +446,36 @@ script = "h.rhai"
             })
             .unwrap();
         assert_eq!(named["resourceNames"], json!(["khai-hello"]));
+    }
+
+    /// The shared CA's Secret, in khai's own namespace: create for any name (RBAC cannot limit
+    /// a create to one), get and update by name; not with certificate files or no webhook.
+    #[test]
+    fn self_signed_webhooks_grant_the_shared_cas_secret_in_khais_namespace_only() {
+        let hook = "\n[[webhook]]\nfor = \"Hello\"\nscript = \"w.rhai\"\nvalidate = \"v\"\n";
+        let model = parse(Path::new("operator.toml"), &format!("{HELLO}{hook}")).unwrap();
+        let p = input(&model, false, &[]);
+        let secrets: Vec<serde_json::Value> = p
+            .own
+            .policy_rules()
+            .into_iter()
+            .filter(|r| r["resources"] == json!(["secrets"]))
+            .collect();
+        assert_eq!(
+            secrets,
+            [
+                json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] }),
+                json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"],
+                        "resourceNames": ["khai-hello-webhook-tls"] }),
+            ]
+        );
+        assert!(rule(&p.cluster, "", "secrets").is_empty());
+        let files = "\n[webhook_server]\ntls = \"files\"\ncert_file = \"c\"\nkey_file = \"k\"\n";
+        for src in [HELLO.to_string(), format!("{HELLO}{hook}{files}")] {
+            let model = parse(Path::new("operator.toml"), &src).unwrap();
+            let p = input(&model, false, &[]);
+            assert!(rule(&p.own, "", "secrets").is_empty(), "{src}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Grants for what khai does for itself rather than for a script: leader election, reading its
 //! config from a ConfigMap, installing CRDs and admission policies, registering self-signed
-//! webhooks, and discovery.
+//! webhooks (and the Secret of their shared CA), and discovery.
 
 use super::Plan;
 use crate::config::model::Model;
@@ -50,6 +50,9 @@ pub(super) fn grant(
     }
     if model.webhook_server.tls == TlsMode::SelfSigned {
         webhooks(model, p);
+        if !model.webhooks.is_empty() {
+            shared_ca(model, &mut p.own);
+        }
     }
     if needs_discovery {
         discovery(p);
@@ -123,6 +126,14 @@ fn webhooks(model: &Model, p: &mut Plan) {
             &["get", "patch"],
         );
     }
+}
+
+/// Self-signed webhooks: the Secret in khai's own namespace that every replica keeps its shared
+/// CA in. A create cannot be limited to a name, reading and replacing it can.
+pub(super) fn shared_ca(model: &Model, own: &mut super::Rules) {
+    let name = vec![crate::manifest::webhooks::tls_secret_name(model)];
+    own.add("", "secrets", &["create"]);
+    own.add_named("", "secrets", &name, &["get", "update"]);
 }
 
 /// Adds what khai needs to check the tokens sent to a console it serves off loopback: a

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | the sharder's label merge patches (assign, move, drain) on parents, children and the objects of sharded `watches` kinds; a shard's drain acknowledgement on a parent | patch |
 //! | the shard Leases, watched by the sharder and by every replica's view of the ring | list, watch on `leases` in khai's own namespace |
-//! | self-signed: the assignment webhook's configuration `khai-<operator>-shard`, server-side applied | create, patch by name |
+//! | self-signed: the assignment webhook's configuration `khai-<operator>-shard`, server-side applied when it differs | create; get, patch by name |
+//! | self-signed: the Secret `khai-<operator>-webhook-tls` in khai's own namespace holding the CA every replica shares | create; get, update by name |
 //! | self-signed, a config without `[[webhook]]`: looking for a leftover `khai-<operator>` configuration to delete | get, delete by name |
 //!
 //! Reading those objects (paged metadata lists, the watch of unassigned parents, a related
@@ -60,8 +61,9 @@ pub(crate) fn extra(model: &Model, namespaces: &[String], sharding: Sharding) ->
             reg,
             "mutatingwebhookconfigurations",
             &shard,
-            &["create", "patch"],
+            &["create", "get", "patch"],
         );
+        super::own::shared_ca(model, &mut p.own);
         if model.webhooks.is_empty() {
             let own = vec![crate::manifest::webhooks::configuration_name(model)];
             for resource in [
@@ -173,6 +175,9 @@ watches = [
                         "resources": ["mutatingwebhookconfigurations"], "verbs": ["create"],
                         "resourceNames": ["khai-cache-shard"] }),
                 json!({ "apiGroups": ["admissionregistration.k8s.io"],
+                        "resources": ["mutatingwebhookconfigurations"], "verbs": ["get"],
+                        "resourceNames": ["khai-cache-shard"] }),
+                json!({ "apiGroups": ["admissionregistration.k8s.io"],
                         "resources": ["mutatingwebhookconfigurations"], "verbs": ["patch"],
                         "resourceNames": ["khai-cache-shard"] }),
                 json!({ "apiGroups": ["admissionregistration.k8s.io"],
@@ -187,6 +192,11 @@ watches = [
         assert_eq!(
             added(&plain.own, &sharded.own),
             [
+                json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] }),
+                json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+                        "resourceNames": ["khai-cache-webhook-tls"] }),
+                json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["update"],
+                        "resourceNames": ["khai-cache-webhook-tls"] }),
                 json!({ "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"] }),
                 json!({ "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["watch"] }),
             ]
@@ -271,6 +281,10 @@ watches = [
         assert_eq!(
             webhooks,
             [
+                (
+                    json!("mutatingwebhookconfigurations"),
+                    json!(["khai-cache-shard"])
+                ),
                 (
                     json!("mutatingwebhookconfigurations"),
                     json!(["khai-cache-shard"])

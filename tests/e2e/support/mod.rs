@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod chaos;
 pub mod dedicated;
+pub mod gadget;
 pub mod helm;
 pub mod kubelet;
 pub mod metrics;

@@ -315,7 +315,7 @@ mod tests {
 
     #[tokio::test]
     async fn https_trusts_the_ca_file_and_refuses_a_certificate_it_does_not_sign() {
-        let (pair, ca) = crate::webhook::tls::self_signed(&["127.0.0.1".into()]).unwrap();
+        let (pair, ca) = crate::webhook::ca::self_signed(&["127.0.0.1".into()]).unwrap();
         let key =
             crate::webhook::tls::certified_key(&pair, (Path::new("c"), Path::new("k"))).unwrap();
         let config =
