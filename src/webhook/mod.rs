@@ -198,6 +198,13 @@ fn self_signed_files() -> (&'static std::path::Path, &'static std::path::Path) {
     )
 }
 
+/// How long to wait before each further try at the shared CA after a transient failure.
+const SHARED_CA_RETRIES: [std::time::Duration; 3] = [
+    std::time::Duration::from_secs(1),
+    std::time::Duration::from_secs(2),
+    std::time::Duration::from_secs(4),
+];
+
 /// The self-signed CA and serving certificate for `names`: the one every replica shares
 /// through its Secret in khai's own namespace, or, when that Secret cannot be used (no
 /// namespace, no permission), one of this process's own, with one warning saying why.
@@ -213,7 +220,20 @@ async fn self_signed(
             name: manifests::tls_secret_name(model),
         };
         let secret = format!("{}/{}", place.namespace, place.name);
-        match shared_ca::obtain(client, &place, names).await {
+        // A replica that falls back installs a caBundle the others do not serve, so a
+        // transient failure is worth a few seconds of waiting first.
+        let mut obtained = shared_ca::obtain(client, &place, names).await;
+        for wait in SHARED_CA_RETRIES {
+            match &obtained {
+                Err(e) if e.is_transient() => {
+                    tracing::info!(%secret, error = %e, "cannot read the shared webhook CA yet; trying again");
+                    tokio::time::sleep(wait).await;
+                    obtained = shared_ca::obtain(client, &place, names).await;
+                }
+                _ => break,
+            }
+        }
+        match obtained {
             Ok(made) => match tls::certified_key(&made.pair, self_signed_files()) {
                 Ok(_) => return Ok(made),
                 Err(e) => tracing::warn!(
@@ -400,15 +420,16 @@ mod tests {
         assert!(shutdown.is_cancelled(), "khai is told to shut down");
     }
 
-    /// A 403 on the shared Secret is no reason to stop: this replica makes a CA of its own and
-    /// says once which Secret it could not use and what khai needs on it.
-    #[tokio::test]
-    async fn without_the_right_to_the_secret_a_replica_makes_a_ca_of_its_own_and_says_why() {
+    /// The shared Secret of operator `x` in namespace `khai`.
+    const SECRET: &str = "/api/v1/namespaces/khai/secrets/khai-x-webhook-tls";
+
+    /// [`self_signed`] for operator `x` with khai's namespace `khai`, against `api`; what it
+    /// returned and what it logged.
+    async fn self_signed_in_namespace_khai(
+        api: &crate::fake_api::FakeApi,
+    ) -> (Result<ca::Material, Error>, String) {
         let src = "[operator]\nname = \"x\"\n";
         let model = crate::config::parse(std::path::Path::new("operator.toml"), src).unwrap();
-        let api = crate::fake_api::FakeApi::default();
-        let path = "/api/v1/namespaces/khai/secrets/khai-x-webhook-tls";
-        api.refuse(path, 403, "secrets \"khai-x-webhook-tls\" is forbidden", 1);
         let settings = Settings {
             bind: "127.0.0.1:0".parse().unwrap(),
             url: None,
@@ -416,8 +437,21 @@ mod tests {
         };
         let names = ["127.0.0.1".to_string()];
         let client = api.client();
-        let (made, logs) =
-            crate::test_logs::capture(self_signed(&client, &model, &settings, &names)).await;
+        crate::test_logs::capture(self_signed(&client, &model, &settings, &names)).await
+    }
+
+    /// A 403 on the shared Secret is no reason to stop: this replica makes a CA of its own and
+    /// says once which Secret it could not use and what khai needs on it.
+    #[tokio::test]
+    async fn without_the_right_to_the_secret_a_replica_makes_a_ca_of_its_own_and_says_why() {
+        let api = crate::fake_api::FakeApi::default();
+        api.refuse(
+            SECRET,
+            403,
+            "secrets \"khai-x-webhook-tls\" is forbidden",
+            1,
+        );
+        let (made, logs) = self_signed_in_namespace_khai(&api).await;
         let made = made.unwrap();
         assert!(made.ca_cert.starts_with("-----BEGIN CERTIFICATE-----"));
         assert_eq!(logs.matches(" WARN ").count(), 1, "{logs}");
@@ -428,6 +462,21 @@ mod tests {
             "{logs}"
         );
         assert!(api.writes().is_empty());
+    }
+
+    /// An API server failing for a moment (503) is waited out: the replica then shares the
+    /// CA, rather than installing one the others do not serve.
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_failure_on_the_secret_is_retried_before_falling_back() {
+        let api = crate::fake_api::FakeApi::default();
+        api.fail(SECRET, 503, 2);
+        let (made, logs) = self_signed_in_namespace_khai(&api).await;
+        let made = made.unwrap();
+        assert_eq!(logs.matches(" WARN ").count(), 0, "{logs}");
+        let stored = api.get(SECRET).expect("the shared Secret was created");
+        let ca = stored["data"]["ca.crt"].as_str().unwrap();
+        let ca = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, ca).unwrap();
+        assert_eq!(String::from_utf8(ca).unwrap(), made.ca_cert);
     }
 
     #[tokio::test]

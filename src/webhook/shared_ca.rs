@@ -96,6 +96,16 @@ impl Error {
     pub(crate) fn is_forbidden(&self) -> bool {
         matches!(self, Error::Forbidden { .. })
     }
+
+    /// Whether asking again soon may succeed: the API server was unreachable, overloaded
+    /// (429) or failing (5xx), or other replicas kept writing the Secret.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Error::Api { cause, .. } => cause.code().is_none_or(|c| c == 429 || c >= 500),
+            Error::Contended { .. } => true,
+            Error::Forbidden { .. } | Error::Tls { .. } => false,
+        }
+    }
 }
 
 /// The CA and serving certificate for a replica needing `need`, from the Secret at `place`,
