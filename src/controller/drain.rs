@@ -24,10 +24,15 @@ pub(super) async fn acknowledge(
         obj.namespace().as_deref(),
     );
     // The drain label stays: it tells the sharder the parent was let go of, so it relabels
-    // the parent's children for the new shard before the parent itself.
-    let patch = json!({ "metadata": { "labels": { shard.label(): null }}});
+    // the parent's children for the new shard before the parent itself. The patch is guarded
+    // by the version this reconcile read: a reconcile of an older copy (the cache had not yet
+    // seen this shard's own acknowledgement) writes nothing a second time.
+    let patch = json!({ "metadata": {
+        "resourceVersion": obj.resource_version(),
+        "labels": { shard.label(): null },
+    }});
     match api
-        .patch(
+        .patch_metadata(
             &obj.name_any(),
             &PatchParams::default(),
             &Patch::Merge(&patch),
@@ -36,6 +41,14 @@ pub(super) async fn acknowledge(
     {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => {}
+        // Changed since read: the watch brings the newer copy, and its reconcile decides again
+        // (it is gone from this shard's watch if the acknowledgement already landed).
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            tracing::debug!(
+                "the object changed before its drain was acknowledged; deciding again on the newer copy"
+            );
+            return Ok(Action::await_change());
+        }
         Err(e) => return Err(ReconcileError::Drain(e.into())),
     }
     crate::metrics::shard_drained(&ctx.spec.controller);

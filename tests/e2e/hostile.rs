@@ -302,9 +302,10 @@ fn bump(obj, ctx, change) {
     .await;
 }
 
-/// Many objects whose scripts each build about 20 MiB at once: past the shared budget (64 MiB
+/// Many objects whose scripts each build about 20 MiB at once: past the shared budget (32 MiB
 /// here, `--scripts-memory`) the calls holding most are stopped and retried, and every object is
-/// reconciled in the end. A small budget keeps the test light beside the rest of the suite.
+/// reconciled in the end. A budget that two calls under way already exceed (one fits) makes the
+/// stop certain however the calls overlap on a busy machine, and keeps the test light.
 #[tokio::test]
 async fn objects_building_large_values_at_once_are_bounded_together_and_all_reconciled() {
     const OBJECTS: usize = 8;
@@ -333,7 +334,7 @@ async fn objects_building_large_values_at_once_are_bounded_together_and_all_reco
         )
         .await;
     }
-    let khai = Khai::start(op.path(), &ns.name, &["--scripts-memory", "64"]);
+    let khai = Khai::start(op.path(), &ns.name, &["--scripts-memory", "32"]);
     // Calls stopped at the shared budget back off (1 s, 2 s, 4 s...) before their retry.
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(180);
     loop {
