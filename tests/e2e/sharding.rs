@@ -17,13 +17,15 @@ use setup::{churn, up_to_date};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// Parents created; `KHAI_TEST_SHARD_OBJECTS` overrides. 3,000 takes
-/// minutes on two busy cores with debug builds; 600 keeps the test near a minute.
+/// Parents created; `KHAI_TEST_SHARD_OBJECTS` overrides. 3,000 takes minutes on two busy
+/// cores with debug builds. The move is CPU-bound on those cores: beside the rest of the suite,
+/// a dead shard's 200 parents (of 600) took 15.2–15.6 s to move and reconcile, past the
+/// Lease + 5 s, so the suite moves about 150 (docs/scaling.md has the figures at 600 to 3,000).
 fn objects() -> usize {
     std::env::var("KHAI_TEST_SHARD_OBJECTS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(600)
+        .unwrap_or(450)
 }
 
 #[tokio::test]
