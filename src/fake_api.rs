@@ -1,8 +1,9 @@
 //! An in-memory stand-in for the Kubernetes API, for unit tests of code that talks to it.
 //!
 //! It keeps objects by their path and answers what khai's API-facing code sends: get, create
-//! (POST), replace (PUT) with resourceVersion conflicts, JSON patches, JSON merge patches and
-//! server-side apply (both applied as a merge), and deletes with uid preconditions; an object
+//! (POST), replace (PUT), JSON patches, JSON merge patches and server-side apply (both applied
+//! as a merge), a resourceVersion sent with a replace or a merge patch as a precondition (409
+//! when it is not the current one), and deletes with uid preconditions; an object
 //! on its way out goes once its last finalizer does. Every write bumps one global
 //! resourceVersion and is logged ([`FakeApi::writes`]). Anything else gets a 404 or 405 in the
 //! API server's shape. End-to-end behaviour is proven against a real API server in
@@ -159,6 +160,15 @@ impl FakeApi {
                     None if apply => json!({}),
                     None => return not_found(&path),
                 };
+                // A resourceVersion in a merge patch is a precondition, as on the API server.
+                let sent_rv = body["metadata"]["resourceVersion"].as_str();
+                if !apply
+                    && sent_rv.is_some_and(|rv| {
+                        Some(rv) != current["metadata"]["resourceVersion"].as_str()
+                    })
+                {
+                    return status(409, "Conflict", "the object has been modified");
+                }
                 if content_type.contains("json-patch") {
                     if let Err(e) = json_patch_as_server(&mut current, body) {
                         return status(422, "Invalid", &e);

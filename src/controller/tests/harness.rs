@@ -196,6 +196,11 @@ impl Harness {
     /// caught up). Per-object state (backoff, spin, handler progress not yet seen) lives in the
     /// returned `Ctx`: keep it across reconciles for a controller that keeps running.
     pub(super) async fn ctx(&self) -> Arc<Ctx> {
+        self.ctx_of_shard(None).await
+    }
+
+    /// [`Harness::ctx`] for one shard of a sharded operator (`khai run --shards`).
+    pub(super) async fn ctx_of_shard(&self, shard: Option<crate::shard::Settings>) -> Arc<Ctx> {
         let model = &self.op.config.model;
         let ctl = &model.controllers[0];
         let script = &self.op.scripts[0];
@@ -267,7 +272,7 @@ impl Harness {
                 params: Value::Object(model.params.clone()),
                 children: crate::apply::Policy::of(ctl),
                 effects: effects.with_budget(ctl.budget),
-                shard: None,
+                shard: shard.map(Arc::new),
             },
             caches: Caches {
                 visible: std::iter::once(primary.clone())
