@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 #[tokio::test]
 async fn khai_killed_at_random_points_loses_nothing() {
+    let _heavy = crate::support::heavy().await;
     let _turn = dedicated().exclusive().await;
     let mut scene = Scene::new("kill").await;
     let mut khai = scene.start(&[]);
@@ -55,6 +56,7 @@ async fn khai_killed_at_random_points_loses_nothing() {
 
 #[tokio::test]
 async fn apiserver_restart_loses_nothing() {
+    let _heavy = crate::support::heavy().await;
     let _turn = dedicated().exclusive().await;
     let mut scene = Scene::new("apiserver").await;
     let khai = scene.start(&[]);
@@ -70,6 +72,7 @@ async fn apiserver_restart_loses_nothing() {
 
 #[tokio::test]
 async fn etcd_restart_loses_nothing() {
+    let _heavy = crate::support::heavy().await;
     let _turn = dedicated().exclusive().await;
     let mut scene = Scene::new("etcd").await;
     let khai = scene.start(&[]);
@@ -88,6 +91,7 @@ async fn etcd_restart_loses_nothing() {
 /// list again.
 #[tokio::test]
 async fn expired_watches_relist_and_lose_nothing() {
+    let _heavy = crate::support::heavy().await;
     let _turn = dedicated().exclusive().await;
     let mut scene = Scene::new("expired").await;
     let khai = scene.start(&[]);
@@ -126,6 +130,7 @@ async fn expired_watches_relist_and_lose_nothing() {
 
 #[tokio::test]
 async fn frozen_apiserver_loses_nothing() {
+    let _heavy = crate::support::heavy().await;
     let _turn = dedicated().exclusive().await;
     let mut scene = Scene::new("pause").await;
     let khai = scene.start(&[]);
@@ -151,6 +156,7 @@ fn identity(agent: &str) -> Option<&str> {
 
 #[tokio::test]
 async fn leader_killed_repeatedly_never_leaves_two_writers() {
+    let _heavy = crate::support::heavy().await;
     let _turn = dedicated().exclusive().await;
     let mut scene = Scene::new("leader").await;
     let from = audit::mark_in(scene.cluster.audit_log());
@@ -249,6 +255,7 @@ async fn leader_killed_repeatedly_never_leaves_two_writers() {
 /// within seconds. The gap is measured after a restart and after a freeze.
 #[tokio::test]
 async fn watches_resume_within_seconds_of_an_apiserver_restart_or_freeze() {
+    let _heavy = crate::support::heavy().await;
     let _turn = dedicated().exclusive().await;
     let mut scene = Scene::new("resume").await;
     let khai = scene.start(&[]);

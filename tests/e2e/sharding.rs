@@ -30,6 +30,7 @@ fn objects() -> usize {
 
 #[tokio::test]
 async fn three_shards_split_the_parents_and_a_killed_shards_parents_move_to_the_live_ones() {
+    let _heavy = crate::support::heavy().await;
     let client = support::client().await;
     let op = Sharded::new(&client, "shard").await;
     let (ns, name, group, label) = (&op.ns, &op.name, &op.group, &op.label);

@@ -53,6 +53,7 @@ interval = "1s"
 
 #[tokio::test]
 async fn admission_labels_parents_and_their_related_objects_and_one_shard_runs_the_schedule() {
+    let _heavy = crate::support::heavy().await;
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "shardhook").await;
     let dir = tempfile::tempdir().unwrap();

@@ -40,6 +40,7 @@ async fn wait_for_grants(kubeconfig: &Path, ns: &str) {
 
 #[tokio::test]
 async fn two_shards_run_as_the_generated_sharded_rbac_through_a_takeover_without_a_403() {
+    let _heavy = crate::support::heavy().await;
     let started = Instant::now();
     let client = support::client().await;
     let ns = TestNamespace::new(&client, "shardrbac").await;

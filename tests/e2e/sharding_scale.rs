@@ -183,6 +183,7 @@ async fn start(op: &Sharded, ids: &[&str], shards: &mut BTreeMap<String, (Khai, 
 #[tokio::test]
 async fn scaling_three_to_four_to_two_during_churn_loses_no_update_and_never_writes_from_two_shards()
  {
+    let _heavy = crate::support::heavy().await;
     let client = support::client().await;
     let op = Arc::new(Sharded::new(&client, "scale").await);
     let parts = op.parts(&client);

@@ -143,6 +143,7 @@ async fn idle(addr: &str) {
 #[tokio::test]
 async fn cluster_scoped_parents_move_without_reapply_and_a_filtered_out_parent_is_let_go_and_left_alone()
  {
+    let _heavy = crate::support::heavy().await;
     let started = Instant::now();
     let client = support::client().await;
     let op = Sharded::with_operator(&client, "scope", operator).await;

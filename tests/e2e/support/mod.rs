@@ -36,6 +36,18 @@ pub const JSON_LOG: &[&str] = &["--log-format", "json"];
 /// How long a test waits for the operator to act before failing.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// A turn among the tests that run several khai processes against a clock (the sharding tests,
+/// which time a dead shard's move against its Lease, and the chaos scenarios): held for the
+/// whole test, so two of them never share the two cores, while the other tests go on beside
+/// them. A test holding it may also hold [`dedicated::Dedicated::exclusive`], taken after it.
+pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    HEAVY
+        .get_or_init(|| tokio::sync::Mutex::new(()))
+        .lock()
+        .await
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
