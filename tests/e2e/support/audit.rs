@@ -97,15 +97,22 @@ pub fn writes(from: Mark, keep: impl Fn(&serde_json::Value) -> bool) -> Writes {
         if !after(&from, &e) || !is_write(&e) || !keep(&e) {
             continue;
         }
-        let r = &e["objectRef"];
-        let resource = match r["subresource"].as_str() {
-            Some(sub) => format!("{}/{sub}", r["resource"].as_str().unwrap_or_default()),
-            None => r["resource"].as_str().unwrap_or_default().to_string(),
-        };
+        let resource = resource(&e).unwrap_or_default();
         let verb = e["verb"].as_str().unwrap_or_default();
         *out.entry(format!("{verb} {resource}")).or_default() += 1;
     }
     out
+}
+
+/// What an audit event was about, as `resource[/subresource]`; `None` for a request on no
+/// resource (discovery, `/healthz`).
+pub fn resource(e: &serde_json::Value) -> Option<String> {
+    let r = &e["objectRef"];
+    let resource = r["resource"].as_str()?;
+    Some(match r["subresource"].as_str() {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_string(),
+    })
 }
 
 /// The audit events (one JSON object per completed write) since `from` that `keep` accepts, in
@@ -137,11 +144,8 @@ pub fn forbidden(from: Mark, user: &str) -> Vec<String> {
     .iter()
     .map(|e| {
         let r = &e["objectRef"];
-        let what = match (r["resource"].as_str(), r["subresource"].as_str()) {
-            (Some(res), Some(sub)) => format!("{res}/{sub}"),
-            (Some(res), None) => res.to_string(),
-            _ => e["requestURI"].as_str().unwrap_or_default().to_string(),
-        };
+        let what =
+            resource(e).unwrap_or_else(|| e["requestURI"].as_str().unwrap_or_default().to_string());
         format!(
             "{} {what} in {} ({}): {}",
             e["verb"].as_str().unwrap_or_default(),

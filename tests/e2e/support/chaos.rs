@@ -489,9 +489,7 @@ impl Driver {
 
 /// khai's `khai_reconcile_overlaps_total`, which must be 0.
 pub async fn assert_no_overlap(khai: &Khai, when: &str) {
-    let addr = khai.metrics_addr().await;
-    let body = metrics_until(&addr, "khai's metrics", |_| true).await;
-    let overlaps = sum(&body, "khai_reconcile_overlaps_total");
+    let overlaps = total(khai, "khai_reconcile_overlaps_total").await;
     assert_eq!(
         overlaps, 0.0,
         "{when}: two reconciles of one object ran at once"
@@ -516,11 +514,16 @@ async fn quiet(khai: &Khai, objects: usize) -> f64 {
     sum(&body, "controller_runtime_reconcile_total")
 }
 
-/// How many times khai's watches have restarted.
-async fn watch_restarts(khai: &Khai) -> f64 {
+/// khai's metric `family` now, summed over its labels.
+async fn total(khai: &Khai, family: &str) -> f64 {
     let addr = khai.metrics_addr().await;
     let body = metrics_until(&addr, "khai's metrics", |_| true).await;
-    sum(&body, "khai_watch_restarts_total")
+    sum(&body, family)
+}
+
+/// How many times khai's watches have restarted.
+async fn watch_restarts(khai: &Khai) -> f64 {
+    total(khai, "khai_watch_restarts_total").await
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -599,28 +602,21 @@ fn unwritten_updates(
     pending
 }
 
-/// The requests about object `name` (a Cache and its children) since `from`, one line each:
-/// when, who, what, and the answer.
-fn requests_of(scene: &Scene, from: audit::Mark, name: &str) -> Vec<String> {
+/// The writes to object `name` (a Cache and its children) since `from`, one line each: when,
+/// who, what, and the answer.
+fn writes_of(scene: &Scene, from: audit::Mark, name: &str) -> Vec<String> {
     audit::entries(from, |e| {
-        e["objectRef"]["namespace"] == scene.ns.as_str()
-            && e["objectRef"]["name"] == name
-            && e["verb"] != "get"
-            && e["verb"] != "watch"
+        e["objectRef"]["namespace"] == scene.ns.as_str() && e["objectRef"]["name"] == name
     })
     .iter()
     .map(|e| {
         let who = e["userAgent"].as_str().unwrap_or_default();
         format!(
-            "{} {} {} {}{} -> {}",
+            "{} {} {} {} -> {}",
             e["requestReceivedTimestamp"].as_str().unwrap_or_default(),
             who.split('/').next().unwrap_or_default(),
             e["verb"].as_str().unwrap_or_default(),
-            e["objectRef"]["resource"].as_str().unwrap_or_default(),
-            e["objectRef"]["subresource"]
-                .as_str()
-                .map(|s| format!("/{s}"))
-                .unwrap_or_default(),
+            audit::resource(e).unwrap_or_default(),
             e["responseStatus"]["code"]
         )
     })
@@ -662,10 +658,10 @@ pub async fn recover_and_report(
             *n <= allowed,
             "chaos {}: {name} took {n} writes after the faults, more than its Deployment and \
              status for each of its {} updates khai had not written when the faults ended, plus one; \
-             all: {writes:?}; {name}'s requests since the driver started:\n{}",
+             all: {writes:?}; {name}'s writes since the driver started:\n{}",
             scene.name,
             pending.get(name).copied().unwrap_or(0),
-            requests_of(scene, from, name).join("\n")
+            writes_of(scene, from, name).join("\n")
         );
     }
     // No hot loop: a steady cluster sees no reconcile and no write for a while. A watch of
