@@ -194,16 +194,8 @@ impl Workload {
     /// Removes what a run leaves behind, outside every count: there is no garbage collector, so
     /// ConfigMaps of deleted Caches stay until deleted here; Caches remain only after a failure.
     pub async fn clean_up(&self) -> Result<()> {
-        let all = ListParams::default();
-        self.caches
-            .delete_collection(&DeleteParams::default(), &all)
-            .await
-            .context("deleting the run's Caches")?;
-        self.configmaps
-            .delete_collection(&DeleteParams::default(), &all)
-            .await
-            .context("deleting the run's ConfigMaps")?;
-        Ok(())
+        delete_all(&self.caches, "Caches").await?;
+        delete_all(&self.configmaps, "ConfigMaps").await
     }
 
     /// Deletes one ConfigMap, which is fine to be absent.
@@ -213,5 +205,37 @@ impl Workload {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
             Err(e) => Err(e).with_context(|| format!("deleting ConfigMap {name}")),
         }
+    }
+}
+
+/// Deletes every object of `api` in the run's namespace. One deletecollection of tens of
+/// thousands of objects can outlast the API server's request timeout, which closes the
+/// connection while the server goes on deleting; so it is sent again until a list finds none,
+/// for at most ten minutes.
+async fn delete_all<K>(api: &Api<K>, what: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let sent = api
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
+        let left = api
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .with_context(|| format!("listing the run's {what} left to delete"))?;
+        if left.items.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(match sent {
+                Err(e) => anyhow::Error::new(e),
+                Ok(_) => anyhow!("some are left after ten minutes"),
+            })
+            .with_context(|| format!("deleting the run's {what}"));
+        }
+        // The server may still be deleting what the last request listed.
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
