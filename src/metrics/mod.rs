@@ -24,7 +24,7 @@ pub(crate) use record::{
     script_limit_abort, status_written, watch_restarted, watch_started, webhook_request,
 };
 pub(crate) use rollout::{rollout, rollout_reconciled};
-pub(crate) use shard::{cached_objects, shard_drained, shard_moved, shard_objects};
+pub(crate) use shard::{cached_objects, ring_shards, shard_drained, shard_moved, shard_objects};
 pub(crate) use tally::{Tally, tallied};
 
 use prometheus::core::Collector;

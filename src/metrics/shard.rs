@@ -8,6 +8,7 @@ pub(super) struct ShardMetrics {
     moves: IntCounterVec,
     acks: IntCounterVec,
     cached: IntGaugeVec,
+    ring: IntGaugeVec,
 }
 
 impl ShardMetrics {
@@ -36,6 +37,12 @@ impl ShardMetrics {
                 "khai_cached_objects",
                 "Objects in this replica's caches, by kind (with --shards: its share)",
                 &["kind"],
+            ),
+            ring: super::gauge(
+                r,
+                "khai_shard_ring_shards",
+                "Live shards in the ring this replica's assignment webhook hashes with",
+                &[],
             ),
         }
     }
@@ -70,5 +77,14 @@ pub(crate) fn cached_objects(kind: &str, n: usize) {
         .shard
         .cached
         .with_label_values(&[kind])
+        .set(i64::try_from(n).unwrap_or(i64::MAX));
+}
+
+/// This replica's view of the ring holds `n` live shards.
+pub(crate) fn ring_shards(n: usize) {
+    super::METRICS
+        .shard
+        .ring
+        .with_label_values::<&str>(&[])
         .set(i64::try_from(n).unwrap_or(i64::MAX));
 }

@@ -55,6 +55,7 @@ async fn follow(
         tx.send_if_modified(|r| {
             let changed = *r != ring;
             if changed {
+                crate::metrics::ring_shards(ring.shards().len());
                 *r = ring;
             }
             changed

@@ -6,6 +6,7 @@
 //! The API server refuses the ServiceAccount nothing: its audit log has no 403 for it.
 
 use crate::rbac::{apply, generate_rbac_with, service_account_kubeconfig};
+use crate::support::metrics::wait_for_metric;
 use crate::support::shards::{self, ready};
 use crate::support::{self, Khai, TestNamespace, audit, custom_api};
 use crate::webhooks::Registered;
@@ -91,6 +92,14 @@ async fn two_shards_run_as_the_generated_sharded_rbac_through_a_takeover_without
     let sharder_lease = format!("khai-{name}-sharder");
     support::poll_until("a shard holding the sharder Lease", || async {
         holder(sharder_lease.clone()).await.is_some()
+    })
+    .await;
+    // The webhook (s0's) hashes with s0's view of the ring: both shards in it before the first
+    // create, or a shard joining between a parent's create and its Secret's sends them apart.
+    let webhook_metrics = shards[0].metrics_addr().await;
+    let both = "s0's ring holding both shards";
+    wait_for_metric(&webhook_metrics, both, "khai_shard_ring_shards", &[], |n| {
+        n >= 2.0
     })
     .await;
     let survivor = holder(sharder_lease.clone()).await.unwrap();
