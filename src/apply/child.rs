@@ -95,10 +95,13 @@ impl Applier {
             subresource: None,
         };
         let sent = write::patch(&self.client, target, &params, &Patch::Apply(&*child)).await;
-        if let (Err(_), Some(slot)) = (&sent, &recorded) {
+        if let Some(slot) = &recorded {
             ledger
                 .objects
-                .update_existing(ledger.parent, |s| s.sent.unwritten(slot, hash));
+                .update_existing(ledger.parent, |s| match &sent {
+                    Ok(made) => made.iter().for_each(|rv| s.sent.made(slot, hash, rv)),
+                    Err(_) => s.sent.unwritten(slot, hash),
+                });
         }
         sent.map_err(|cause| Error::ApplyChild {
             kind: kind_name.clone(),

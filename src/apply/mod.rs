@@ -494,6 +494,63 @@ mod tests {
             assert!(objects.is_empty(), "its arrival ends the record");
         }
 
+        /// After an outage the watch delivers a burst late. A reconcile running from the event
+        /// of khai's previous status write, which arrived after khai sent the next one, does
+        /// not send that next status again: the event is older than the write on its way.
+        #[tokio::test]
+        async fn a_late_event_of_khais_previous_status_write_does_not_repeat_the_next() {
+            let api = FakeApi::default();
+            let applier = Applier::new(api.client(), crate::config::Model::default());
+            let app = Kind {
+                resource: ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("x.dev", "v1", "App"),
+                    "apps",
+                ),
+                namespaced: true,
+            };
+            let path = "/apis/x.dev/v1/namespaces/ns/apps/p";
+            let (objects, key) = (Objects::default(), ObjectKey::of(&parent()));
+            let ledger = Ledger {
+                objects: &objects,
+                parent: &key,
+                echoes: false,
+                primary: None,
+            };
+            let status = |phase: &str| serde_json::Map::from_iter([("phase".into(), json!(phase))]);
+            let at = |version: &str, phase: Option<&str>| {
+                let mut o = parent();
+                o.metadata.resource_version = Some(version.into());
+                if let Some(phase) = phase {
+                    o.data = json!({ "status": { "phase": phase } });
+                }
+                o
+            };
+            api.put(path, serde_json::to_value(parent()).unwrap()); // 1
+            api.put(path, serde_json::to_value(parent()).unwrap()); // 2: an update the cache lags
+            let reconcile = |read: DynamicObject, phase: &'static str| {
+                let applier = &applier;
+                let app = &app;
+                async move {
+                    let want = status(phase);
+                    applier
+                        .status(&read, app, &want, ledger, Manager::Reconcile)
+                        .await
+                        .unwrap()
+                }
+            };
+            assert!(reconcile(at("1", None), "Old").await, "written as 3");
+            objects.update_existing(&key, |s| s.sent.shown_object("2"));
+            assert!(reconcile(at("2", None), "New").await, "written as 4");
+            objects.update_existing(&key, |s| s.sent.shown_object("3"));
+            assert!(
+                !reconcile(at("3", Some("Old")), "New").await,
+                "3 is older than the write on its way"
+            );
+            assert_eq!(api.writes().len(), 2, "{:?}", api.writes());
+            objects.update_existing(&key, |s| s.sent.shown_object("4"));
+            assert!(objects.is_empty(), "its arrival ends the record");
+        }
+
         /// The child khai sends is expected back before the request goes; a child already as
         /// desired sends nothing and expects nothing.
         #[tokio::test]

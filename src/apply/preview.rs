@@ -182,6 +182,7 @@ impl Applier {
         };
         write::patch(&self.client, target, &params, &Patch::Apply(child))
             .await
+            .map(drop)
             .map_err(ApiError::from)
     }
 }

@@ -86,11 +86,12 @@ impl Applier {
             s.sent.written(target.clone(), &seen_rv, hash)
         });
         let sent = write::patch(&self.client, to, &params, &Patch::Merge(&patch)).await;
-        if sent.is_err() {
-            ledger
-                .objects
-                .update_existing(ledger.parent, |s| s.sent.unwritten(&target, hash));
-        }
+        ledger
+            .objects
+            .update_existing(ledger.parent, |s| match &sent {
+                Ok(made) => made.iter().for_each(|rv| s.sent.made(&target, hash, rv)),
+                Err(_) => s.sent.unwritten(&target, hash),
+            });
         sent.map_err(|e| match manager {
             Manager::Reconcile => Error::Status(e.into()),
             Manager::Handlers => Error::HandlerStatus(e.into()),
@@ -116,6 +117,7 @@ impl Applier {
         };
         write::patch(&self.client, to, &self.params(), &Patch::Merge(patch))
             .await
+            .map(drop)
             .map_err(|e| Error::Annotate(e.into()))
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod event_budget;
 mod key;
+pub mod resource_version;
 pub mod sent;
 pub mod spin;
 

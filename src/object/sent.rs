@@ -4,12 +4,20 @@
 //! Two questions are answered from it:
 //!
 //! - **Already written?** A reconcile running from a cache that does not show khai's last write
-//!   yet would send the same write again. A write is recorded with the resourceVersion the cache
-//!   showed when it was sent and the hash of what was sent; while the cache still shows that
-//!   version, the same hash is not sent again ([`Sent::already_written`]), for at most
-//!   [`TRUST_FOR`]: a watch lags behind the writes that cause it by milliseconds to seconds, and
-//!   a child created and deleted again while the watch was down shows as absent in the cache,
-//!   just as before khai created it.
+//!   yet would send the same write again. A write is recorded with the hash of what was sent,
+//!   the resourceVersion the cache showed when it was sent, and the version its answer says it
+//!   made; while the cache shows a version from before the write, the same hash is not sent
+//!   again ([`Sent::already_written`]), for at most [`TRUST_FOR`]: a watch lags behind the writes
+//!   that cause it by milliseconds to seconds, and a child created and deleted again while the
+//!   watch was down shows as absent in the cache, just as before khai created it.
+//!
+//!   "From before the write" is decided by comparing versions
+//!   ([`super::resource_version`]): versions up to the newest khai knew of when it sent the
+//!   write (the one it read, or what its own previous write made), and versions below the one
+//!   the write made. That matters after an outage, when the watch delivers a burst late: the
+//!   event of khai's previous status write can arrive after its next one was sent, and is older
+//!   than that write, not newer. Versions that do not compare fall back to equality with the
+//!   version read.
 //! - **Echo?** A child khai applies comes back through its kind's watch, and the owned-children
 //!   trigger would queue the parent once more for a reconcile that finds nothing to do
 //!   ("expectations", as controller-runtime calls them). Before each apply request goes out,
@@ -26,8 +34,8 @@
 //!   usable before the response is in: under load the watch event often arrives first.
 //!
 //! Bounds: an echo is consumed by its echo, and all of an object's go when its next reconcile
-//! starts; a write's record goes when the watch shows its target at another version than the
-//! one it was sent from (the write arrived, or a newer one: [`Sent::shown`]), with the child's
+//! starts; a write's record goes when the watch shows its target at a version not from before
+//! the write (the write arrived, or a newer one: [`Sent::shown`]), with the child's
 //! deletion, and with the plan that no longer has the child; all go with the object. What is
 //! held is bounded by the children of the objects that exist, never by how many were ever
 //! created, and in a steady cluster nothing is held at all.
@@ -35,8 +43,10 @@
 //! Memory: an object has a handful of records at most while its writes are on their way, so they
 //! are kept in a small sorted `Vec`, and a write is remembered by its 64-bit hash.
 
+use super::resource_version::{newest, order};
 use crate::watch::Kind;
 use serde_json::Value;
+use std::cmp::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -117,9 +127,30 @@ struct Record {
 struct Written {
     /// The resourceVersion the cache showed when it was sent (`""`: absent).
     from: Box<str>,
+    /// The newest version khai knew of when it sent it, if versions compare: the one read, or
+    /// the one its previous write to the target made. Every version up to it predates the write.
+    floor: Option<Box<str>>,
+    /// The version the write made, once its answer says.
+    made: Option<Box<str>>,
     /// The hash of what was sent.
     hash: u64,
     at: Instant,
+}
+
+impl Written {
+    /// Whether a cache showing the target at `rv` does not show this write yet.
+    fn pending_at(&self, rv: &str) -> bool {
+        if let Some(o) = self.made.as_deref().and_then(|made| order(rv, made)) {
+            return o == Ordering::Less;
+        }
+        &*self.from == rv
+            || self.made.is_none()
+                && self
+                    .floor
+                    .as_deref()
+                    .and_then(|floor| order(rv, floor))
+                    .is_some_and(|o| o != Ordering::Greater)
+    }
 }
 
 impl Record {
@@ -160,12 +191,12 @@ impl Sent {
         Some(out)
     }
 
-    /// Whether khai already wrote `hash` to `target` from the version the cache still shows
-    /// (`seen`, `""` when absent): the write is on its way and need not be repeated. A record of
-    /// an older version is dropped.
+    /// Whether khai already wrote `hash` to `target` and the version the cache shows (`seen`,
+    /// `""` when absent) is from before that write: the write is on its way and need not be
+    /// repeated. A record the cache has caught up with, or too old to trust, is dropped.
     pub fn already_written(&mut self, target: &Target, seen: &str, hash: u64) -> bool {
         self.edit(target, |r| match &r.written {
-            Some(w) if &*w.from == seen && w.at.elapsed() <= TRUST_FOR => w.hash == hash,
+            Some(w) if w.at.elapsed() <= TRUST_FOR && w.pending_at(seen) => w.hash == hash,
             Some(_) => {
                 r.written = None;
                 false
@@ -179,10 +210,29 @@ impl Sent {
     /// (`""`: absent). Recorded before the request goes, as its watch event may arrive before its
     /// response; [`Sent::unwritten`] takes it back if the request fails.
     pub fn written(&mut self, target: Target, from: &str, hash: u64) {
-        self.entry(target).written = Some(Written {
+        let r = self.entry(target);
+        let before = r.written.as_ref();
+        let known = [
+            Some(from),
+            before.and_then(|w| w.floor.as_deref()),
+            before.and_then(|w| w.made.as_deref()),
+        ];
+        let floor = newest(known.into_iter().flatten()).map(Into::into);
+        r.written = Some(Written {
             from: from.into(),
+            floor,
+            made: None,
             hash,
             at: Instant::now(),
+        });
+    }
+
+    /// The write of `hash` to `target` made resourceVersion `rv`, as its answer says.
+    pub fn made(&mut self, target: &Target, hash: u64, rv: &str) {
+        self.edit(target, |r| {
+            if let Some(w) = r.written.as_mut().filter(|w| w.hash == hash) {
+                w.made = Some(rv.into());
+            }
         });
     }
 
@@ -195,11 +245,11 @@ impl Sent {
         });
     }
 
-    /// The watch shows `target` at resourceVersion `rv`: a write sent from another version has
-    /// arrived (or been overtaken), so the cache answers for it from now on.
+    /// The watch shows `target` at resourceVersion `rv`: unless that is from before khai's write,
+    /// the write has arrived (or been overtaken), so the cache answers for it from now on.
     pub fn shown(&mut self, target: &Target, rv: &str) {
         self.edit(target, |r| {
-            if r.written.as_ref().is_some_and(|w| &*w.from != rv) {
+            if r.written.as_ref().is_some_and(|w| !w.pending_at(rv)) {
                 r.written = None;
             }
         });
@@ -384,6 +434,67 @@ mod tests {
         assert!(!s.is_empty(), "another write's failure takes nothing back");
         s.unwritten(&t, 1);
         assert!(s.is_empty(), "a failed write is not on its way");
+    }
+
+    /// After an outage the watch delivers late: the event of khai's previous status write (12)
+    /// can come after its next write was sent from 11. That event is older than the write on
+    /// its way, so the same status is not sent again from it.
+    #[tokio::test(start_paused = true)]
+    async fn a_late_event_older_than_the_write_on_its_way_does_not_release_it() {
+        let mut s = Sent::default();
+        let t = Target::Status;
+        s.written(t.clone(), "10", 1);
+        s.made(&t, 1, "12");
+        s.shown(&t, "11");
+        assert!(
+            !s.is_empty(),
+            "11, someone's update, came before khai's write"
+        );
+        assert!(!s.already_written(&t, "11", 2), "another status is sent");
+        s.written(t.clone(), "11", 2);
+        s.shown(&t, "12");
+        assert!(
+            s.already_written(&t, "12", 2),
+            "12 is khai's previous write, older than the one on its way"
+        );
+        s.made(&t, 2, "14");
+        s.shown(&t, "13");
+        assert!(s.already_written(&t, "13", 2), "13 came before 14 too");
+        s.shown(&t, "14");
+        assert!(s.is_empty(), "the write arrived");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_version_past_the_write_releases_it_even_unseen() {
+        let mut s = Sent::default();
+        let t = Target::Status;
+        s.written(t.clone(), "10", 1);
+        s.shown(&t, "13");
+        assert!(
+            s.is_empty(),
+            "its answer not in yet: anything newer than 10 may be it"
+        );
+        s.written(t.clone(), "13", 1);
+        s.made(&t, 1, "15");
+        assert!(!s.already_written(&t, "16", 1), "a relist jumped past it");
+        assert!(s.is_empty());
+        s.written(t.clone(), "16", 1);
+        s.made(&t, 1, "16");
+        assert!(
+            !s.already_written(&t, "16", 1),
+            "a write that changed nothing made the version already shown"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn versions_that_do_not_compare_hold_only_the_one_read() {
+        let mut s = Sent::default();
+        let t = Target::Status;
+        s.written(t.clone(), "a", 1);
+        s.made(&t, 1, "c");
+        assert!(s.already_written(&t, "a", 1));
+        assert!(!s.already_written(&t, "b", 1), "b may be newer than c");
+        assert!(s.is_empty());
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //! - 0 duplicate children, 0 orphans (every child khai manages is controlled by a live Cache);
 //! - no write storm: from the end of the faults to the steady state, at most 2 writes per object
 //!   (its Deployment and status) for each of its updates khai had not written yet (its status
-//!   write, the last of a reconcile, not yet received), and at most 2 for an object with none,
-//!   plus one status write from a copy the watch had not yet caught up with (the audit log);
+//!   write, the last of a reconcile, not yet received), and at most 2 for an object with none
+//!   (the audit log), even when the watch delivers khai's own writes late;
 //! - no hot loop: once steady, a quiet window sees no reconcile and no write (a window in which
 //!   a watch of khai's restarted and listed again is watched again, up to three);
 //! - `khai_reconcile_overlaps_total` is 0 in every khai process, read before each kill.
