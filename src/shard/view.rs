@@ -52,10 +52,10 @@ async fn follow(
     loop {
         let (seen, next_expiry) = members::judge(&leases, &members, duration, Instant::now());
         let ring = Ring::new(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
+        crate::metrics::ring_shards(ring.shards().len());
         tx.send_if_modified(|r| {
             let changed = *r != ring;
             if changed {
-                crate::metrics::ring_shards(ring.shards().len());
                 *r = ring;
             }
             changed
