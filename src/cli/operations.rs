@@ -62,6 +62,18 @@ pub(crate) struct Operations {
     /// How long in-flight reconciles may take to finish after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "25s", value_parser = duration)]
     pub(crate) shutdown_grace: Duration,
+    /// Hold each controller's reconcile requests for up to this long after the first one and
+    /// start them together; 0s starts each at once. Fewer wake-ups per object, for up to this
+    /// much more latency: worth it where events arrive slowly, as on each of several shards
+    /// (docs/scaling.md, "Batching").
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "KHAI_RECONCILE_BATCH",
+        default_value = "0s",
+        value_parser = duration
+    )]
+    pub(crate) reconcile_batch: Duration,
     /// Memory all script calls running at once may build together, in MiB; past it the calls
     /// holding most stop and are retried. Keep it well below the pod's memory limit.
     #[arg(

@@ -106,36 +106,36 @@ async fn run(p: Prepared, shutdown: CancellationToken) {
                 crate::handler::spy::EventTypes::new(listed),
             )
         });
-    let trigger = queue::primary(
+    let trigger = queue::batched(queue::primary(
         p.primary.subscribe(),
         p.reconcile_on_status,
         pending.clone(),
         seen,
-    );
+    ));
     let mut c =
         Controller::for_shared_stream_with(trigger, p.primary.store(), parent.resource.clone())
             .with_config(ControllerConfig::default().concurrency(p.concurrency));
     for inf in &ctx.caches.owned {
         let echo = echo_of(&ctx, &inf.kind);
-        c = c.reconcile_on(
+        c = c.reconcile_on(queue::batched(
             queue::owners(inf.subscribe(), parent.clone(), echo)
                 .inspect(requested(&pending, Trigger::Child)),
-        );
+        ));
     }
     for (inf, w) in &p.related {
         let (rx, parent) = (inf.subscribe(), parent.clone());
         c = match &w.parents {
-            Parents::Label(label) => c.reconcile_on(
+            Parents::Label(label) => c.reconcile_on(queue::batched(
                 queue::by_label(rx, label.clone(), parent)
                     .inspect(requested(&pending, Trigger::Watched)),
-            ),
-            Parents::Map(f) => c.reconcile_on(
+            )),
+            Parents::Map(f) => c.reconcile_on(queue::batched(
                 queue::by_script(rx, ctx.spec.script.clone(), f.clone(), parent, {
                     let ctx = ctx.clone();
                     move |o: &kube::api::DynamicObject| ctx.related_ctx(o)
                 })
                 .inspect(requested(&pending, Trigger::Watched)),
-            ),
+            )),
         };
     }
     if let Some(period) = p.resync {

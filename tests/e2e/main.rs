@@ -11,6 +11,7 @@
 mod support;
 
 mod apiserver;
+mod batching;
 mod canary;
 mod cel;
 mod chaos;
