@@ -65,15 +65,14 @@ pub(crate) struct Operations {
     /// Hold each controller's reconcile requests for up to this long after the first one and
     /// start them together; 0s starts each at once. Fewer wake-ups per object, for up to this
     /// much more latency: worth it where events arrive slowly, as on each of several shards
-    /// (docs/scaling.md, "Batching").
+    /// (docs/scaling.md, "Batching"). At most 10s [default: 100ms with --shards, else 0s].
     #[arg(
         long,
         value_name = "DURATION",
         env = "KHAI_RECONCILE_BATCH",
-        default_value = "0s",
-        value_parser = duration
+        value_parser = batch_window
     )]
-    pub(crate) reconcile_batch: Duration,
+    pub(crate) reconcile_batch: Option<Duration>,
     /// Memory all script calls running at once may build together, in MiB; past it the calls
     /// holding most stop and are retried. Keep it well below the pod's memory limit.
     #[arg(
@@ -84,8 +83,9 @@ pub(crate) struct Operations {
         value_parser = clap::value_parser!(u32).range(16..)
     )]
     pub(crate) scripts_memory: u32,
-    /// Threads running khai's async work: watches, reconciles, writes, the webhook and metrics
-    /// servers. Script calls past a short budget run on the blocking pool beside them. One
+    /// Threads running khai's async work: watches, reconciles, writes and the metrics server
+    /// (the webhook server has a thread of its own). Script calls past a short budget run on
+    /// the blocking pool beside them. One
     /// thread spends the least CPU on an operator's I/O-bound work (docs/benchmarks.md); more
     /// help only when one replica's reconciles keep a core busy.
     #[arg(
@@ -100,6 +100,32 @@ pub(crate) struct Operations {
 
 pub(super) fn duration(s: &str) -> Result<Duration, crate::config::duration::ParseError> {
     crate::config::duration::parse(s)
+}
+
+/// The batch window of a shard when `--reconcile-batch` is not given: each shard is fed a
+/// fraction of the events, slowly enough that batching them saves more CPU than the window
+/// costs in latency (docs/scaling.md, "Batching").
+const SHARD_BATCH: Duration = Duration::from_millis(100);
+
+/// The longest `--reconcile-batch`: a longer window would hold every reconcile for longer
+/// than anyone waits for an operator to act.
+const MAX_BATCH_WINDOW: Duration = Duration::from_secs(10);
+
+/// A `--reconcile-batch` that is not a window khai holds requests for.
+#[derive(Debug, thiserror::Error)]
+enum BatchWindowError {
+    #[error(transparent)]
+    Duration(#[from] crate::config::duration::ParseError),
+    #[error("{0} is longer than the longest batch window, 10s")]
+    TooLong(String),
+}
+
+fn batch_window(s: &str) -> Result<Duration, BatchWindowError> {
+    let window = duration(s)?;
+    if window > MAX_BATCH_WINDOW {
+        return Err(BatchWindowError::TooLong(s.to_string()));
+    }
+    Ok(window)
 }
 
 /// A `--kube-api-qps` that is not a rate.
@@ -121,6 +147,16 @@ impl Operations {
             qps: self.kube_api_qps.unwrap_or(config.qps),
             burst: self.kube_api_burst.unwrap_or(config.burst),
         }
+    }
+
+    /// How long each controller holds reconcile requests: `--reconcile-batch`, else
+    /// [`SHARD_BATCH`] on a shard and nothing otherwise.
+    pub(crate) fn batch_window(&self) -> Duration {
+        self.reconcile_batch.unwrap_or(if self.shards {
+            SHARD_BATCH
+        } else {
+            Duration::ZERO
+        })
     }
 
     /// The leader election settings, when `--leader-elect` is on.
@@ -209,6 +245,35 @@ mod tests {
         let refused = parse(&["--worker-threads", "0"]).unwrap_err().to_string();
         assert!(
             refused.contains("--worker-threads") && refused.contains("0 is not in 1.."),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn shards_batch_by_default_and_the_flag_overrides_up_to_ten_seconds() {
+        let parse = |args: &[&str]| {
+            Run::try_parse_from(std::iter::once("khai").chain(args.iter().copied()))
+        };
+        let window = |args: &[&str]| parse(args).unwrap().ops.batch_window();
+        assert_eq!(window(&[]), Duration::ZERO);
+        assert_eq!(window(&["--shards"]), Duration::from_millis(100));
+        assert_eq!(
+            window(&["--shards", "--reconcile-batch", "0s"]),
+            Duration::ZERO
+        );
+        assert_eq!(
+            window(&["--reconcile-batch", "250ms"]),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            window(&["--reconcile-batch", "10s"]),
+            Duration::from_secs(10)
+        );
+        let refused = parse(&["--reconcile-batch", "11s"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("--reconcile-batch") && refused.contains("longest batch window, 10s"),
             "{refused}"
         );
     }

@@ -87,7 +87,7 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("failed to start the async runtime")?;
     crate::script::set_shared_limit((args.ops.scripts_memory as usize) << 20);
-    crate::queue::set_batch_window(args.ops.reconcile_batch);
+    crate::queue::set_batch_window(args.ops.batch_window());
     let ran = rt.block_on(async move {
         // A config on disk sets the rate limit before the first request; one from a ConfigMap
         // is read with the flags' (or the default) limit, which then changes to the config's.

@@ -185,7 +185,7 @@ pub(crate) async fn start<T: Served>(
     };
     let serving = tasks.spawn(
         "webhook server",
-        server::serve(listener, acceptor, routes, options, shutdown.clone()),
+        server::serve_on_own_thread(listener, acceptor, routes, options, shutdown.clone()),
     );
     Ok(tasks.spawn("webhook supervisor", supervise(serving, shutdown)))
 }
@@ -258,10 +258,14 @@ async fn self_signed(
 /// `error`, cancels `shutdown` so khai stops gracefully (in-flight reconciles finish, the lease
 /// is released), and returns the error so `khai run` exits non-zero and the Pod restarts:
 /// running on without the webhooks would leave the API server failing or skipping every call.
-async fn supervise(server: JoinHandle<()>, shutdown: CancellationToken) -> Result<(), Error> {
+async fn supervise(
+    server: JoinHandle<Result<(), String>>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
     let why = match server.await {
-        Ok(()) if shutdown.is_cancelled() => return Ok(()),
-        Ok(()) => "it stopped serving".to_string(),
+        Ok(Ok(())) if shutdown.is_cancelled() => return Ok(()),
+        Ok(Ok(())) => "it stopped serving".to_string(),
+        Ok(Err(why)) => why,
         Err(e) if e.is_panic() => format!(
             "panicked: {}",
             crate::tasks::panic_message(&*e.into_panic())
@@ -483,7 +487,7 @@ mod tests {
     async fn a_server_that_stops_on_shutdown_is_fine() {
         let shutdown = CancellationToken::new();
         shutdown.cancel();
-        let server = tokio::spawn(async {});
+        let server = tokio::spawn(async { Ok(()) });
         assert!(supervise(server, shutdown).await.is_ok());
     }
 }

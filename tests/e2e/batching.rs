@@ -1,9 +1,11 @@
 //! `khai run --reconcile-batch`: a controller holds its reconcile requests for the window and
 //! starts them together, so objects created within one window are all written after it and
-//! every one ends Ready; the default starts each at once (every other test).
+//! every one ends Ready, and a change to a child waits for the window as well; the default
+//! starts each at once (every other test), and shards batch by default (the sharding tests).
 
 use crate::support::{Khai, TestNamespace, audit, example_copy, wait_for};
-use kube::api::{Api, DynamicObject, PostParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
@@ -82,5 +84,30 @@ async fn objects_created_within_a_batch_window_are_reconciled_together_after_it(
     assert!(
         waited >= window,
         "khai wrote {waited:#} after the first create, inside the {WINDOW_S}s batch window"
+    );
+
+    // A child deleted: the request its watch brings waits for the window too.
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let mark = audit::mark();
+    let deleted = jiff::Timestamp::now();
+    configmaps
+        .delete("h-0-hello", &DeleteParams::default())
+        .await
+        .unwrap();
+    let recreated = audit::wait_for_entry(mark, "khai applying h-0-hello again", |e| {
+        e["objectRef"]["namespace"] == ns.name.as_str()
+            && e["objectRef"]["resource"] == "configmaps"
+            && e["objectRef"]["name"] == "h-0-hello"
+            && e["verb"] == "patch"
+            && e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("khai/"))
+    })
+    .await;
+    let waited = audit::timestamp(&recreated, "requestReceivedTimestamp").duration_since(deleted);
+    eprintln!("the deleted child applied again {waited:#} after its delete");
+    assert!(
+        waited >= window,
+        "khai applied the deleted child {waited:#} after its delete, inside the {WINDOW_S}s batch window"
     );
 }
