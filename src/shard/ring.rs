@@ -36,6 +36,24 @@ impl Ring {
         Self { points, shards }
     }
 
+    /// Makes this the ring of `shards`, placing the points again only when the set of shards
+    /// differs (a Lease renewal changes nothing here); whether it did.
+    pub(crate) fn set<'a>(&mut self, shards: impl IntoIterator<Item = &'a str>) -> bool {
+        let mut next: Vec<&str> = shards.into_iter().collect();
+        next.sort_unstable();
+        next.dedup();
+        if self
+            .shards
+            .iter()
+            .map(String::as_str)
+            .eq(next.iter().copied())
+        {
+            return false;
+        }
+        *self = Self::new(next);
+        true
+    }
+
     /// The shard that owns `key`; `None` when the ring is empty.
     pub(crate) fn owner(&self, key: &str) -> Option<&str> {
         let h = xxh3_64(key.as_bytes());
@@ -125,5 +143,20 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.shards(), ["a", "b", "c"]);
         assert_eq!(Ring::new([]).owner("x"), None);
+    }
+
+    #[test]
+    fn setting_the_same_shards_keeps_the_points_and_another_set_places_them_anew() {
+        let mut ring = Ring::default();
+        assert!(ring.set(["b", "a"]));
+        assert_eq!(ring, Ring::new(["a", "b"]));
+        assert!(
+            !ring.set(["a", "b", "a"]),
+            "the same shards, in another order"
+        );
+        assert!(ring.set(["a", "b", "c"]));
+        assert_eq!(ring, Ring::new(["c", "b", "a"]));
+        assert!(ring.set(std::iter::empty()));
+        assert_eq!(ring, Ring::default());
     }
 }

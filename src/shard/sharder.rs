@@ -150,6 +150,8 @@ struct State<'a> {
     /// same time have then taken their Leases again, and a restart moves nothing.
     settled: Instant,
     announced: bool,
+    /// The ring of the live shards at the last look: placed again only when they change.
+    live: Ring,
     /// The ring at the last pass over every assigned parent, and when the next is due.
     ring: Option<Vec<String>>,
     full_due: Instant,
@@ -175,6 +177,7 @@ async fn sync_loop(
         next_expiry: None,
         settled: now + s.lease_duration,
         announced: false,
+        live: Ring::default(),
         ring: None,
         full_due: now,
         unassigned_due: now,
@@ -226,7 +229,11 @@ async fn step(
     let may_move = now >= state.settled;
     let (seen, next_expiry) = members::judge(leases, state.members, s.lease_duration, now);
     state.next_expiry = next_expiry;
-    let ring = Ring::new(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
+    state
+        .live
+        .set(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
+    // Taken for the passes and put back at the end: a step is never cut short.
+    let ring = std::mem::take(&mut state.live);
     state
         .cleared
         .retain(|c| seen.iter().any(|m| !m.live && m.shard == *c));
@@ -305,6 +312,7 @@ async fn step(
             "sharder settled: every parent is on its shard or being moved to it"
         );
     }
+    state.live = ring;
 }
 
 #[cfg(test)]

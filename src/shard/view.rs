@@ -51,13 +51,9 @@ async fn follow(
     }
     loop {
         let (seen, next_expiry) = members::judge(&leases, &members, duration, Instant::now());
-        let ring = Ring::new(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
-        crate::metrics::ring_shards(ring.shards().len());
         tx.send_if_modified(|r| {
-            let changed = *r != ring;
-            if changed {
-                *r = ring;
-            }
+            let changed = r.set(seen.iter().filter(|m| m.live).map(|m| m.shard.as_str()));
+            crate::metrics::ring_shards(r.shards().len());
             changed
         });
         let wake = next_expiry.map_or(Instant::now() + duration, |e| e + Duration::from_millis(10));

@@ -247,20 +247,6 @@ fn strip_managed_fields(mut request: Value) -> Value {
     request
 }
 
-/// Allows `review` with the patch `decide` makes of its request, if any: the answer of a webhook
-/// khai itself decides, with no script.
-pub(crate) fn answer(
-    review: Review,
-    decide: impl FnOnce(&Value) -> Option<json_patch::Patch>,
-) -> Value {
-    let patch = decide(&review.request);
-    let verdict = Verdict::Allow {
-        warnings: Vec::new(),
-        patch,
-    };
-    respond(&review.api_version, review.uid, verdict)
-}
-
 /// The AdmissionReview response for `verdict`.
 pub fn respond(api_version: &str, uid: Value, verdict: Verdict) -> Value {
     let response = match verdict {

@@ -252,19 +252,20 @@ impl Routes {
             Ok(body) => body,
             Err(res) => return res,
         };
-        let review = match admission::parse(&body) {
+        let review = match crate::shard::assign::Review::parse(&body) {
             Ok(r) => r,
-            Err(e) => return error(StatusCode::BAD_REQUEST, e.0),
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         };
-        drop(body);
-        let ring = assign.ring.borrow().clone();
-        let answer = admission::answer(review, |request| {
-            let patch = assign.rules.patch(request, &ring);
-            if let Some(p) = &patch {
-                tracing::debug!(patch = ?p, "labelled an object for its shard at admission");
-            }
-            patch
-        });
+        // Read in place: the ring is a few thousand points, too many to copy per review.
+        let patch = assign.rules.patch(review.request(), &assign.ring.borrow());
+        if let Some(p) = &patch {
+            tracing::debug!(patch = ?p, "labelled an object for its shard at admission");
+        }
+        let verdict = admission::Verdict::Allow {
+            warnings: Vec::new(),
+            patch,
+        };
+        let answer = admission::respond(review.api_version(), review.uid().into(), verdict);
         drop(turn);
         reply(StatusCode::OK, &answer)
     }
