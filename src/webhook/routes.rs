@@ -130,19 +130,22 @@ impl Routes {
     }
 
     /// Answers one request, and counts it with its time when the path names a webhook that is
-    /// loaded (other paths are not counted, so a client cannot grow the label set).
+    /// loaded or is the shard assignment webhook's (other paths are not counted, so a client
+    /// cannot grow the label set).
     pub(crate) async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let started = std::time::Instant::now();
         let path = req.uri().path().to_string();
         let res = self.answer(req).await;
-        if let Some((name, call)) = Self::route(&self.current(), &path) {
+        let code = || res.status().as_u16().to_string();
+        if self.assign.is_some() && path == ASSIGN_PATH {
+            crate::metrics::webhook_request("shard", "assign", &code(), started.elapsed());
+        } else if let Some((name, call)) = Self::route(&self.current(), &path) {
             let sort = match call {
                 Call::Admit(Kind::Validate) => "validate",
                 Call::Admit(Kind::Mutate) => "mutate",
                 Call::Convert => "convert",
             };
-            let code = res.status().as_u16().to_string();
-            crate::metrics::webhook_request(name, sort, &code, started.elapsed());
+            crate::metrics::webhook_request(name, sort, &code(), started.elapsed());
         }
         res
     }

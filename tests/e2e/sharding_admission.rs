@@ -164,6 +164,25 @@ async fn admission_labels_parents_and_their_related_objects_and_one_shard_runs_t
             "a shared kind is left alone"
         );
     }
+    // Every labelled create above was a review s0 answered, counted with its time.
+    let reviewed = (1 + 2 * PARENTS) as f64;
+    let assign = [("webhook", "shard"), ("sort", "assign"), ("code", "200")];
+    wait_for_metric(
+        &addrs[0],
+        "the assignment reviews s0 answered",
+        "khai_webhook_requests_total",
+        &assign,
+        |v| v >= reviewed,
+    )
+    .await;
+    wait_for_metric(
+        &addrs[0],
+        "the assignment reviews s0 timed",
+        "khai_webhook_request_duration_seconds_count",
+        &assign[..2],
+        |v| v >= reviewed,
+    )
+    .await;
     // A related object labelled for no live shard is moved to its parent's by the sharder's
     // replica (the webhook leaves labelled objects alone).
     let (parent, shard) = shard_of.iter().next().unwrap();
