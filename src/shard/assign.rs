@@ -11,7 +11,6 @@
 use super::ring::Ring;
 use crate::config::kind::KindRef;
 use crate::config::model::{Model, Parents};
-use crate::webhook::admission::BadReview;
 use serde::Deserialize;
 use serde_json::json;
 use std::borrow::Cow;
@@ -80,12 +79,27 @@ struct OwnerRef<'a> {
     controller: Option<bool>,
 }
 
+/// A body the assignment webhook cannot answer: answered with HTTP 400 and this message.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("malformed AdmissionReview: {0}")]
+pub(crate) struct BadReview(String);
+
 impl<'a> Review<'a> {
     /// Parses an AdmissionReview body, reading only what assignment needs.
     pub(crate) fn parse(body: &'a [u8]) -> Result<Self, BadReview> {
-        let review: Self = serde_json::from_slice(body)
-            .map_err(|e| BadReview(format!("malformed AdmissionReview: {e}")))?;
-        crate::webhook::admission::check_envelope(&review.kind, &review.api_version)?;
+        let review: Self = serde_json::from_slice(body).map_err(|e| BadReview(e.to_string()))?;
+        if review.kind != "AdmissionReview" {
+            return Err(BadReview(format!(
+                "kind must be \"AdmissionReview\", got {:?}",
+                review.kind
+            )));
+        }
+        if !review.api_version.starts_with("admission.k8s.io/") {
+            return Err(BadReview(format!(
+                "unsupported apiVersion {:?}",
+                review.api_version
+            )));
+        }
         Ok(review)
     }
 

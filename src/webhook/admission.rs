@@ -56,8 +56,18 @@ pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
             .unwrap_or_default()
             .to_string()
     };
+    let kind = field(&doc, "kind");
+    if kind != "AdmissionReview" {
+        return Err(BadReview(format!(
+            "malformed AdmissionReview: kind must be \"AdmissionReview\", got {kind:?}"
+        )));
+    }
     let api_version = field(&doc, "apiVersion");
-    check_envelope(&field(&doc, "kind"), &api_version)?;
+    if !api_version.starts_with("admission.k8s.io/") {
+        return Err(BadReview(format!(
+            "malformed AdmissionReview: unsupported apiVersion {api_version:?}"
+        )));
+    }
     // Taken, not copied: the request holds the objects, the bulk of the body.
     let request = doc
         .get_mut("request")
@@ -72,21 +82,6 @@ pub fn parse(body: &[u8]) -> Result<Review, BadReview> {
         uid,
         request,
     })
-}
-
-/// Checks an AdmissionReview's `kind` and `apiVersion`.
-pub(crate) fn check_envelope(kind: &str, api_version: &str) -> Result<(), BadReview> {
-    if kind != "AdmissionReview" {
-        return Err(BadReview(format!(
-            "malformed AdmissionReview: kind must be \"AdmissionReview\", got {kind:?}"
-        )));
-    }
-    if !api_version.starts_with("admission.k8s.io/") {
-        return Err(BadReview(format!(
-            "malformed AdmissionReview: unsupported apiVersion {api_version:?}"
-        )));
-    }
-    Ok(())
 }
 
 /// Runs the script for `review` and renders the AdmissionReview response.

@@ -257,7 +257,7 @@ impl Routes {
         };
         let review = match crate::shard::assign::Review::parse(&body) {
             Ok(r) => r,
-            Err(e) => return error(StatusCode::BAD_REQUEST, e.0),
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         };
         // Read in place: the ring is a few thousand points, too many to copy per review.
         let patch = assign.rules.patch(review.request(), &assign.ring.borrow());
