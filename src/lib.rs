@@ -52,6 +52,7 @@ pub(crate) mod metrics;
 pub mod nesting;
 pub mod object;
 pub mod operator;
+pub(crate) mod pace;
 pub(crate) mod playground;
 pub(crate) mod queue;
 pub mod reconcile;

@@ -73,6 +73,19 @@ pub(crate) struct Operations {
         value_parser = batch_window
     )]
     pub(crate) reconcile_batch: Option<Duration>,
+    /// Let each of khai's threads start work at most once per this interval: one that wakes
+    /// sooner after its last wake-up sleeps out the rest first, and handles whatever arrived
+    /// meanwhile together. 0s starts work whenever a thread wakes. Fewer wake-ups per event, for
+    /// up to this much more latency per round trip to the API server: worth it where events
+    /// arrive slowly, as on each of several shards (docs/scaling.md, "Wake-ups"). At most 1s
+    /// [default: 10ms with --shards, else 0s].
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "KHAI_WAKE_INTERVAL",
+        value_parser = wake_interval
+    )]
+    pub(crate) wake_interval: Option<Duration>,
     /// Memory all script calls running at once may build together, in MiB; past it the calls
     /// holding most stop and are retried. Keep it well below the pod's memory limit.
     #[arg(
@@ -107,25 +120,54 @@ pub(super) fn duration(s: &str) -> Result<Duration, crate::config::duration::Par
 /// costs in latency (docs/scaling.md, "Batching").
 const SHARD_BATCH: Duration = Duration::from_millis(100);
 
+/// The wake interval of a shard when `--wake-interval` is not given (docs/scaling.md,
+/// "Wake-ups").
+const SHARD_WAKE_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The longest `--wake-interval`: a thread that waits longer would miss its Lease renewals.
+const MAX_WAKE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// The longest `--reconcile-batch`: a longer window would hold every reconcile for longer
 /// than anyone waits for an operator to act.
 const MAX_BATCH_WINDOW: Duration = Duration::from_secs(10);
 
-/// A `--reconcile-batch` that is not a window khai holds requests for.
+/// A duration flag that is not one khai keeps: unreadable, or longer than its longest.
 #[derive(Debug, thiserror::Error)]
-enum BatchWindowError {
+enum CappedError {
     #[error(transparent)]
     Duration(#[from] crate::config::duration::ParseError),
-    #[error("{0} is longer than the longest batch window, 10s")]
-    TooLong(String),
+    #[error("{given} is longer than the longest {what}, {longest}")]
+    TooLong {
+        given: String,
+        what: &'static str,
+        longest: &'static str,
+    },
 }
 
-fn batch_window(s: &str) -> Result<Duration, BatchWindowError> {
-    let window = duration(s)?;
-    if window > MAX_BATCH_WINDOW {
-        return Err(BatchWindowError::TooLong(s.to_string()));
+/// `s` as a duration of at most `longest` (spelled `longest_text`), the longest `what`.
+fn capped(
+    s: &str,
+    longest: Duration,
+    what: &'static str,
+    longest_text: &'static str,
+) -> Result<Duration, CappedError> {
+    let d = duration(s)?;
+    if d > longest {
+        return Err(CappedError::TooLong {
+            given: s.to_string(),
+            what,
+            longest: longest_text,
+        });
     }
-    Ok(window)
+    Ok(d)
+}
+
+fn wake_interval(s: &str) -> Result<Duration, CappedError> {
+    capped(s, MAX_WAKE_INTERVAL, "wake interval", "1s")
+}
+
+fn batch_window(s: &str) -> Result<Duration, CappedError> {
+    capped(s, MAX_BATCH_WINDOW, "batch window", "10s")
 }
 
 /// A `--kube-api-qps` that is not a rate.
@@ -154,6 +196,16 @@ impl Operations {
     pub(crate) fn batch_window(&self) -> Duration {
         self.reconcile_batch.unwrap_or(if self.shards {
             SHARD_BATCH
+        } else {
+            Duration::ZERO
+        })
+    }
+
+    /// How often each thread may start work: `--wake-interval`, else [`SHARD_WAKE_INTERVAL`]
+    /// on a shard and no limit otherwise.
+    pub(crate) fn wake_interval(&self) -> Duration {
+        self.wake_interval.unwrap_or(if self.shards {
+            SHARD_WAKE_INTERVAL
         } else {
             Duration::ZERO
         })
@@ -229,11 +281,12 @@ mod tests {
         ops: Operations,
     }
 
+    fn parse(args: &[&str]) -> Result<Run, clap::Error> {
+        Run::try_parse_from(std::iter::once("khai").chain(args.iter().copied()))
+    }
+
     #[test]
     fn one_worker_thread_unless_asked_for_more_and_never_none() {
-        let parse = |args: &[&str]| {
-            Run::try_parse_from(std::iter::once("khai").chain(args.iter().copied()))
-        };
         assert_eq!(parse(&[]).unwrap().ops.worker_threads, 1);
         assert_eq!(
             parse(&["--worker-threads", "4"])
@@ -251,9 +304,6 @@ mod tests {
 
     #[test]
     fn shards_batch_by_default_and_the_flag_overrides_up_to_ten_seconds() {
-        let parse = |args: &[&str]| {
-            Run::try_parse_from(std::iter::once("khai").chain(args.iter().copied()))
-        };
         let window = |args: &[&str]| parse(args).unwrap().ops.batch_window();
         assert_eq!(window(&[]), Duration::ZERO);
         assert_eq!(window(&["--shards"]), Duration::from_millis(100));
@@ -274,6 +324,26 @@ mod tests {
             .to_string();
         assert!(
             refused.contains("--reconcile-batch") && refused.contains("longest batch window, 10s"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn shards_pace_their_wake_ups_by_default_and_the_flag_overrides_up_to_a_second() {
+        let interval = |args: &[&str]| parse(args).unwrap().ops.wake_interval();
+        assert_eq!(interval(&[]), Duration::ZERO);
+        assert_eq!(interval(&["--shards"]), Duration::from_millis(10));
+        assert_eq!(
+            interval(&["--shards", "--wake-interval", "0s"]),
+            Duration::ZERO
+        );
+        assert_eq!(
+            interval(&["--wake-interval", "5ms"]),
+            Duration::from_millis(5)
+        );
+        let refused = parse(&["--wake-interval", "2s"]).unwrap_err().to_string();
+        assert!(
+            refused.contains("--wake-interval") && refused.contains("longest wake interval, 1s"),
             "{refused}"
         );
     }

@@ -79,7 +79,8 @@ pub(super) fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         None => (None, None),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    crate::pace::set_wake_interval(args.ops.wake_interval());
+    let rt = crate::pace::paced(&mut tokio::runtime::Builder::new_multi_thread())
         .enable_all()
         .worker_threads(usize::from(args.ops.worker_threads))
         // Script calls run on these threads, inline or on the blocking pool.

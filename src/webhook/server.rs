@@ -62,7 +62,7 @@ fn spawn_thread(
     let listener = listener
         .into_std()
         .map_err(|e| format!("could not hand the listener to the webhook thread: {e}"))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let runtime = crate::pace::paced(&mut tokio::runtime::Builder::new_current_thread())
         .enable_all()
         // Webhook scripts run on this thread or its blocking pool, as on the worker threads.
         .thread_stack_size(crate::script::stack::THREAD_STACK)

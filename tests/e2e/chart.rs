@@ -373,7 +373,7 @@ fn chart_defaults_render_and_cover_the_optional_objects() {
             "--set",
             "serviceMonitor.enabled=true,podDisruptionBudget.enabled=true,metrics.port=9090",
             "--set",
-            "webhook.enabled=true,webhook.port=8443,logLevel=debug,image.pullPolicy=Always,reconcileBatch=100ms",
+            "webhook.enabled=true,webhook.port=8443,logLevel=debug,image.pullPolicy=Always,reconcileBatch=100ms,wakeInterval=5ms",
             "--set-string",
             "service.type=NodePort",
         ],
@@ -429,6 +429,8 @@ fn chart_defaults_render_and_cover_the_optional_objects() {
             "0.0.0.0:9090",
             "--reconcile-batch",
             "100ms",
+            "--wake-interval",
+            "5ms",
             "--leader-elect",
             "--webhook-bind",
             "0.0.0.0:8443"
