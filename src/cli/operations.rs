@@ -136,38 +136,33 @@ const MAX_BATCH_WINDOW: Duration = Duration::from_secs(10);
 enum CappedError {
     #[error(transparent)]
     Duration(#[from] crate::config::duration::ParseError),
-    #[error("{given} is longer than the longest {what}, {longest}")]
+    #[error("{given} is longer than the longest {what}, {longest:?}")]
     TooLong {
         given: String,
         what: &'static str,
-        longest: &'static str,
+        longest: Duration,
     },
 }
 
-/// `s` as a duration of at most `longest` (spelled `longest_text`), the longest `what`.
-fn capped(
-    s: &str,
-    longest: Duration,
-    what: &'static str,
-    longest_text: &'static str,
-) -> Result<Duration, CappedError> {
+/// `s` as a duration of at most `longest`, the longest `what`.
+fn capped(s: &str, longest: Duration, what: &'static str) -> Result<Duration, CappedError> {
     let d = duration(s)?;
     if d > longest {
         return Err(CappedError::TooLong {
             given: s.to_string(),
             what,
-            longest: longest_text,
+            longest,
         });
     }
     Ok(d)
 }
 
 fn wake_interval(s: &str) -> Result<Duration, CappedError> {
-    capped(s, MAX_WAKE_INTERVAL, "wake interval", "1s")
+    capped(s, MAX_WAKE_INTERVAL, "wake interval")
 }
 
 fn batch_window(s: &str) -> Result<Duration, CappedError> {
-    capped(s, MAX_BATCH_WINDOW, "batch window", "10s")
+    capped(s, MAX_BATCH_WINDOW, "batch window")
 }
 
 /// A `--kube-api-qps` that is not a rate.
@@ -302,49 +297,50 @@ mod tests {
         );
     }
 
-    #[test]
-    fn shards_batch_by_default_and_the_flag_overrides_up_to_ten_seconds() {
-        let window = |args: &[&str]| parse(args).unwrap().ops.batch_window();
-        assert_eq!(window(&[]), Duration::ZERO);
-        assert_eq!(window(&["--shards"]), Duration::from_millis(100));
-        assert_eq!(
-            window(&["--shards", "--reconcile-batch", "0s"]),
-            Duration::ZERO
-        );
-        assert_eq!(
-            window(&["--reconcile-batch", "250ms"]),
-            Duration::from_millis(250)
-        );
-        assert_eq!(
-            window(&["--reconcile-batch", "10s"]),
-            Duration::from_secs(10)
-        );
-        let refused = parse(&["--reconcile-batch", "11s"])
-            .unwrap_err()
-            .to_string();
+    /// A duration flag that defaults to `on_shards` with `--shards` and to nothing without,
+    /// is taken as given up to `longest`, and is refused past it, naming the flag and its longest.
+    fn shard_default_up_to(
+        flag: &str,
+        read: fn(&Operations) -> Duration,
+        on_shards: Duration,
+        longest: &str,
+        past_it: &str,
+        refusal: &str,
+    ) {
+        let value = |args: &[&str]| read(&parse(args).unwrap().ops);
+        assert_eq!(value(&[]), Duration::ZERO);
+        assert_eq!(value(&["--shards"]), on_shards);
+        assert_eq!(value(&["--shards", flag, "0s"]), Duration::ZERO);
+        assert_eq!(value(&[flag, "5ms"]), Duration::from_millis(5));
+        assert_eq!(value(&[flag, longest]), duration(longest).unwrap());
+        let refused = parse(&[flag, past_it]).unwrap_err().to_string();
         assert!(
-            refused.contains("--reconcile-batch") && refused.contains("longest batch window, 10s"),
+            refused.contains(flag) && refused.contains(refusal),
             "{refused}"
         );
     }
 
     #[test]
+    fn shards_batch_by_default_and_the_flag_overrides_up_to_ten_seconds() {
+        shard_default_up_to(
+            "--reconcile-batch",
+            Operations::batch_window,
+            Duration::from_millis(100),
+            "10s",
+            "11s",
+            "11s is longer than the longest batch window, 10s",
+        );
+    }
+
+    #[test]
     fn shards_pace_their_wake_ups_by_default_and_the_flag_overrides_up_to_a_second() {
-        let interval = |args: &[&str]| parse(args).unwrap().ops.wake_interval();
-        assert_eq!(interval(&[]), Duration::ZERO);
-        assert_eq!(interval(&["--shards"]), Duration::from_millis(10));
-        assert_eq!(
-            interval(&["--shards", "--wake-interval", "0s"]),
-            Duration::ZERO
-        );
-        assert_eq!(
-            interval(&["--wake-interval", "5ms"]),
-            Duration::from_millis(5)
-        );
-        let refused = parse(&["--wake-interval", "2s"]).unwrap_err().to_string();
-        assert!(
-            refused.contains("--wake-interval") && refused.contains("longest wake interval, 1s"),
-            "{refused}"
+        shard_default_up_to(
+            "--wake-interval",
+            Operations::wake_interval,
+            Duration::from_millis(10),
+            "1s",
+            "2s",
+            "2s is longer than the longest wake interval, 1s",
         );
     }
 }
